@@ -1,0 +1,1 @@
+//! Placeholder: filled by its owner (see ARCHITECTURE.md).

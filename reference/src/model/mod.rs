@@ -1,0 +1,1 @@
+//! Placeholder: the generic Gemma-4 forward (filled by its owner).
