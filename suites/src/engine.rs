@@ -1,0 +1,260 @@
+//! The engine interface of `design/conformance.md` §9: [`Engine`], [`Mode`], [`Request`],
+//! [`Step`], [`StepKind`], [`Trajectory`], [`SpecStats`], [`Scores`], [`EngineError`].
+//!
+//! Every engine (the f64 oracle, the f32 CPU engine, the CUDA runtime, a wrapped external
+//! engine) implements [`Engine`]; the suite runner and the tie-budget rule (§3) see nothing else.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// An inference engine under test (conformance §9).
+///
+/// Logits are reported as `f64` whatever the engine computes in (raw logits after final
+/// soft-capping). An engine that exposes no logits returns `top_k: None` in its steps.
+pub trait Engine {
+    /// Engine name as it appears in reports and `budgets.toml`: `"reference-f64"`,
+    /// `"reference-f32"`, `"cuda"`, `"http:…"`.
+    fn name(&self) -> &str;
+    /// The modes this engine can run (conformance §2).
+    fn modes(&self) -> Vec<Mode>;
+    /// Greedy generation of every request in `mode`; returns one trajectory per request, in
+    /// request order. For [`Mode::Batch`] the engine runs up to `n` requests at once in one
+    /// running batch (requests join and leave as they finish); for [`Mode::Prefill`] the
+    /// engine is not asked to generate (the suite runner uses [`Engine::score`]).
+    ///
+    /// Errors: [`EngineError`] naming the request and mode.
+    fn generate(&mut self, reqs: &[Request], mode: &Mode) -> Result<Vec<Trajectory>, EngineError>;
+    /// Teacher-forced scoring: one forward over each sequence; returns per sequence and per
+    /// position `t` the engine's top-`top_k` `(id, logit)` of the next-token distribution after
+    /// `seq[..=t]` (rows `[len(seq)]`, each descending by logit).
+    fn score(&mut self, seqs: &[Vec<u32>], top_k: usize) -> Result<Vec<Scores>, EngineError>;
+}
+
+/// A decoding mode (conformance §2), written `prefill`, `plain`, `batch:N`, `spec:K`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mode {
+    /// Teacher-forced: one forward over prompt + golden continuation, judged per position.
+    Prefill,
+    /// Greedy decoding, one sequence, one token per forward.
+    Plain,
+    /// Greedy decoding of `n` sequences in one running batch (`n ≥ 1`).
+    Batch {
+        /// Batch width N.
+        n: usize,
+    },
+    /// Greedy MTP speculative decoding with `k` draft steps per round (`k ≥ 1`).
+    Spec {
+        /// Draft steps K per round.
+        k: usize,
+    },
+}
+
+/// Error parsing a [`Mode`] string.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad mode {text:?}: expected prefill, plain, batch:N or spec:K with N, K >= 1")]
+pub struct ModeParseError {
+    /// The text that failed to parse.
+    pub text: String,
+}
+
+impl Mode {
+    /// Parses `prefill`, `plain`, `batch:N`, `spec:K` (N, K ≥ 1).
+    ///
+    /// Errors: [`ModeParseError`] naming the text.
+    pub fn parse(text: &str) -> Result<Mode, ModeParseError> {
+        let err = || ModeParseError {
+            text: text.to_string(),
+        };
+        let t = text.trim();
+        match t {
+            "prefill" => return Ok(Mode::Prefill),
+            "plain" => return Ok(Mode::Plain),
+            _ => {}
+        }
+        let (kind, num) = t.split_once(':').ok_or_else(err)?;
+        let n: usize = num.parse().map_err(|_| err())?;
+        if n == 0 {
+            return Err(err());
+        }
+        match kind {
+            "batch" => Ok(Mode::Batch { n }),
+            "spec" => Ok(Mode::Spec { k: n }),
+            _ => Err(err()),
+        }
+    }
+
+    /// Parses a comma-separated list of modes (`"plain,spec:4"`).
+    pub fn parse_list(text: &str) -> Result<Vec<Mode>, ModeParseError> {
+        text.split(',')
+            .filter(|s| !s.trim().is_empty())
+            .map(Mode::parse)
+            .collect()
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Mode::Prefill => write!(f, "prefill"),
+            Mode::Plain => write!(f, "plain"),
+            Mode::Batch { n } => write!(f, "batch:{n}"),
+            Mode::Spec { k } => write!(f, "spec:{k}"),
+        }
+    }
+}
+
+impl FromStr for Mode {
+    type Err = ModeParseError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Mode::parse(s)
+    }
+}
+
+impl Serialize for Mode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for Mode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Mode::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// One generation request: token ids of the prompt (BOS and chat template already applied),
+/// the token budget and the stop ids (generation ends after emitting one of them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    /// Prompt id from the suite.
+    pub id: String,
+    /// Prompt token ids `[P]`.
+    pub prompt: Vec<u32>,
+    /// Maximum number of generated tokens.
+    pub max_tokens: usize,
+    /// Stop ids (the stop token itself is emitted and recorded).
+    pub stop: Vec<u32>,
+}
+
+/// How an emitted token was produced (conformance §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StepKind {
+    /// The first token, from the prefill forward.
+    Prefill,
+    /// A one-row decode forward.
+    Decode,
+    /// An accepted draft token of a verify forward.
+    VerifyAccepted,
+    /// The bonus (target) token of a verify forward.
+    VerifyBonus,
+}
+
+/// One emitted token with the engine's own top-k `(id, logit)` where exposed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    /// Emitted token id.
+    pub token: u32,
+    /// The engine's top-k `(id, logit)` at this position, descending; `None` if not exposed.
+    pub top_k: Option<Vec<(u32, f64)>>,
+    /// How the token was produced.
+    pub kind: StepKind,
+}
+
+/// Speculative-decoding counters of one trajectory (spec:K only).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpecStats {
+    /// Verify rounds.
+    pub rounds: usize,
+    /// Tokens drafted in total.
+    pub drafted: usize,
+    /// Drafted tokens accepted in total.
+    pub accepted: usize,
+    /// Per round: (drafted, accepted).
+    pub per_round: Vec<(usize, usize)>,
+}
+
+/// The output of one request: every emitted token, spec counters, wall time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Trajectory {
+    /// The request id.
+    pub id: String,
+    /// Emitted tokens in order.
+    pub steps: Vec<Step>,
+    /// Speculative counters (spec:K modes).
+    pub spec: Option<SpecStats>,
+    /// Wall time of the request (for batch modes: of the whole batch call).
+    pub wall: Duration,
+}
+
+impl Trajectory {
+    /// The emitted token ids `[n]`.
+    pub fn tokens(&self) -> Vec<u32> {
+        self.steps.iter().map(|s| s.token).collect()
+    }
+}
+
+/// Teacher-forced scores of one sequence: per position `t` the top-k `(id, logit)` of the
+/// next-token distribution after `seq[..=t]`, descending by logit (ties: lower id first).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Scores {
+    /// Rows `[len(seq)][k]`.
+    pub rows: Vec<Vec<(u32, f64)>>,
+}
+
+/// An engine failure (becomes the `error` verdict, conformance §3).
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The engine does not support the mode.
+    #[error("engine {engine} does not support mode {mode}")]
+    UnsupportedMode {
+        /// Engine name.
+        engine: String,
+        /// The mode asked for.
+        mode: Mode,
+    },
+    /// The engine failed on one request.
+    #[error("engine failed on request {id}: {message}")]
+    Request {
+        /// Request id (or "*" for the whole call).
+        id: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// Any other failure (model load, device).
+    #[error("engine error: {0}")]
+    Other(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mode_strings_round_trip() {
+        for (text, mode) in [
+            ("prefill", Mode::Prefill),
+            ("plain", Mode::Plain),
+            ("batch:4", Mode::Batch { n: 4 }),
+            ("spec:2", Mode::Spec { k: 2 }),
+        ] {
+            assert_eq!(Mode::parse(text).unwrap(), mode);
+            assert_eq!(mode.to_string(), text);
+        }
+    }
+
+    #[test]
+    fn bad_mode_strings_are_rejected() {
+        for text in ["", "spec", "spec:0", "batch:x", "greedy", "spec:-1"] {
+            assert!(Mode::parse(text).is_err(), "{text}");
+        }
+        assert_eq!(
+            Mode::parse_list("plain, spec:4").unwrap(),
+            vec![Mode::Plain, Mode::Spec { k: 4 }]
+        );
+    }
+}
