@@ -1,1 +1,341 @@
-//! `kernels` — CUDA C sources (one family per `.cu` file) and the NVRTC compile/cache helper. Filled by the CUDA runtime issue.
+//! `kernels` — CUDA C sources (one family per `.cu` file) and the NVRTC compile/cache helper.
+//!
+//! The sources are embedded with `include_str!` and compiled at run time with NVRTC for the GPU
+//! in hand (virtual architecture `compute_XY` from the device's compute capability, so the PTX is
+//! JIT-compiled by the driver for exactly that GPU). Compiled PTX is cached per process and per
+//! architecture; loaded modules are cached per [`ModuleCache`] (one per CUDA context).
+//!
+//! Block formats follow `spec/gguf-gemma4.md` §3; the math kernels follow `spec/gemma4-text.md`
+//! §3 (RMSNorm), §4.4 (RoPE), §5 (GELU-tanh GeGLU) and §9 (soft-capping). Each `.cu` file states
+//! its launch contract (grid, block, argument shapes) at the top.
+//!
+//! cudarc panics when `libnvrtc`/`libcuda` cannot be opened; [`nvrtc_available`] and
+//! [`cuda_driver_available`] probe with `libloading` first, so callers can skip cleanly.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
+use cudarc::nvrtc::{CompileOptions, Ptx};
+
+/// Shared prelude prepended to every family (integer typedefs, f16/bf16 conversion, loads,
+/// warp reductions).
+const COMMON: &str = include_str!("../common.cuh");
+/// Per-format 32-element unit decoders (`spec/gguf-gemma4.md` §3), prepended to the families
+/// that read GGUF blocks.
+const QUANT: &str = include_str!("../quant.cuh");
+
+/// The format suffixes used in kernel names (`dequant_<fmt>`, `matvec_<fmt>_<nc>`), in the
+/// order of the X-macro `FOR_EACH_FORMAT` in `quant.cuh`; each is the lower-case ggml type
+/// name (`spec/gguf-gemma4.md` §3.1).
+pub const FORMATS: [&str; 16] = [
+    "f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k",
+    "q6_k", "q8_k", "iq4_nl", "iq4_xs",
+];
+
+/// Largest number of activation columns a single `matvec_<fmt>_<nc>` launch handles.
+pub const MATVEC_MAX_COLS: usize = 8;
+/// Rows handled by one `matvec` thread block (one warp per row; block = 32 × this threads).
+pub const MATVEC_ROWS_PER_BLOCK: u32 = 4;
+
+/// One kernel family: one `.cu` file, compiled as one NVRTC program / one CUDA module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Family {
+    /// `dequant.cu`: `dequant_<fmt>` for every format in [`FORMATS`].
+    Dequant,
+    /// `matvec.cu`: `matvec_<fmt>_<nc>` for every format and `nc` in 1..=8.
+    Matvec,
+    /// `norm.cu`: `rmsnorm_f32`.
+    Norm,
+    /// `rope.cu`: `rope_neox_f32`.
+    Rope,
+    /// `activation.cu`: `geglu_f32`, `softcap_f32`.
+    Activation,
+    /// `reduce.cu`: `argmax_f32`, `sum_f32x4`, `fill_u32`.
+    Reduce,
+}
+
+impl Family {
+    /// Every family, in a fixed order.
+    pub const ALL: [Family; 6] = [
+        Family::Dequant,
+        Family::Matvec,
+        Family::Norm,
+        Family::Rope,
+        Family::Activation,
+        Family::Reduce,
+    ];
+
+    /// The `.cu` file name of this family (relative to the `kernels/` crate root).
+    pub fn file(self) -> &'static str {
+        match self {
+            Family::Dequant => "dequant.cu",
+            Family::Matvec => "matvec.cu",
+            Family::Norm => "norm.cu",
+            Family::Rope => "rope.cu",
+            Family::Activation => "activation.cu",
+            Family::Reduce => "reduce.cu",
+        }
+    }
+
+    fn body(self) -> &'static str {
+        match self {
+            Family::Dequant => include_str!("../dequant.cu"),
+            Family::Matvec => include_str!("../matvec.cu"),
+            Family::Norm => include_str!("../norm.cu"),
+            Family::Rope => include_str!("../rope.cu"),
+            Family::Activation => include_str!("../activation.cu"),
+            Family::Reduce => include_str!("../reduce.cu"),
+        }
+    }
+
+    /// The full NVRTC program text: `common.cuh`, then `quant.cuh` for block-reading families,
+    /// then the family's `.cu` file.
+    pub fn source(self) -> String {
+        let mut s = String::from(COMMON);
+        if matches!(self, Family::Dequant | Family::Matvec) {
+            s.push_str(QUANT);
+        }
+        s.push_str(self.body());
+        s
+    }
+
+    /// Every `extern "C"` kernel this family defines (used by tests to check the PTX).
+    pub fn kernel_names(self) -> Vec<String> {
+        match self {
+            Family::Dequant => FORMATS.iter().map(|f| dequant_kernel(f)).collect(),
+            Family::Matvec => FORMATS
+                .iter()
+                .flat_map(|f| (1..=MATVEC_MAX_COLS).map(move |nc| matvec_kernel(f, nc)))
+                .collect(),
+            Family::Norm => vec!["rmsnorm_f32".into()],
+            Family::Rope => vec!["rope_neox_f32".into()],
+            Family::Activation => vec!["geglu_f32".into(), "softcap_f32".into()],
+            Family::Reduce => vec!["argmax_f32".into(), "sum_f32x4".into(), "fill_u32".into()],
+        }
+    }
+}
+
+/// Kernel name of the dequantizer for format suffix `fmt` (an entry of [`FORMATS`]).
+pub fn dequant_kernel(fmt: &str) -> String {
+    format!("dequant_{fmt}")
+}
+
+/// Kernel name of the fused dequantize-matvec for format `fmt` and `nc` columns (1..=8).
+pub fn matvec_kernel(fmt: &str, nc: usize) -> String {
+    format!("matvec_{fmt}_{nc}")
+}
+
+/// Errors of this crate. Each names the family or kernel involved.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    /// `libnvrtc` could not be opened (cudarc would panic); the message lists what was tried.
+    #[error("NVRTC unavailable: {0}")]
+    NvrtcUnavailable(String),
+    /// NVRTC rejected a family's source; `log` is the NVRTC program log.
+    #[error("NVRTC compile of {file} for {arch} failed: {log}")]
+    Compile {
+        /// The family's `.cu` file.
+        file: &'static str,
+        /// The `--gpu-architecture` value.
+        arch: String,
+        /// The NVRTC log (or error text).
+        log: String,
+    },
+    /// A CUDA driver call failed while loading a module or function.
+    #[error("CUDA driver error loading {what}: {source}")]
+    Driver {
+        /// The module or kernel being loaded.
+        what: String,
+        /// The driver error.
+        #[source]
+        source: cudarc::driver::DriverError,
+    },
+}
+
+/// Tries to open a shared library under every name cudarc would try (`lib_name` as cudarc
+/// spells it, e.g. `"nvrtc"`, `"cuda"`). Returns the name that opened, or a message listing
+/// the names tried.
+#[allow(unsafe_code)]
+fn probe_library(lib_name: &str) -> Result<String, String> {
+    let candidates = cudarc::get_lib_name_candidates(lib_name);
+    for c in &candidates {
+        // SAFETY: opening a CUDA library runs only its ELF initialisers, which have no
+        // preconditions; the handle is dropped immediately (cudarc opens its own).
+        if unsafe { libloading::Library::new(c) }.is_ok() {
+            return Ok(c.clone());
+        }
+    }
+    Err(format!(
+        "could not open lib{lib_name} (tried {}); set LD_LIBRARY_PATH",
+        candidates.join(", ")
+    ))
+}
+
+/// Whether `libnvrtc` can be opened; `Err` carries a printable reason. Call before any NVRTC
+/// use, because cudarc panics when the library is missing.
+pub fn nvrtc_available() -> Result<String, String> {
+    probe_library("nvrtc")
+}
+
+/// Whether the CUDA driver library (`libcuda`) can be opened; `Err` carries a printable
+/// reason. Opening it does not mean a GPU is present (that is `CudaContext::new`'s job).
+pub fn cuda_driver_available() -> Result<String, String> {
+    probe_library("cuda")
+}
+
+/// NVRTC `--gpu-architecture` value for a compute capability, e.g. `(9, 0)` → `compute_90`
+/// (PTX for that virtual architecture; the driver JITs it for the device).
+pub fn arch_option(cc: (i32, i32)) -> String {
+    format!("compute_{}{}", cc.0, cc.1)
+}
+
+/// PTX text per (family, architecture option).
+type PtxMap = HashMap<(Family, String), Arc<str>>;
+
+/// Process-wide PTX cache, keyed by family and architecture option.
+fn ptx_cache() -> &'static Mutex<PtxMap> {
+    static CACHE: OnceLock<Mutex<PtxMap>> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Compiles `family` with NVRTC for compute capability `cc` and returns the PTX text; cached
+/// per process, so a second call is free. Probes `libnvrtc` first (never panics on a machine
+/// without it).
+///
+/// Options: `--gpu-architecture=compute_XY`, `--fmad=true` (contracting an exact product with
+/// one add rounds once, so dequantized weights stay bit-exact, spec §3.6), no fast-math,
+/// `--ftz=false`, IEEE division and square root.
+///
+/// Errors: [`KernelError::NvrtcUnavailable`], [`KernelError::Compile`] with the NVRTC log.
+pub fn compile_ptx(family: Family, cc: (i32, i32)) -> Result<Arc<str>, KernelError> {
+    let arch = arch_option(cc);
+    let key = (family, arch.clone());
+    if let Some(p) = ptx_cache()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&key)
+    {
+        return Ok(p.clone());
+    }
+    nvrtc_available().map_err(KernelError::NvrtcUnavailable)?;
+    let opts = CompileOptions {
+        ftz: Some(false),
+        prec_sqrt: Some(true),
+        prec_div: Some(true),
+        fmad: Some(true),
+        options: vec![format!("--gpu-architecture={arch}"), "-std=c++17".into()],
+        name: Some(family.file().to_string()),
+        ..Default::default()
+    };
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(family.source(), opts).map_err(|e| {
+        let log = match &e {
+            cudarc::nvrtc::CompileError::CompileError { log, .. } => {
+                log.to_string_lossy().into_owned()
+            }
+            other => format!("{other:?}"),
+        };
+        KernelError::Compile {
+            file: family.file(),
+            arch: arch.clone(),
+            log,
+        }
+    })?;
+    let text: Arc<str> = Arc::from(ptx.to_src());
+    ptx_cache()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key, text.clone());
+    Ok(text)
+}
+
+/// Loaded modules and functions for one CUDA context: each family is compiled (see
+/// [`compile_ptx`]) and loaded on first use, then reused.
+pub struct ModuleCache {
+    ctx: Arc<CudaContext>,
+    cc: (i32, i32),
+    modules: Mutex<HashMap<Family, Arc<CudaModule>>>,
+    functions: Mutex<HashMap<String, CudaFunction>>,
+}
+
+impl ModuleCache {
+    /// A cache for `ctx`, targeting its device's compute capability.
+    ///
+    /// Errors: [`KernelError::Driver`] if the compute capability cannot be read.
+    pub fn new(ctx: Arc<CudaContext>) -> Result<ModuleCache, KernelError> {
+        let cc = ctx
+            .compute_capability()
+            .map_err(|source| KernelError::Driver {
+                what: "compute capability".into(),
+                source,
+            })?;
+        Ok(ModuleCache {
+            ctx,
+            cc,
+            modules: Mutex::new(HashMap::new()),
+            functions: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The device's compute capability (major, minor).
+    pub fn compute_capability(&self) -> (i32, i32) {
+        self.cc
+    }
+
+    /// The loaded module of `family` (compiled and loaded on first use).
+    pub fn module(&self, family: Family) -> Result<Arc<CudaModule>, KernelError> {
+        if let Some(m) = self
+            .modules
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&family)
+        {
+            return Ok(m.clone());
+        }
+        let ptx = compile_ptx(family, self.cc)?;
+        let m = self
+            .ctx
+            .load_module(Ptx::from_src(ptx.to_string()))
+            .map_err(|source| KernelError::Driver {
+                what: family.file().into(),
+                source,
+            })?;
+        self.modules
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(family, m.clone());
+        Ok(m)
+    }
+
+    /// The kernel `name` of `family` (looked up once, then cached).
+    pub fn function(&self, family: Family, name: &str) -> Result<CudaFunction, KernelError> {
+        if let Some(f) = self
+            .functions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+        {
+            return Ok(f.clone());
+        }
+        let f = self
+            .module(family)?
+            .load_function(name)
+            .map_err(|source| KernelError::Driver {
+                what: format!("{}::{name}", family.file()),
+                source,
+            })?;
+        self.functions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_string(), f.clone());
+        Ok(f)
+    }
+
+    /// Compiles and loads every family now (so later launches have no compile latency).
+    pub fn load_all(&self) -> Result<(), KernelError> {
+        for f in Family::ALL {
+            self.module(f)?;
+        }
+        Ok(())
+    }
+}

@@ -1,1 +1,18 @@
-//! `runtime` — the CUDA engine: device weights, KV cache, modes, batching, speculative decoding. Filled by the CUDA runtime issue.
+//! `runtime` — the CUDA engine for Gemma-4 GGUF models.
+//!
+//! Phase 1 (this state): device setup with a panic-safe probe ([`device`]), weight upload as
+//! raw GGUF block bytes ([`weights`]), typed launch wrappers for every kernel of the `kernels`
+//! crate ([`ops`]) and the GPU self-check run by `runtime gpu-check` ([`check`]), which compares
+//! every kernel with the CPU reference (`reference::quant`, f64 math) and measures bandwidth.
+//!
+//! Spec: `spec/gguf-gemma4.md` §3 (block formats), `spec/gemma4-text.md` §3–§5, §9 (math).
+
+pub mod check;
+pub mod device;
+pub mod error;
+pub mod ops;
+pub mod weights;
+
+pub use device::Gpu;
+pub use error::RuntimeError;
+pub use weights::DeviceTensor;

@@ -1,1 +1,28 @@
-//! `suites` — the conformance library: `Engine` trait, modes, tie-budget rule, golden I/O, reports.
+//! `suites` — the conformance library: `Engine` trait, modes, tie-budget rule, golden I/O, reports
+//! (`design/conformance.md`).
+//!
+//! - [`engine`]: the §9 interfaces every engine implements.
+//! - [`suite`]: suite TOML files (§9).
+//! - [`rule`]: the tie-budget rule (§3) and the cross-mode comparison (§4), pure functions.
+//! - [`oracle`]: the oracle and codec interfaces, the scoring cache (§3).
+//! - [`golden`]: insta snapshots + full-precision sidecars (§9).
+//! - [`budgets`]: `goldens/<model>/budgets.toml` (§6, §9).
+//! - [`runner`]: runs an engine on a suite and judges it (§2–§4).
+//! - [`report`], [`plot`]: `report.json`, `report.md`, margin SVGs (§8).
+//! - [`reference_engine`]: the oracle as engine (`reference-f64`/`-f32`), arbiter and codec.
+//! - [`mock`]: a toy model, codec and a perturbing wrapper engine for tests.
+
+pub mod budgets;
+pub mod conformance;
+pub mod engine;
+pub mod golden;
+pub mod mock;
+pub mod oracle;
+pub mod plot;
+pub mod reference_engine;
+pub mod report;
+pub mod rule;
+pub mod runner;
+pub mod suite;
+
+pub use engine::{Engine, EngineError, Mode, Request, Scores, SpecStats, Step, StepKind, Trajectory};

@@ -1,6 +1,40 @@
 //! `xtask` — the project's one CLI, run as `cargo xtask <verb>` through the alias in
-//! `.cargo/config.toml`.
+//! `.cargo/config.toml`. One module per verb (style R8); to add a verb: a module with
+//! `Args` (clap derive) and `run(&Args)`, one variant in [`Command`], one line in `main`.
 
-fn main() {
-    println!("xtask: not yet");
+mod bless;
+mod conformance;
+mod fixtures;
+mod inspect;
+
+use clap::{Parser, Subcommand};
+
+/// The project's CLI.
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The verbs.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Dump a GGUF file: header, metadata, tensor table, per-type totals.
+    Inspect(inspect::Args),
+    /// Build the deterministic synthetic Gemma-4 fixture models (and manifest) for CI.
+    Fixtures(fixtures::Args),
+    /// Judge an engine against the f64 oracle on the conformance suites (exit 0/1/2).
+    Conformance(conformance::Args),
+    /// Write goldens (insta snapshots + full-precision sidecars) from the f64 oracle.
+    Bless(bless::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Inspect(a) => inspect::run(&a),
+        Command::Fixtures(a) => fixtures::run(&a),
+        Command::Conformance(a) => std::process::exit(conformance::run(&a)),
+        Command::Bless(a) => std::process::exit(bless::run(&a)),
+    }
 }

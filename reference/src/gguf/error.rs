@@ -169,7 +169,9 @@ pub enum GgufError {
         key: String,
     },
     /// A BOOL byte other than 0 or 1 (§2.3).
-    #[error("key '{key}' has bool byte {byte:#04x} (element {index:?}); only 0 and 1 are accepted")]
+    #[error(
+        "key '{key}' has bool byte {byte:#04x} (element {index:?}); only 0 and 1 are accepted"
+    )]
     BadBool {
         /// The key.
         key: String,

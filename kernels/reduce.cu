@@ -1,0 +1,78 @@
+// reduce.cu — argmax over logit rows, a read-bandwidth probe (sum), and a fill (buffer poisoning).
+
+// Is (v, i) better than (b, j)? Larger value wins; NaN beats any number (so a NaN is surfaced,
+// never hidden); equal values: lower index wins.
+static __device__ __forceinline__ bool am_better(float v, int i, float b, int j) {
+    const bool vn = isnan(v), bn = isnan(b);
+    if (vn != bn) return vn;
+    if (vn && bn) return i < j;
+    return v > b || (v == b && i < j);
+}
+
+// argmax_f32(x, idx, val, n): x f32 [rows, n]; idx i32 [rows], val f32 [rows].
+// Launch: grid (rows,1,1), block (1024,1,1) (any multiple of 32 ≤ 1024 works).
+extern "C" __global__ void argmax_f32(const float* __restrict__ x, int* idx, float* val, int n) {
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    const float* xr = x + (uint64_t)blockIdx.x * n;
+    float bv = -__int_as_float(0x7f800000);
+    int bi = 0x7fffffff;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = xr[i];
+        if (am_better(v, i, bv, bi)) { bv = v; bi = i; }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (am_better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+    }
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) { sv[wid] = bv; si[wid] = bi; }
+    __syncthreads();
+    if (wid == 0) {
+        bv = lane < nw ? sv[lane] : -__int_as_float(0x7f800000);
+        bi = lane < nw ? si[lane] : 0x7fffffff;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (am_better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+        }
+        if (lane == 0) { idx[blockIdx.x] = bi; val[blockIdx.x] = bv; }
+    }
+}
+
+// sum_f32x4(x, n4, partial): read-only bandwidth probe. x = n4 float4 values; partial f32
+// [gridDim.x] gets each block's sum. Grid-stride loop, 4 loads in flight per iteration.
+extern "C" __global__ void sum_f32x4(const float4* __restrict__ x, uint64_t n4, float* partial) {
+    __shared__ float red[32];
+    float s = 0.0f;
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n4; i += 4 * stride) {
+        float4 a = __ldg(x + i), b = __ldg(x + i + stride), c = __ldg(x + i + 2 * stride),
+               d = __ldg(x + i + 3 * stride);
+        s += ((a.x + a.y) + (a.z + a.w)) + ((b.x + b.y) + (b.z + b.w)) +
+             (((c.x + c.y) + (c.z + c.w)) + ((d.x + d.y) + (d.z + d.w)));
+    }
+    for (; i < n4; i += stride) {
+        float4 a = __ldg(x + i);
+        s += (a.x + a.y) + (a.z + a.w);
+    }
+    s = warp_sum(s);
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) red[wid] = s;
+    __syncthreads();
+    if (wid == 0) {
+        float v = lane < nw ? red[lane] : 0.0f;
+        v = warp_sum(v);
+        if (lane == 0) partial[blockIdx.x] = v;
+    }
+}
+
+// fill_u32(p, n, v): p[i] = v for i < n (poisoning outputs with a NaN pattern, or filling).
+extern "C" __global__ void fill_u32(uint32_t* p, uint64_t n, uint32_t v) {
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) p[i] = v;
+}

@@ -1,0 +1,41 @@
+//! Compiles every kernel family for `sm_90` (H200) with NVRTC — no GPU needed.
+//!
+//! NVRTC comes from the pinned PyPI wheel `nvidia-cuda-nvrtc==13.0.88` (the GPU machine's
+//! toolkit version): `pip install --target target/nvrtc nvidia-cuda-nvrtc==13.0.88` and put
+//! `target/nvrtc/nvidia/cu13/lib` on `LD_LIBRARY_PATH`. Without it the test prints
+//! `skipped: …` and passes.
+
+use kernels::{compile_ptx, nvrtc_available, Family};
+
+#[test]
+fn compile_all_kernels_sm90() {
+    if let Err(why) = nvrtc_available() {
+        println!("skipped: {why}");
+        return;
+    }
+    for family in Family::ALL {
+        let t = std::time::Instant::now();
+        let ptx = compile_ptx(family, (9, 0)).unwrap_or_else(|e| panic!("{}: {e}", family.file()));
+        assert!(
+            ptx.contains(".target sm_90"),
+            "{}: no sm_90 target",
+            family.file()
+        );
+        // Every kernel the host side launches by name must be an entry of the PTX.
+        for name in family.kernel_names() {
+            let entry = format!(".entry {name}(");
+            assert!(
+                ptx.contains(&entry),
+                "{}: kernel {name} missing",
+                family.file()
+            );
+        }
+        println!(
+            "{}: {} kernels, {} bytes of PTX, {:.2} s",
+            family.file(),
+            family.kernel_names().len(),
+            ptx.len(),
+            t.elapsed().as_secs_f64()
+        );
+    }
+}

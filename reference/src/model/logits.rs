@@ -1,0 +1,64 @@
+//! Tied LM head, final logit soft-capping (`spec/gemma4-text.md` §9) and the selection rules
+//! on a logit row: top-k and greedy argmax over the non-suppressed ids (§13.6). Upstream:
+//! transformers `Gemma4ForCausalLM.forward` (`logits = lm_head(h)`, `tanh(x/c)·c`),
+//! `SuppressTokensLogitsProcessor` + `argmax` (lowest id on exact ties).
+
+use super::linear::{linear, MatRef};
+use super::{Float, ModelError};
+
+/// Logits of final-normed hidden rows: `hN` `[T, H]` · `token_embdᵀ` (`[V, H]`, the raw tied
+/// embedding, not scaled) → `[T, V]`, then `c · tanh(logits / c)` when a soft-cap `c` is set.
+pub fn logits<F: Float>(hn: &[F], t: usize, token_embd: MatRef<'_>, softcap: Option<f64>) -> Result<Vec<F>, ModelError> {
+    let mut z = linear(hn, t, token_embd)?;
+    if let Some(c) = softcap {
+        let c = F::from_f64(c);
+        for v in z.iter_mut() {
+            *v = c * (*v / c).tanh();
+        }
+    }
+    Ok(z)
+}
+
+/// Whether `id` is in `excluded` (sorted ascending).
+fn is_excluded(excluded: &[u32], id: usize) -> bool {
+    excluded.binary_search(&(id as u32)).is_ok()
+}
+
+/// Greedy choice on one logit row `[V]`: the largest logit over ids not in `excluded` (sorted
+/// ascending), lowest id on exact ties. `None` if every id is excluded. NaN logits are never
+/// chosen.
+pub fn argmax(row: &[f64], excluded: &[u32]) -> Option<u32> {
+    let mut best: Option<(usize, f64)> = None;
+    for (i, &v) in row.iter().enumerate() {
+        if is_excluded(excluded, i) || v.is_nan() {
+            continue;
+        }
+        if best.is_none_or(|(_, b)| v > b) {
+            best = Some((i, v));
+        }
+    }
+    best.map(|(i, _)| i as u32)
+}
+
+/// The `k` largest logits of one row `[V]` over ids not in `excluded` (sorted ascending):
+/// descending logit, lower id first on exact ties; NaN logits skipped.
+pub fn top_k(row: &[f64], k: usize, excluded: &[u32]) -> Vec<(u32, f64)> {
+    // `best` is kept sorted by (logit desc, id asc); ids arrive in increasing order, so an equal
+    // logit never displaces an earlier (lower) id.
+    let mut best: Vec<(u32, f64)> = Vec::with_capacity(k + 1);
+    if k == 0 {
+        return best;
+    }
+    for (i, &v) in row.iter().enumerate() {
+        if v.is_nan() || is_excluded(excluded, i) {
+            continue;
+        }
+        if best.len() == k && v <= best[k - 1].1 {
+            continue;
+        }
+        let at = best.partition_point(|&(_, b)| b >= v);
+        best.insert(at, (i as u32, v));
+        best.truncate(k);
+    }
+    best
+}

@@ -1,0 +1,258 @@
+//! Tokenizer behaviour on a toy vocabulary written in memory with `GgufWriter`.
+//!
+//! Every expected id is derived by hand from the toy vocabulary below (BPE: lowest merge rank
+//! first; unknown characters as `<0xXX>` bytes; `spec/gguf-gemma4.md` §7.2), so these tests need
+//! no fixtures. They cover what the real files do not: rank order, byte fallback, the stop set
+//! rule, `tokenizer.ggml.suppress_tokens`, and the error paths.
+
+use reference::gguf::{Array, GgufError, GgufFile, GgufWriter, Value};
+use reference::tokenizer::{ChatMessage, GemmaTokenizer, TokenizerError};
+
+/// Toy vocabulary: specials 0..=7, the 256 byte tokens 8..=263 (`<0xXX>` = 8 + XX), then
+/// ordinary pieces from 264 on.
+fn toy_tokens() -> (Vec<String>, Vec<i32>) {
+    let mut tokens: Vec<String> = [
+        "<pad>",
+        "<eos>",
+        "<bos>",
+        "<unk>",
+        "<|turn>",
+        "<turn|>",
+        "<|tool_response>",
+        "<|channel>",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut types = vec![3, 3, 3, 3, 3, 3, 4, 4];
+    for b in 0..=255u8 {
+        tokens.push(format!("<0x{b:02X}>"));
+        types.push(6);
+    }
+    for p in ["a", "b", "ab", "\u{2581}", "\u{2581}a", "\n", "\n\n"] {
+        tokens.push(p.to_string());
+        types.push(1);
+    }
+    (tokens, types)
+}
+
+const A: u32 = 264;
+const B: u32 = 265;
+const AB: u32 = 266;
+const SPACE: u32 = 267;
+const SPACE_A: u32 = 268;
+const NL: u32 = 269;
+const NL2: u32 = 270;
+const fn byte(b: u8) -> u32 {
+    8 + b as u32
+}
+
+fn toy_writer() -> GgufWriter {
+    let (tokens, types) = toy_tokens();
+    let mut w = GgufWriter::new();
+    w.set("general.architecture", Value::String("gemma4".into()));
+    w.set("tokenizer.ggml.model", Value::String("gemma4".into()));
+    w.set("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)));
+    w.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
+    // Rank 0 "a b" beats rank 1 "▁ a".
+    let merges = ["a b", "\u{2581} a", "\n \n"].map(String::from).to_vec();
+    w.set("tokenizer.ggml.merges", Value::Array(Array::String(merges)));
+    w.set("tokenizer.ggml.bos_token_id", Value::U32(2));
+    w.set("tokenizer.ggml.eos_token_id", Value::U32(1));
+    w.set("tokenizer.ggml.unknown_token_id", Value::U32(3));
+    w.set("tokenizer.ggml.padding_token_id", Value::U32(0));
+    w.set(
+        "tokenizer.chat_template",
+        Value::String(
+            "{{ bos_token }}{% for m in messages %}[{{ m['role'] }}:\
+             {{ m['content'].split(',')[0] | trim }}]{% endfor %}\
+             {% if add_generation_prompt %}G{% endif %}{% if enable_thinking %}T{% endif %}"
+                .into(),
+        ),
+    );
+    w
+}
+
+fn load(w: &GgufWriter) -> Result<GemmaTokenizer, TokenizerError> {
+    let file = GgufFile::from_bytes(w.to_bytes().expect("write toy GGUF")).expect("read toy GGUF");
+    GemmaTokenizer::from_gguf(&file)
+}
+
+#[test]
+fn lowest_rank_merge_applies_first_and_spaces_become_u2581() {
+    let tok = load(&toy_writer()).expect("toy tokenizer");
+    // "a ab" -> a ▁ a b; pairs (▁,a) rank 1 and (a,b) rank 0: "a b" wins -> a ▁ ab.
+    assert_eq!(tok.encode("a ab", false).unwrap(), vec![A, SPACE, AB]);
+    // "a a" -> a ▁ a; only (▁,a) merges -> a ▁a.
+    assert_eq!(tok.encode("a a", false).unwrap(), vec![A, SPACE_A]);
+    assert_eq!(tok.encode("\n\n", false).unwrap(), vec![NL2]);
+    assert_eq!(tok.encode("\n\n\na", true).unwrap(), vec![2, NL2, NL, A]);
+    assert_eq!(tok.encode("", false).unwrap(), Vec::<u32>::new());
+}
+
+#[test]
+fn unknown_characters_fall_back_to_utf8_bytes_and_decode_back() {
+    let tok = load(&toy_writer()).expect("toy tokenizer");
+    // 'é' = C3 A9, 'c' = 63.
+    let ids = tok.encode("céab", false).unwrap();
+    assert_eq!(ids, vec![byte(0x63), byte(0xC3), byte(0xA9), AB]);
+    assert_eq!(tok.decode(&ids).unwrap(), "céab");
+    assert_eq!(tok.decode(&[A, SPACE_A]).unwrap(), "a a");
+}
+
+#[test]
+fn control_and_user_defined_texts_become_their_ids() {
+    let tok = load(&toy_writer()).expect("toy tokenizer");
+    let ids = tok.encode("<|turn>a<|channel>b<turn|>", false).unwrap();
+    assert_eq!(ids, vec![4, A, 7, B, 5]);
+    assert_eq!(tok.decode(&ids).unwrap(), "<|turn>a<|channel>b<turn|>");
+}
+
+#[test]
+fn stop_set_is_eos_plus_gemma4_end_of_generation_texts() {
+    let tok = load(&toy_writer()).expect("toy tokenizer");
+    assert_eq!(tok.stop_ids(), vec![1, 5, 6]);
+    assert!(tok.suppressed_ids().is_empty());
+    assert_eq!((tok.bos_id(), tok.eos_id(), tok.vocab_size()), (2, 1, 271));
+}
+
+#[test]
+fn suppress_tokens_are_read_and_range_checked() {
+    let mut w = toy_writer();
+    w.set(
+        "tokenizer.ggml.suppress_tokens",
+        Value::Array(Array::I32(vec![4, 0])),
+    );
+    assert_eq!(load(&w).unwrap().suppressed_ids(), vec![4, 0]);
+    w.set(
+        "tokenizer.ggml.suppress_tokens",
+        Value::Array(Array::I32(vec![271])),
+    );
+    let err = load(&w).unwrap_err();
+    assert!(
+        matches!(err, TokenizerError::IdOutOfRange { id: 271, .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn chat_template_output_starts_with_exactly_one_bos() {
+    let tok = load(&toy_writer()).expect("toy tokenizer");
+    let msgs = [ChatMessage::new("user", " a , b")];
+    // pycompat `split(',')` keeps " a ", `trim` gives "a".
+    assert_eq!(
+        tok.render_chat(&msgs, true, true).unwrap(),
+        "<bos>[user:a]GT"
+    );
+    assert_eq!(
+        tok.render_chat(&msgs, false, false).unwrap(),
+        "<bos>[user:a]"
+    );
+    let ids = tok.encode_chat(&msgs, false, false).unwrap();
+    // "[user:a]": '[' 5B, 'u' 75, 's' 73, 'e' 65, 'r' 72, ':' 3A are bytes; 'a'; ']' 5D.
+    let want = [
+        2,
+        byte(0x5B),
+        byte(0x75),
+        byte(0x73),
+        byte(0x65),
+        byte(0x72),
+        byte(0x3A),
+        A,
+        byte(0x5D),
+    ];
+    assert_eq!(ids, want);
+    assert!(matches!(
+        tok.render_chat(&[], true, false),
+        Err(TokenizerError::EmptyChat)
+    ));
+}
+
+#[test]
+fn missing_template_is_an_error_only_when_rendering() {
+    let mut w = GgufWriter::new();
+    for (k, v) in GgufFile::from_bytes(toy_writer().to_bytes().unwrap())
+        .unwrap()
+        .metadata()
+    {
+        if k != "tokenizer.chat_template" {
+            w.set(k, v.clone());
+        }
+    }
+    let tok = load(&w).expect("tokenizer without template");
+    assert_eq!(tok.encode("ab", false).unwrap(), vec![AB]);
+    let msgs = [ChatMessage::new("user", "a")];
+    assert!(matches!(
+        tok.render_chat(&msgs, true, false),
+        Err(TokenizerError::NoChatTemplate)
+    ));
+}
+
+#[test]
+fn malformed_metadata_gives_errors_naming_the_key() {
+    let mut w = toy_writer();
+    w.set("tokenizer.ggml.model", Value::String("llama".into()));
+    assert!(matches!(
+        load(&w),
+        Err(TokenizerError::UnsupportedModel { .. })
+    ));
+
+    let mut w = toy_writer();
+    w.set(
+        "tokenizer.ggml.merges",
+        Value::Array(Array::String(vec!["ab".into()])),
+    );
+    assert!(matches!(
+        load(&w),
+        Err(TokenizerError::BadMerge { index: 0, .. })
+    ));
+
+    let mut w = toy_writer();
+    w.set(
+        "tokenizer.ggml.merges",
+        Value::Array(Array::String(vec!["b a".into()])),
+    );
+    assert!(
+        matches!(load(&w), Err(TokenizerError::Build { .. })),
+        "merge result not a token"
+    );
+
+    let mut w = toy_writer();
+    w.set(
+        "tokenizer.ggml.token_type",
+        Value::Array(Array::I32(vec![1; 3])),
+    );
+    assert!(matches!(
+        load(&w),
+        Err(TokenizerError::LengthMismatch { found: 3, .. })
+    ));
+
+    let mut w = toy_writer();
+    w.set("tokenizer.ggml.bos_token_id", Value::U32(9999));
+    assert!(matches!(
+        load(&w),
+        Err(TokenizerError::IdOutOfRange { id: 9999, .. })
+    ));
+
+    let mut w = toy_writer();
+    w.set("tokenizer.ggml.eos_token_id", Value::String("1".into()));
+    let err = load(&w).unwrap_err();
+    assert!(
+        matches!(&err, TokenizerError::Gguf(GgufError::WrongType { key, .. }) if key == "tokenizer.ggml.eos_token_id"),
+        "{err}"
+    );
+
+    let mut w = toy_writer();
+    w.set("tokenizer.chat_template", Value::String("{% if %}".into()));
+    assert!(matches!(load(&w), Err(TokenizerError::Template(_))));
+
+    let tok = load(&toy_writer()).unwrap();
+    assert!(matches!(
+        tok.decode(&[A, 271]),
+        Err(TokenizerError::UnknownId {
+            id: 271,
+            position: 1,
+            ..
+        })
+    ));
+}

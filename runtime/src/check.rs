@@ -1,0 +1,732 @@
+//! `runtime gpu-check`: every kernel against the CPU reference on fresh random inputs, plus
+//! bandwidth probes. Writes `gpu-check.log` and `gpu-check.json` into the output folder.
+//!
+//! Pass rules (any NaN in a GPU output fails, because every comparison is written
+//! `err <= tol`, which is false for NaN; outputs are poisoned with a NaN pattern before each
+//! launch so an element the kernel never wrote fails too):
+//! - dequant: bit-identical to `reference::quant::dequantize_f32` (spec §3.6), every format.
+//! - matvec: `|y − y64| ≤ (⌈K/1024⌉ + 16) · 2⁻²⁴ · Σ_k |w_k x_k|` where `y64` is the f64 dot
+//!   product of the exact f64 weights (`reference::quant::dequantize`) and the same f32 `x`;
+//!   `⌈K/1024⌉ + 16` bounds the number of f32 roundings any product passes through in
+//!   `matvec.cu` (+1 for the f32 weight itself), i.e. Higham's γₙ bound.
+//! - rmsnorm: `|y − y64| ≤ (⌈n/256⌉ + 24) · 2⁻²⁴ · |y64|`.
+//! - rope: `|y − y64| ≤ 2⁻²⁴·|y64| + 1e−14·(|x₁| + |x₂|)` (f64 math rounded once to f32).
+//! - geglu: `|y − y64| ≤ 16 · 2⁻²⁴ · |g·u|`; softcap: `|y − y64| ≤ 8 · 2⁻²⁴ · |y64|`.
+//! - argmax: index equal to the CPU's (ties → lower index), value bit-identical.
+//!
+//! Bandwidth: `B_read` = bytes/s of `sum_f32x4` over a 4 GiB buffer (median of timed runs, best
+//! grid); matvec GB/s = weight bytes / median kernel time, with enough copies of the matrix
+//! rotated that the 60 MB L2 cannot hold them.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::CudaSlice;
+use reference::quant::{dequantize, dequantize_f32, GgmlType, SUPPORTED_TYPES};
+use serde_json::{json, Value};
+
+use crate::ops::{rope_inv_freq_default, rope_inv_freq_proportional, row_bytes};
+use crate::Gpu;
+
+const U: f64 = 1.0 / (1u64 << 24) as f64;
+const POISON: u32 = 0x7FC0_0000;
+
+/// Options of one check run.
+#[derive(Debug, Clone)]
+pub struct CheckOptions {
+    /// Folder for `gpu-check.log` and `gpu-check.json` (created).
+    pub out_dir: PathBuf,
+    /// Small sizes and no bandwidth probes (for compute-sanitizer runs).
+    pub quick: bool,
+    /// Seed of the input generator.
+    pub seed: u64,
+}
+
+/// SplitMix64: a small, fast, seedable generator for test inputs.
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator with `seed`.
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [lo, hi).
+    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64)
+    }
+    /// A finite f16 bit pattern: random sign and mantissa, exponent 2⁻¹⁴…2¹¹, and 1 in 64 a
+    /// subnormal (so scale fields span the range the spec's exactness claim covers).
+    fn f16_scale(&mut self) -> u16 {
+        let r = self.next_u64();
+        let sign = ((r & 1) as u16) << 15;
+        let mant = ((r >> 1) & 0x3FF) as u16;
+        let exp = if (r >> 16).is_multiple_of(64) {
+            0
+        } else {
+            1 + ((r >> 24) % 26) as u16
+        };
+        sign | (exp << 10) | mant
+    }
+    /// A finite f32 bit pattern with exponent 2^(lo..=hi), random sign and mantissa; 1 in 64
+    /// is a zero or subnormal.
+    fn f32_bits(&mut self, lo: i32, hi: i32) -> u32 {
+        let r = self.next_u64();
+        let sign = ((r & 1) as u32) << 31;
+        let mant = ((r >> 1) & 0x7F_FFFF) as u32;
+        if (r >> 32).is_multiple_of(64) {
+            return sign | (mant >> ((r >> 40) % 24));
+        }
+        let e = lo + ((r >> 40) % (hi - lo + 1) as u64) as i32;
+        sign | (((127 + e) as u32) << 23) | mant
+    }
+}
+
+/// Offsets of the f16 scale fields inside one block of `ty` (`spec/gguf-gemma4.md` §3.3–§3.4).
+fn f16_scale_offsets(ty: GgmlType) -> &'static [usize] {
+    use GgmlType::*;
+    match ty {
+        Q4_0 | Q5_0 | Q8_0 | IQ4_NL | IQ4_XS => &[0],
+        Q4_1 | Q5_1 | Q4_K | Q5_K => &[0, 2],
+        Q2_K => &[80, 82],
+        Q3_K => &[108],
+        Q6_K => &[208],
+        _ => &[],
+    }
+}
+
+/// Random, valid, finite blocks of `ty` for `n` elements: random payload bytes with finite
+/// scale fields; plain float types get finite values (no NaN/Inf anywhere, so any NaN in a GPU
+/// output is the kernel's fault).
+pub fn random_blocks(ty: GgmlType, n: usize, rng: &mut Rng) -> Vec<u8> {
+    let bytes = ty.bytes_for(n as u64).expect("whole blocks") as usize;
+    let mut v = vec![0u8; bytes];
+    match ty {
+        GgmlType::F32 => {
+            for c in v.chunks_exact_mut(4) {
+                c.copy_from_slice(&rng.f32_bits(-12, 4).to_le_bytes());
+            }
+        }
+        GgmlType::F16 => {
+            for c in v.chunks_exact_mut(2) {
+                let r = rng.next_u64();
+                let h = ((r & 0x83FF) as u16) | ((((r >> 16) % 31) as u16) << 10);
+                c.copy_from_slice(&h.to_le_bytes());
+            }
+        }
+        GgmlType::BF16 => {
+            for c in v.chunks_exact_mut(2) {
+                let h = (rng.f32_bits(-12, 4) >> 16) as u16;
+                c.copy_from_slice(&h.to_le_bytes());
+            }
+        }
+        _ => {
+            for c in v.chunks_mut(8) {
+                let r = rng.next_u64().to_le_bytes();
+                c.copy_from_slice(&r[..c.len()]);
+            }
+            let ts = ty.type_size();
+            for blk in v.chunks_exact_mut(ts) {
+                for &o in f16_scale_offsets(ty) {
+                    blk[o..o + 2].copy_from_slice(&rng.f16_scale().to_le_bytes());
+                }
+                if ty == GgmlType::Q8_K {
+                    blk[0..4].copy_from_slice(&rng.f32_bits(-20, 2).to_le_bytes());
+                }
+            }
+        }
+    }
+    v
+}
+
+/// Log to stdout and a file.
+struct Log {
+    file: std::fs::File,
+}
+
+impl Log {
+    fn line(&mut self, s: &str) {
+        println!("{s}");
+        let _ = writeln!(self.file, "{s}");
+    }
+}
+
+/// `err ≤ tol`, false for NaN (so NaN never passes).
+fn within(err: f64, tol: f64) -> bool {
+    matches!(
+        err.partial_cmp(&tol),
+        Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)
+    )
+}
+
+fn median(v: &mut [f32]) -> f32 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Kernel times in ms (GPU events around each launch), one per iteration.
+fn time_kernel(
+    gpu: &Gpu,
+    iters: usize,
+    mut f: impl FnMut(usize) -> Result<()>,
+) -> Result<Vec<f32>> {
+    let start = gpu.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+    let end = gpu.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+    let mut out = Vec::with_capacity(iters);
+    for i in 0..iters {
+        start.record(&gpu.stream)?;
+        f(i)?;
+        end.record(&gpu.stream)?;
+        end.synchronize()?;
+        out.push(start.elapsed_ms(&end)?);
+    }
+    Ok(out)
+}
+
+fn poisoned(gpu: &Gpu, n: usize) -> Result<CudaSlice<f32>> {
+    let mut y = gpu.stream.alloc_zeros::<f32>(n)?;
+    gpu.fill_f32_bits(&mut y.as_view_mut(), POISON)?;
+    Ok(y)
+}
+
+fn rand_f32(rng: &mut Rng, n: usize, lo: f64, hi: f64) -> Vec<f32> {
+    (0..n).map(|_| rng.uniform(lo, hi) as f32).collect()
+}
+
+/// Runs the whole check; returns `Ok(true)` when everything passed. Errors: GPU unavailable,
+/// driver failures, I/O on the output folder.
+pub fn run(opts: &CheckOptions) -> Result<bool> {
+    std::fs::create_dir_all(&opts.out_dir)
+        .with_context(|| format!("creating {}", opts.out_dir.display()))?;
+    let mut log = Log {
+        file: std::fs::File::create(opts.out_dir.join("gpu-check.log"))?,
+    };
+    let t0 = std::time::Instant::now();
+    let gpu = Gpu::new(0)?;
+    log.line(&format!(
+        "device: {} cc {}.{} SMs {} memory {:.1} GiB; nvrtc {}",
+        gpu.name,
+        gpu.cc.0,
+        gpu.cc.1,
+        gpu.sm_count,
+        gpu.total_mem as f64 / (1u64 << 30) as f64,
+        kernels::nvrtc_available().unwrap_or_default()
+    ));
+    let tc = std::time::Instant::now();
+    gpu.modules.load_all()?;
+    let compile_s = tc.elapsed().as_secs_f64();
+    log.line(&format!(
+        "compiled + loaded all kernel families in {compile_s:.2} s"
+    ));
+
+    let mut rng = Rng::new(opts.seed);
+    let mut all_ok = true;
+    let mut report = json!({
+        "device": gpu.name, "compute_capability": [gpu.cc.0, gpu.cc.1], "sm_count": gpu.sm_count,
+        "seed": opts.seed, "quick": opts.quick, "compile_s": compile_s,
+    });
+
+    let dq = check_dequant(&gpu, &mut rng, opts, &mut log, &mut all_ok)?;
+    report["dequant"] = dq;
+    let mv = check_matvec(&gpu, &mut rng, opts, &mut log, &mut all_ok)?;
+    report["matvec"] = mv;
+    report["rmsnorm"] = check_rmsnorm(&gpu, &mut rng, &mut log, &mut all_ok)?;
+    report["rope"] = check_rope(&gpu, &mut rng, &mut log, &mut all_ok)?;
+    report["geglu_softcap"] = check_activation(&gpu, &mut rng, &mut log, &mut all_ok)?;
+    report["argmax"] = check_argmax(&gpu, &mut rng, &mut log, &mut all_ok)?;
+    if !opts.quick {
+        let b_read = bandwidth_read(&gpu, &mut log, &mut report)?;
+        bandwidth_matvec(&gpu, &mut rng, b_read, &mut log, &mut report)?;
+    }
+    report["all_passed"] = json!(all_ok);
+    report["elapsed_s"] = json!(t0.elapsed().as_secs_f64());
+    log.line(&format!(
+        "RESULT: {} ({:.1} s)",
+        if all_ok { "ALL PASSED" } else { "FAILURES" },
+        t0.elapsed().as_secs_f64()
+    ));
+    write_json(&opts.out_dir.join("gpu-check.json"), &report)?;
+    Ok(all_ok)
+}
+
+fn write_json(path: &Path, v: &Value) -> Result<()> {
+    std::fs::write(path, serde_json::to_string_pretty(v)?)?;
+    Ok(())
+}
+
+fn check_dequant(
+    gpu: &Gpu,
+    rng: &mut Rng,
+    opts: &CheckOptions,
+    log: &mut Log,
+    ok: &mut bool,
+) -> Result<Value> {
+    let n = if opts.quick { 1 << 14 } else { 1 << 20 };
+    let mut res = serde_json::Map::new();
+    for ty in SUPPORTED_TYPES {
+        let bytes = random_blocks(ty, n, rng);
+        let mut cpu = vec![0f32; n];
+        dequantize_f32(ty, &bytes, &mut cpu)?;
+        let src = gpu.stream.clone_htod(&bytes)?;
+        let mut out = poisoned(gpu, n)?;
+        gpu.dequant(ty, &src.as_view(), n, &mut out.as_view_mut())?;
+        let got = gpu.stream.clone_dtoh(&out)?;
+        let mut mism = 0usize;
+        let mut zero_sign = 0usize;
+        let mut nan = 0usize;
+        let mut first = String::new();
+        for (i, (&g, &c)) in got.iter().zip(&cpu).enumerate() {
+            if g.is_nan() {
+                nan += 1;
+            }
+            if g.to_bits() != c.to_bits() {
+                mism += 1;
+                if g == 0.0 && c == 0.0 {
+                    zero_sign += 1;
+                }
+                if first.is_empty() {
+                    let _ = write!(
+                        first,
+                        "elem {i}: gpu {g:e} ({:#010x}) cpu {c:e} ({:#010x})",
+                        g.to_bits(),
+                        c.to_bits()
+                    );
+                }
+            }
+        }
+        let pass = mism == 0 && nan == 0;
+        *ok &= pass;
+        log.line(&format!(
+            "dequant {:7} n={n}: {} mismatches {mism} (signed-zero {zero_sign}) NaN {nan} {first}",
+            ty.name(),
+            if pass { "EXACT" } else { "FAIL " }
+        ));
+        res.insert(
+            ty.name().into(),
+            json!({"n": n, "bit_exact": pass, "mismatches": mism, "signed_zero_mismatches": zero_sign, "nan": nan, "first_mismatch": first}),
+        );
+    }
+    Ok(Value::Object(res))
+}
+
+/// One matvec correctness case; returns (pass, max err in units of 2⁻²⁴·Σ|wx|, max |err|/|y|).
+fn matvec_case(
+    gpu: &Gpu,
+    rng: &mut Rng,
+    ty: GgmlType,
+    rows: usize,
+    k: usize,
+    nc: usize,
+) -> Result<(bool, f64, f64, usize)> {
+    let wbytes = random_blocks(ty, rows * k, rng);
+    let mut w64 = vec![0f64; rows * k];
+    dequantize(ty, &wbytes, &mut w64)?;
+    let x = rand_f32(rng, nc * k, -1.0, 1.0);
+    let wd = gpu.stream.clone_htod(&wbytes)?;
+    let xd = gpu.stream.clone_htod(&x)?;
+    let mut yd = poisoned(gpu, nc * rows)?;
+    gpu.matvec(
+        ty,
+        &wd.as_view(),
+        rows,
+        k,
+        &xd.as_view(),
+        nc,
+        &mut yd.as_view_mut(),
+    )?;
+    let y = gpu.stream.clone_dtoh(&yd)?;
+    let depth = k.div_ceil(1024) as f64 + 16.0;
+    let (mut pass, mut worst_units, mut worst_rel, mut bad) = (true, 0f64, 0f64, 0usize);
+    for c in 0..nc {
+        let xc = &x[c * k..(c + 1) * k];
+        for r in 0..rows {
+            let wr = &w64[r * k..(r + 1) * k];
+            let (mut s, mut a) = (0f64, 0f64);
+            for (w, &xv) in wr.iter().zip(xc) {
+                let p = w * xv as f64;
+                s += p;
+                a += p.abs();
+            }
+            let g = y[c * rows + r] as f64;
+            let err = (g - s).abs();
+            let tol = 1.01 * depth * U * a;
+            if !within(err, tol) {
+                pass = false;
+                bad += 1;
+            }
+            let units = if a > 0.0 {
+                err / (U * a)
+            } else if err == 0.0 {
+                0.0
+            } else {
+                f64::INFINITY
+            };
+            worst_units = worst_units.max(if units.is_nan() { f64::INFINITY } else { units });
+            if s != 0.0 {
+                worst_rel = worst_rel.max(err / s.abs());
+            }
+        }
+    }
+    Ok((pass, worst_units, worst_rel, bad))
+}
+
+fn check_matvec(
+    gpu: &Gpu,
+    rng: &mut Rng,
+    opts: &CheckOptions,
+    log: &mut Log,
+    ok: &mut bool,
+) -> Result<Value> {
+    let cases: Vec<(usize, usize, Vec<usize>)> = if opts.quick {
+        vec![(13, 512, vec![1, 3, 8])]
+    } else {
+        vec![(67, 2560, (1..=8).collect()), (37, 15360, vec![1, 8])]
+    };
+    let mut res = serde_json::Map::new();
+    for ty in SUPPORTED_TYPES {
+        let mut entries = Vec::new();
+        let mut line = format!("matvec  {:7}", ty.name());
+        let mut ty_ok = true;
+        for (rows, k, ncs) in &cases {
+            for &nc in ncs {
+                let (pass, units, rel, bad) = matvec_case(gpu, rng, ty, *rows, *k, nc)?;
+                ty_ok &= pass;
+                let _ = write!(
+                    line,
+                    " [{rows}x{k} n{nc}: {}{units:.2}u]",
+                    if pass { "" } else { "FAIL " }
+                );
+                entries.push(json!({"rows": rows, "k": k, "ncols": nc, "pass": pass, "max_err_units_of_2^-24_sum_abs": units, "max_rel_err": rel, "failing_outputs": bad, "tol_units": k.div_ceil(1024) as f64 + 16.0}));
+            }
+        }
+        *ok &= ty_ok;
+        log.line(&format!("{} {}", if ty_ok { "PASS" } else { "FAIL" }, line));
+        res.insert(ty.name().into(), Value::Array(entries));
+    }
+    Ok(Value::Object(res))
+}
+
+fn check_rmsnorm(gpu: &Gpu, rng: &mut Rng, log: &mut Log, ok: &mut bool) -> Result<Value> {
+    let eps = 1e-6f32;
+    let mut out = Vec::new();
+    for (rows, n, weighted) in [
+        (4usize, 3840usize, true),
+        (64, 256, false),
+        (3, 15360, true),
+    ] {
+        let x = rand_f32(rng, rows * n, -3.0, 3.0);
+        let w = rand_f32(rng, n, -2.0, 2.0);
+        let xd = gpu.stream.clone_htod(&x)?;
+        let wd = gpu.stream.clone_htod(&w)?;
+        let mut yd = poisoned(gpu, rows * n)?;
+        let wv = wd.as_view();
+        gpu.rmsnorm(
+            &xd.as_view(),
+            weighted.then_some(&wv),
+            &mut yd.as_view_mut(),
+            rows,
+            n,
+            eps,
+        )?;
+        let y = gpu.stream.clone_dtoh(&yd)?;
+        let tol_units = n.div_ceil(256) as f64 + 24.0;
+        let (mut pass, mut worst) = (true, 0f64);
+        for r in 0..rows {
+            let xr = &x[r * n..(r + 1) * n];
+            let ms = xr.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() / n as f64;
+            let scale = 1.0 / (ms + eps as f64).sqrt();
+            for i in 0..n {
+                let y64 = xr[i] as f64 * scale * if weighted { w[i] as f64 } else { 1.0 };
+                let err = (y[r * n + i] as f64 - y64).abs();
+                if !within(err, tol_units * U * y64.abs()) {
+                    pass = false;
+                }
+                if y64 != 0.0 {
+                    worst = worst.max(err / (U * y64.abs()));
+                } else if err != 0.0 || err.is_nan() {
+                    worst = f64::INFINITY;
+                }
+            }
+        }
+        *ok &= pass;
+        log.line(&format!(
+            "{} rmsnorm rows={rows} n={n} weighted={weighted}: max err {worst:.2} u·|y| (tol {tol_units})",
+            if pass { "PASS" } else { "FAIL" }
+        ));
+        out.push(json!({"rows": rows, "n": n, "weighted": weighted, "pass": pass, "max_err_units_rel": worst, "tol_units": tol_units}));
+    }
+    Ok(Value::Array(out))
+}
+
+fn check_rope(gpu: &Gpu, rng: &mut Rng, log: &mut Log, ok: &mut bool) -> Result<Value> {
+    let pos: Vec<i32> = vec![0, 1, 17, 1000, 4095, 65535, 131071];
+    let t = pos.len();
+    let mut out = Vec::new();
+    for (kind, d, inv) in [
+        (
+            "default θ=1e4 d=256",
+            256usize,
+            rope_inv_freq_default(256, 10_000.0),
+        ),
+        (
+            "proportional θ=1e6 d=512 p=0.25",
+            512,
+            rope_inv_freq_proportional(512, 1_000_000.0, 0.25, 1.0),
+        ),
+    ] {
+        let h = 8;
+        let x = rand_f32(rng, t * h * d, -4.0, 4.0);
+        let xd = gpu.stream.clone_htod(&x)?;
+        let pd = gpu.stream.clone_htod(&pos)?;
+        let fd = gpu.stream.clone_htod(&inv)?;
+        let mut yd = poisoned(gpu, t * h * d)?;
+        gpu.rope_neox(
+            &xd.as_view(),
+            &mut yd.as_view_mut(),
+            &pd.as_view(),
+            &fd.as_view(),
+            t,
+            h,
+            d,
+        )?;
+        let y = gpu.stream.clone_dtoh(&yd)?;
+        let (mut pass, mut worst, mut passthrough_exact) = (true, 0f64, true);
+        let half = d / 2;
+        for (ti, &p) in pos.iter().enumerate() {
+            for hi in 0..h {
+                let o = (ti * h + hi) * d;
+                for i in 0..half {
+                    let ang = p as f64 * inv[i];
+                    let (s, c) = ang.sin_cos();
+                    let (x1, x2) = (x[o + i] as f64, x[o + i + half] as f64);
+                    for (gv, r) in [
+                        (y[o + i], x1 * c - x2 * s),
+                        (y[o + i + half], x2 * c + x1 * s),
+                    ] {
+                        let err = (gv as f64 - r).abs();
+                        let tol = U * r.abs() + 1e-14 * (x1.abs() + x2.abs());
+                        if !within(err, tol) {
+                            pass = false;
+                        }
+                        worst = worst.max(err / tol);
+                    }
+                    if inv[i] == 0.0 && (y[o + i] != x[o + i] || y[o + i + half] != x[o + i + half])
+                    {
+                        passthrough_exact = false;
+                    }
+                }
+            }
+        }
+        pass &= passthrough_exact;
+        *ok &= pass;
+        log.line(&format!(
+            "{} rope {kind}: max err/tol {worst:.3}; unrotated pairs exact: {passthrough_exact}",
+            if pass { "PASS" } else { "FAIL" }
+        ));
+        out.push(json!({"kind": kind, "pass": pass, "max_err_over_tol": worst, "unrotated_exact": passthrough_exact}));
+    }
+    Ok(Value::Array(out))
+}
+
+fn check_activation(gpu: &Gpu, rng: &mut Rng, log: &mut Log, ok: &mut bool) -> Result<Value> {
+    let n = 2 * 15360;
+    let g = rand_f32(rng, n, -8.0, 8.0);
+    let u = rand_f32(rng, n, -2.0, 2.0);
+    let gd = gpu.stream.clone_htod(&g)?;
+    let ud = gpu.stream.clone_htod(&u)?;
+    let mut od = poisoned(gpu, n)?;
+    gpu.geglu(&gd.as_view(), &ud.as_view(), &mut od.as_view_mut(), n)?;
+    let o = gpu.stream.clone_dtoh(&od)?;
+    let (mut gpass, mut gworst) = (true, 0f64);
+    let k = (2.0 / std::f64::consts::PI).sqrt();
+    for i in 0..n {
+        let (gv, uv) = (g[i] as f64, u[i] as f64);
+        let r = 0.5 * gv * (1.0 + (k * (gv + 0.044715 * gv * gv * gv)).tanh()) * uv;
+        let err = (o[i] as f64 - r).abs();
+        let scale = U * (gv * uv).abs();
+        if !within(err, 16.0 * scale) {
+            gpass = false;
+        }
+        if scale > 0.0 {
+            gworst = gworst.max(err / scale);
+        }
+    }
+    // softcap
+    let cap = 30.0f32;
+    let x = rand_f32(rng, n, -200.0, 200.0);
+    let xd = gpu.stream.clone_htod(&x)?;
+    let mut yd = poisoned(gpu, n)?;
+    gpu.softcap(&xd.as_view(), &mut yd.as_view_mut(), n, cap)?;
+    let y = gpu.stream.clone_dtoh(&yd)?;
+    let (mut spass, mut sworst) = (true, 0f64);
+    for i in 0..n {
+        let r = cap as f64 * (x[i] as f64 / cap as f64).tanh();
+        let err = (y[i] as f64 - r).abs();
+        if !within(err, 8.0 * U * r.abs()) {
+            spass = false;
+        }
+        if r != 0.0 {
+            sworst = sworst.max(err / (U * r.abs()));
+        }
+    }
+    *ok &= gpass && spass;
+    log.line(&format!(
+        "{} geglu n={n}: max err {gworst:.2} u·|g·u| (tol 16); {} softcap cap=30: max err {sworst:.2} u·|y| (tol 8)",
+        if gpass { "PASS" } else { "FAIL" },
+        if spass { "PASS" } else { "FAIL" }
+    ));
+    Ok(
+        json!({"geglu": {"n": n, "pass": gpass, "max_err_units": gworst}, "softcap": {"n": n, "pass": spass, "max_err_units": sworst}}),
+    )
+}
+
+fn check_argmax(gpu: &Gpu, rng: &mut Rng, log: &mut Log, ok: &mut bool) -> Result<Value> {
+    let (rows, n) = (4usize, 262_144usize);
+    let mut x = rand_f32(rng, rows * n, -10.0, 10.0);
+    // Row 1: a tie at 1000 and 200000 (expect 1000). Row 2: maximum at the last index.
+    x[n + 1000] = 20.0;
+    x[n + 200_000] = 20.0;
+    x[2 * n + n - 1] = 30.0;
+    let xd = gpu.stream.clone_htod(&x)?;
+    let mut idx = gpu.stream.alloc_zeros::<i32>(rows)?;
+    let mut val = poisoned(gpu, rows)?;
+    gpu.argmax(
+        &xd.as_view(),
+        rows,
+        n,
+        &mut idx.as_view_mut(),
+        &mut val.as_view_mut(),
+    )?;
+    let gi = gpu.stream.clone_dtoh(&idx)?;
+    let gv = gpu.stream.clone_dtoh(&val)?;
+    let mut pass = true;
+    let mut rowsj = Vec::new();
+    for r in 0..rows {
+        let row = &x[r * n..(r + 1) * n];
+        let mut bi = 0usize;
+        for (i, &v) in row.iter().enumerate() {
+            if v > row[bi] {
+                bi = i;
+            }
+        }
+        let p = gi[r] as usize == bi && gv[r].to_bits() == row[bi].to_bits();
+        pass &= p;
+        rowsj.push(json!({"gpu": gi[r], "cpu": bi, "pass": p}));
+    }
+    *ok &= pass;
+    log.line(&format!(
+        "{} argmax {rows}×{n} (tie → lower index, max at last index): gpu {gi:?}",
+        if pass { "PASS" } else { "FAIL" }
+    ));
+    Ok(json!({"pass": pass, "rows": rowsj}))
+}
+
+fn bandwidth_read(gpu: &Gpu, log: &mut Log, report: &mut Value) -> Result<f64> {
+    let n: usize = 1 << 30; // 4 GiB of f32
+    let mut buf = gpu.stream.alloc_zeros::<f32>(n)?;
+    gpu.fill_f32_bits(&mut buf.as_view_mut(), 1.0f32.to_bits())?;
+    let mut best = 0f64;
+    let mut rows = Vec::new();
+    for per_sm in [4u32, 8, 16] {
+        let blocks = (gpu.sm_count * per_sm) as usize;
+        let mut partial = gpu.stream.alloc_zeros::<f32>(blocks)?;
+        let mut t = time_kernel(gpu, 10, |_| {
+            Ok(gpu.sum_probe(&buf.as_view(), &mut partial.as_view_mut())?)
+        })?;
+        let sum: f64 = gpu
+            .stream
+            .clone_dtoh(&partial)?
+            .iter()
+            .map(|&v| v as f64)
+            .sum();
+        let med = median(&mut t[2..]) as f64;
+        let gbs = (n * 4) as f64 / (med * 1e-3) / 1e9;
+        best = best.max(gbs);
+        log.line(&format!(
+            "B_read probe: sum over 4 GiB, {blocks} blocks × 256: median {med:.3} ms = {gbs:.0} GB/s (sum {sum}, expect {n})"
+        ));
+        rows.push(
+            json!({"blocks": blocks, "median_ms": med, "gb_per_s": gbs, "sum_ok": sum == n as f64}),
+        );
+    }
+    log.line(&format!("B_read = {best:.0} GB/s"));
+    report["b_read_gb_per_s"] = json!(best);
+    report["b_read_runs"] = Value::Array(rows);
+    Ok(best)
+}
+
+fn bandwidth_matvec(
+    gpu: &Gpu,
+    rng: &mut Rng,
+    b_read: f64,
+    log: &mut Log,
+    report: &mut Value,
+) -> Result<()> {
+    let mut cases: Vec<(GgmlType, usize, usize, usize)> = SUPPORTED_TYPES
+        .iter()
+        .map(|&t| (t, 15360, 3840, 1))
+        .collect();
+    for nc in [2, 4, 8] {
+        cases.push((GgmlType::Q4_K, 15360, 3840, nc));
+    }
+    for t in [
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+        GgmlType::Q8_0,
+    ] {
+        cases.push((t, 3840, 15360, 1));
+    }
+    let mut out = Vec::new();
+    let mut cache: Option<(GgmlType, usize, usize, CudaSlice<u8>, usize, usize)> = None;
+    for (ty, rows, k, nc) in cases {
+        let rb = row_bytes(ty, k, "bandwidth")?;
+        let bytes = rows * rb;
+        let same = matches!(&cache, Some((t, r, kk, ..)) if *t == ty && *r == rows && *kk == k);
+        if !same {
+            drop(cache.take()); // free the previous copies first
+            let stride = bytes.div_ceil(256) * 256;
+            let copies = (256usize << 20).div_ceil(bytes).max(2);
+            let host = random_blocks(ty, rows * k, rng);
+            let mut buf = gpu.stream.alloc_zeros::<u8>(stride * copies)?;
+            for c in 0..copies {
+                gpu.stream
+                    .memcpy_htod(&host, &mut buf.slice_mut(c * stride..c * stride + bytes))?;
+            }
+            cache = Some((ty, rows, k, buf, stride, copies));
+        }
+        let (_, _, _, buf, stride, copies) = cache.as_ref().expect("set above");
+        let x = rand_f32(rng, nc * k, -1.0, 1.0);
+        let xd = gpu.stream.clone_htod(&x)?;
+        let mut yd = poisoned(gpu, nc * rows)?;
+        let mut t = time_kernel(gpu, 24, |i| {
+            let c = i % copies;
+            let w = buf.slice(c * stride..c * stride + bytes);
+            Ok(gpu.matvec(ty, &w, rows, k, &xd.as_view(), nc, &mut yd.as_view_mut())?)
+        })?;
+        let y = gpu.stream.clone_dtoh(&yd)?;
+        let finite = y.iter().all(|v| v.is_finite());
+        let med = median(&mut t[4..]) as f64;
+        let gbs = bytes as f64 / (med * 1e-3) / 1e9;
+        log.line(&format!(
+            "matvec BW {:7} {rows}×{k} n={nc}: {:.1} MB in {:.2} µs = {gbs:.0} GB/s = {:.1}% of B_read ({copies} copies; outputs finite: {finite})",
+            ty.name(),
+            bytes as f64 / 1e6,
+            med * 1e3,
+            100.0 * gbs / b_read
+        ));
+        out.push(json!({"type": ty.name(), "rows": rows, "k": k, "ncols": nc, "weight_bytes": bytes, "median_us": med * 1e3, "gb_per_s": gbs, "fraction_of_b_read": gbs / b_read, "outputs_finite": finite}));
+    }
+    report["matvec_bandwidth"] = Value::Array(out);
+    Ok(())
+}

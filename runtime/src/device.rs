@@ -1,0 +1,84 @@
+//! Device context setup with a panic-safe probe.
+//!
+//! cudarc panics when `libcuda` or `libnvrtc` cannot be loaded, so [`Gpu::new`] first opens
+//! both with `libloading` (see `kernels::cuda_driver_available`) and then creates the context
+//! inside `catch_unwind`; a machine without a GPU gets [`RuntimeError::Unavailable`].
+
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUdevice_attribute;
+use cudarc::driver::{CudaContext, CudaStream};
+use kernels::ModuleCache;
+
+use crate::error::{drv, RuntimeError};
+
+/// One GPU: its context, the stream all work is queued on, and the kernel module cache.
+pub struct Gpu {
+    /// The CUDA context (primary context of the device).
+    pub ctx: Arc<CudaContext>,
+    /// The stream every launch and copy of this runtime uses (in-order).
+    pub stream: Arc<CudaStream>,
+    /// Compiled and loaded kernel families (NVRTC, for this device's architecture).
+    pub modules: ModuleCache,
+    /// Device name as the driver reports it, e.g. `"NVIDIA H200"`.
+    pub name: String,
+    /// Compute capability (major, minor); `(9, 0)` on H100/H200.
+    pub cc: (i32, i32),
+    /// Number of streaming multiprocessors.
+    pub sm_count: u32,
+    /// Total device memory in bytes.
+    pub total_mem: usize,
+}
+
+/// Why no GPU can be used here, or `None` when `libcuda` and `libnvrtc` open and a device
+/// context can be created. Never panics.
+pub fn unavailable_reason() -> Option<String> {
+    Gpu::new(0).err().map(|e| e.to_string())
+}
+
+impl Gpu {
+    /// Opens device `ordinal`: probes the libraries, creates the context and a stream, reads
+    /// the device facts. Kernels are compiled lazily on first use (or by
+    /// [`ModuleCache::load_all`]).
+    ///
+    /// Errors: [`RuntimeError::Unavailable`] (no driver / NVRTC / device, including a cudarc
+    /// panic caught here), [`RuntimeError::Driver`] for a failing driver query.
+    pub fn new(ordinal: usize) -> Result<Gpu, RuntimeError> {
+        kernels::cuda_driver_available().map_err(RuntimeError::Unavailable)?;
+        kernels::nvrtc_available().map_err(RuntimeError::Unavailable)?;
+        let ctx = std::panic::catch_unwind(|| CudaContext::new(ordinal))
+            .map_err(|p| {
+                let msg = p
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "panic".into());
+                RuntimeError::Unavailable(format!("cudarc panicked creating a context: {msg}"))
+            })?
+            .map_err(|e| RuntimeError::Unavailable(format!("no CUDA device {ordinal}: {e}")))?;
+        let stream = ctx.new_stream().map_err(drv("new_stream"))?;
+        let name = ctx.name().map_err(drv("device name"))?;
+        let cc = ctx
+            .compute_capability()
+            .map_err(drv("compute capability"))?;
+        let sm_count = ctx
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(drv("SM count"))? as u32;
+        let total_mem = ctx.total_mem().map_err(drv("total memory"))?;
+        let modules = ModuleCache::new(ctx.clone())?;
+        Ok(Gpu {
+            ctx,
+            stream,
+            modules,
+            name,
+            cc,
+            sm_count,
+            total_mem,
+        })
+    }
+
+    /// Waits for all queued work on [`Gpu::stream`].
+    pub fn sync(&self) -> Result<(), RuntimeError> {
+        self.stream.synchronize().map_err(drv("stream synchronize"))
+    }
+}

@@ -1,0 +1,376 @@
+//! Typed launch wrappers, one per kernel of the `kernels` crate. Each checks the shapes of its
+//! arguments against the kernel's contract (stated at the top of its `.cu` file) and queues the
+//! launch on [`Gpu::stream`]; nothing here synchronizes.
+//!
+//! Spec: `spec/gguf-gemma4.md` §3 (dequant, matvec), `spec/gemma4-text.md` §3 (RMSNorm), §4.4
+//! (RoPE), §5 (GeGLU), §9 (soft-capping).
+#![allow(unsafe_code)]
+
+use cudarc::driver::{CudaFunction, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
+use kernels::{Family, FORMATS, MATVEC_MAX_COLS, MATVEC_ROWS_PER_BLOCK};
+use reference::quant::GgmlType;
+
+use crate::error::{drv, RuntimeError};
+use crate::Gpu;
+
+/// The kernel-name suffix of `ty` (an entry of `kernels::FORMATS`), or
+/// [`RuntimeError::UnsupportedType`].
+pub fn format_suffix(ty: GgmlType, what: &str) -> Result<&'static str, RuntimeError> {
+    let lower = ty.name().to_ascii_lowercase();
+    FORMATS
+        .iter()
+        .copied()
+        .find(|f| *f == lower)
+        .ok_or_else(|| RuntimeError::UnsupportedType {
+            ty,
+            what: what.to_string(),
+        })
+}
+
+fn shape(what: &str, detail: String) -> RuntimeError {
+    RuntimeError::Shape {
+        what: what.to_string(),
+        detail,
+    }
+}
+
+fn blocks_1d(n: u64, block: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (n.div_ceil(block as u64) as u32, 1, 1),
+        block_dim: (block, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Bytes of one row of `k` elements of `ty`, checking that `k` is a whole number of blocks and
+/// of 32-element units (every kernel decodes 32 elements at a time).
+pub fn row_bytes(ty: GgmlType, k: usize, what: &str) -> Result<usize, RuntimeError> {
+    if !k.is_multiple_of(32) || !k.is_multiple_of(ty.block_size()) {
+        return Err(shape(
+            what,
+            format!(
+                "row length {k} must be a multiple of 32 and of the {ty} block size {}",
+                ty.block_size()
+            ),
+        ));
+    }
+    Ok(k / ty.block_size() * ty.type_size())
+}
+
+impl Gpu {
+    fn func(&self, family: Family, name: &str) -> Result<CudaFunction, RuntimeError> {
+        Ok(self.modules.function(family, name)?)
+    }
+
+    /// Dequantizes `n_elements` elements of type `ty` from raw GGUF blocks `src` into `out`
+    /// (f32, bit-identical to `reference::quant::dequantize_f32`, spec §3.6).
+    ///
+    /// `src.len()` must equal `ty.bytes_for(n_elements)`; `n_elements` a multiple of 32 and
+    /// of the block size; `out.len() ≥ n_elements`; `src` starts a block 256-byte aligned
+    /// (any allocation, or an offset that is a multiple of 256 bytes).
+    pub fn dequant(
+        &self,
+        ty: GgmlType,
+        src: &CudaView<'_, u8>,
+        n_elements: usize,
+        out: &mut CudaViewMut<'_, f32>,
+    ) -> Result<(), RuntimeError> {
+        let what = format!("dequant {ty}");
+        let fmt = format_suffix(ty, &what)?;
+        let bytes = row_bytes(ty, n_elements, &what)?;
+        if src.len() != bytes || out.len() < n_elements {
+            return Err(shape(
+                &what,
+                format!(
+                    "src {} bytes (need {bytes}), out {} (need ≥ {n_elements})",
+                    src.len(),
+                    out.len()
+                ),
+            ));
+        }
+        let name = kernels::dequant_kernel(fmt);
+        let f = self.func(Family::Dequant, &name)?;
+        let n_units = (n_elements / 32) as u64;
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(src).arg(out).arg(&n_units);
+        // SAFETY: argument list matches `dequant_<fmt>(const uint8_t*, float*, uint64_t)`;
+        // src holds n_units·32 elements' blocks and out ≥ n_units·32 floats (checked above).
+        unsafe { b.launch(blocks_1d(n_units, 256)) }.map_err(drv(name))?;
+        Ok(())
+    }
+
+    /// Fused dequantize × matvec: `y[c, r] = Σ_k W[r, k] · x[c, k]` for `c < ncols`.
+    ///
+    /// `w`: `rows` rows of `k` elements of `ty` as raw GGUF blocks (`rows · row_bytes` bytes,
+    /// 256-byte aligned start); `x`: f32 `[ncols, k]`; `y`: f32 `[ncols, rows]`;
+    /// `1 ≤ ncols ≤ 8`. f32 accumulation (error bound in `matvec.cu`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn matvec(
+        &self,
+        ty: GgmlType,
+        w: &CudaView<'_, u8>,
+        rows: usize,
+        k: usize,
+        x: &CudaView<'_, f32>,
+        ncols: usize,
+        y: &mut CudaViewMut<'_, f32>,
+    ) -> Result<(), RuntimeError> {
+        let what = format!("matvec {ty} [{rows}×{k}]×{ncols}");
+        let fmt = format_suffix(ty, &what)?;
+        let rb = row_bytes(ty, k, &what)?;
+        if !(1..=MATVEC_MAX_COLS).contains(&ncols)
+            || w.len() != rows * rb
+            || x.len() < ncols * k
+            || y.len() < ncols * rows
+            || rows > i32::MAX as usize
+            || k > i32::MAX as usize
+        {
+            return Err(shape(
+                &what,
+                format!(
+                    "need 1 ≤ ncols ≤ {MATVEC_MAX_COLS}, w = {} bytes (got {}), x ≥ {} (got {}), y ≥ {} (got {})",
+                    rows * rb,
+                    w.len(),
+                    ncols * k,
+                    x.len(),
+                    ncols * rows,
+                    y.len()
+                ),
+            ));
+        }
+        let name = kernels::matvec_kernel(fmt, ncols);
+        let f = self.func(Family::Matvec, &name)?;
+        let (rows_i, k_i, rb_u) = (rows as i32, k as i32, rb as u64);
+        let cfg = LaunchConfig {
+            grid_dim: ((rows as u32).div_ceil(MATVEC_ROWS_PER_BLOCK), 1, 1),
+            block_dim: (32 * MATVEC_ROWS_PER_BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(w).arg(x).arg(y).arg(&rows_i).arg(&k_i).arg(&rb_u);
+        // SAFETY: argument list matches `matvec_<fmt>_<nc>(const uint8_t*, const float*, float*,
+        // int, int, uint64_t)`; buffer lengths checked above against rows, k, ncols.
+        unsafe { b.launch(cfg) }.map_err(drv(name))?;
+        Ok(())
+    }
+
+    /// RMSNorm over `rows` rows of `n`: `y = x · (mean(x²) + eps)^(−1/2) ⊙ w` (no `w`: the
+    /// weightless norm). `x`, `y`: f32 `[rows, n]`; `w`: f32 `[n]`.
+    pub fn rmsnorm(
+        &self,
+        x: &CudaView<'_, f32>,
+        w: Option<&CudaView<'_, f32>>,
+        y: &mut CudaViewMut<'_, f32>,
+        rows: usize,
+        n: usize,
+        eps: f32,
+    ) -> Result<(), RuntimeError> {
+        let what = "rmsnorm_f32";
+        if x.len() < rows * n || y.len() < rows * n || w.is_some_and(|w| w.len() < n) || n == 0 {
+            return Err(shape(
+                what,
+                format!("rows {rows} × n {n} vs x {}, y {}", x.len(), y.len()),
+            ));
+        }
+        let f = self.func(Family::Norm, what)?;
+        let n_i = n as i32;
+        let null: u64 = 0;
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(x);
+        match w {
+            Some(w) => b.arg(w),
+            None => b.arg(&null),
+        };
+        b.arg(y).arg(&n_i).arg(&eps);
+        // SAFETY: matches `rmsnorm_f32(const float*, const float* /*nullable*/, float*, int,
+        // float)`; a u64 0 is passed as the null weight pointer; lengths checked above.
+        unsafe { b.launch(cfg) }.map_err(drv(what))?;
+        Ok(())
+    }
+
+    /// Half-split (NeoX) RoPE: `x`, `y` f32 `[n_tokens, n_heads, d]`, `pos` i32 `[n_tokens]`,
+    /// `inv_freq` f64 `[d/2]` (see [`rope_inv_freq_default`], [`rope_inv_freq_proportional`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope_neox(
+        &self,
+        x: &CudaView<'_, f32>,
+        y: &mut CudaViewMut<'_, f32>,
+        pos: &CudaView<'_, i32>,
+        inv_freq: &CudaView<'_, f64>,
+        n_tokens: usize,
+        n_heads: usize,
+        d: usize,
+    ) -> Result<(), RuntimeError> {
+        let what = "rope_neox_f32";
+        let n = n_tokens * n_heads * d;
+        if !d.is_multiple_of(2)
+            || x.len() < n
+            || y.len() < n
+            || pos.len() < n_tokens
+            || inv_freq.len() < d / 2
+        {
+            return Err(shape(what, format!("T {n_tokens} × H {n_heads} × d {d}")));
+        }
+        let f = self.func(Family::Rope, what)?;
+        let (t, h, dd) = (n_tokens as i32, n_heads as i32, d as i32);
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(x)
+            .arg(y)
+            .arg(pos)
+            .arg(inv_freq)
+            .arg(&t)
+            .arg(&h)
+            .arg(&dd);
+        // SAFETY: matches `rope_neox_f32(const float*, float*, const int*, const double*, int,
+        // int, int)`; lengths checked above.
+        unsafe { b.launch(blocks_1d((n / 2) as u64, 256)) }.map_err(drv(what))?;
+        Ok(())
+    }
+
+    /// `out = gelu_tanh(gate) ⊙ up` over `n` f32 values.
+    pub fn geglu(
+        &self,
+        gate: &CudaView<'_, f32>,
+        up: &CudaView<'_, f32>,
+        out: &mut CudaViewMut<'_, f32>,
+        n: usize,
+    ) -> Result<(), RuntimeError> {
+        let what = "geglu_f32";
+        if gate.len() < n || up.len() < n || out.len() < n {
+            return Err(shape(what, format!("n {n}")));
+        }
+        let f = self.func(Family::Activation, what)?;
+        let nn = n as u64;
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(gate).arg(up).arg(out).arg(&nn);
+        // SAFETY: matches `geglu_f32(const float*, const float*, float*, uint64_t)`.
+        unsafe { b.launch(blocks_1d(nn, 256)) }.map_err(drv(what))?;
+        Ok(())
+    }
+
+    /// `y = cap · tanh(x / cap)` over `n` f32 values.
+    pub fn softcap(
+        &self,
+        x: &CudaView<'_, f32>,
+        y: &mut CudaViewMut<'_, f32>,
+        n: usize,
+        cap: f32,
+    ) -> Result<(), RuntimeError> {
+        let what = "softcap_f32";
+        if x.len() < n || y.len() < n {
+            return Err(shape(what, format!("n {n}")));
+        }
+        let f = self.func(Family::Activation, what)?;
+        let nn = n as u64;
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(x).arg(y).arg(&nn).arg(&cap);
+        // SAFETY: matches `softcap_f32(const float*, float*, uint64_t, float)`.
+        unsafe { b.launch(blocks_1d(nn, 256)) }.map_err(drv(what))?;
+        Ok(())
+    }
+
+    /// Row-wise argmax of `x` f32 `[rows, n]` into `idx[rows]`, `val[rows]`; ties → lower
+    /// index; a NaN wins (so it is never hidden).
+    pub fn argmax(
+        &self,
+        x: &CudaView<'_, f32>,
+        rows: usize,
+        n: usize,
+        idx: &mut CudaViewMut<'_, i32>,
+        val: &mut CudaViewMut<'_, f32>,
+    ) -> Result<(), RuntimeError> {
+        let what = "argmax_f32";
+        if x.len() < rows * n || idx.len() < rows || val.len() < rows || n > i32::MAX as usize {
+            return Err(shape(what, format!("rows {rows} × n {n}")));
+        }
+        let f = self.func(Family::Reduce, what)?;
+        let nn = n as i32;
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, 1, 1),
+            block_dim: (1024, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(x).arg(idx).arg(val).arg(&nn);
+        // SAFETY: matches `argmax_f32(const float*, int*, float*, int)`; lengths checked.
+        unsafe { b.launch(cfg) }.map_err(drv(what))?;
+        Ok(())
+    }
+
+    /// Fills an f32 buffer with the bit pattern `bits` (e.g. `0x7FC0_0000`, a quiet NaN, to
+    /// poison outputs before a kernel under test runs).
+    pub fn fill_f32_bits(
+        &self,
+        buf: &mut CudaViewMut<'_, f32>,
+        bits: u32,
+    ) -> Result<(), RuntimeError> {
+        let f = self.func(Family::Reduce, "fill_u32")?;
+        let n = buf.len() as u64;
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(buf).arg(&n).arg(&bits);
+        // SAFETY: `fill_u32(uint32_t*, uint64_t, uint32_t)`; an f32 buffer of n elements is n
+        // 32-bit words (the kernel only stores bit patterns).
+        unsafe { b.launch(blocks_1d(n.min(1 << 24), 256)) }.map_err(drv("fill_u32"))?;
+        Ok(())
+    }
+
+    /// Read-bandwidth probe: sums `x` (length a multiple of 4, 16-byte aligned) into one partial
+    /// sum per block; `partial.len()` blocks are launched (256 threads each).
+    pub fn sum_probe(
+        &self,
+        x: &CudaView<'_, f32>,
+        partial: &mut CudaViewMut<'_, f32>,
+    ) -> Result<(), RuntimeError> {
+        let what = "sum_f32x4";
+        if !x.len().is_multiple_of(4) || partial.is_empty() {
+            return Err(shape(what, format!("len {} not a multiple of 4", x.len())));
+        }
+        let f = self.func(Family::Reduce, what)?;
+        let n4 = (x.len() / 4) as u64;
+        let cfg = LaunchConfig {
+            grid_dim: (partial.len() as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(x).arg(&n4).arg(partial);
+        // SAFETY: `sum_f32x4(const float4*, uint64_t, float*)`; x holds n4 float4 values
+        // (allocations are 256-byte aligned) and partial one float per block.
+        unsafe { b.launch(cfg) }.map_err(drv(what))?;
+        Ok(())
+    }
+}
+
+/// Default RoPE inverse frequencies (`spec/gemma4-text.md` §4.4): `1 / θ^((2i)/d)` for
+/// `i < d/2`, in f64.
+pub fn rope_inv_freq_default(d: usize, theta: f64) -> Vec<f64> {
+    (0..d / 2)
+        .map(|i| 1.0 / theta.powf((2 * i) as f64 / d as f64))
+        .collect()
+}
+
+/// Proportional RoPE inverse frequencies (§4.4): `n_rot = floor(partial_rotary_factor·d / 2)`;
+/// `1 / θ^((2i)/d)` (full head dim `d` in the exponent) for `i < n_rot`, 0 for the rest; all
+/// divided by `factor` (1.0 by default).
+pub fn rope_inv_freq_proportional(
+    d: usize,
+    theta: f64,
+    partial_rotary_factor: f64,
+    factor: f64,
+) -> Vec<f64> {
+    let n_rot = ((partial_rotary_factor * d as f64) / 2.0).floor() as usize;
+    (0..d / 2)
+        .map(|i| {
+            if i < n_rot {
+                1.0 / theta.powf((2 * i) as f64 / d as f64) / factor
+            } else {
+                0.0
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,218 @@
+//! The library side of `cargo xtask conformance` and `cargo xtask bless`
+//! (`design/conformance.md` §8, §9): load model, oracle, codec, suite, goldens and budget; run;
+//! write the report and plots. Fatal problems are [`Fatal`] (exit code 2).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::budgets::Budgets;
+use crate::engine::{Engine, Mode, Request};
+use crate::golden::{self, Golden, GoldenError, SnapshotOutcome, ORACLE_VERSION, SIDECAR_SCHEMA};
+use crate::oracle::{Codec, Oracle, ScoreCache};
+use crate::reference_engine::{GemmaCodec, ReferenceEngine, ReferenceOracle};
+use crate::report::{ModelRef, Report, Run};
+use crate::runner::{run_suite, RunConfig};
+use crate::suite::Suite;
+
+/// A run that cannot be judged (exit code 2): bad arguments, unreadable model or suite, golden
+/// pinned to another SHA-256, missing goldens, oracle failure.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Fatal(pub String);
+
+fn fatal(e: impl std::fmt::Display) -> Fatal {
+    Fatal(e.to_string())
+}
+
+/// One model to judge, with its optional MTP drafter.
+#[derive(Debug, Clone)]
+pub struct ModelSpec {
+    /// Target GGUF.
+    pub path: PathBuf,
+    /// Drafter GGUF.
+    pub draft: Option<PathBuf>,
+}
+
+/// Options of a conformance run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Models to judge.
+    pub models: Vec<ModelSpec>,
+    /// Suite files.
+    pub suites: Vec<PathBuf>,
+    /// Engine name (`reference-f32`, `reference-f64`).
+    pub engine: String,
+    /// Modes (default: the suite's).
+    pub modes: Option<Vec<Mode>>,
+    /// Only these prompt ids (all if empty).
+    pub prompts: Vec<String>,
+    /// `goldens/` root.
+    pub goldens_root: PathBuf,
+    /// Output folder (`target/conformance`).
+    pub out_dir: PathBuf,
+    /// Progress bars.
+    pub progress: bool,
+}
+
+/// Builds the engine named `name` for `model`.
+pub fn make_engine(name: &str, model: &ModelSpec) -> Result<Box<dyn Engine>, Fatal> {
+    match name {
+        "reference-f32" => Ok(Box::new(
+            ReferenceEngine::<f32>::load(&model.path).map_err(fatal)?.with_draft(model.draft.clone()),
+        )),
+        "reference-f64" => Ok(Box::new(
+            ReferenceEngine::<f64>::load(&model.path).map_err(fatal)?.with_draft(model.draft.clone()),
+        )),
+        other => Err(Fatal(format!(
+            "unknown engine {other:?} (this build knows reference-f32, reference-f64; cuda needs the `cuda` feature)"
+        ))),
+    }
+}
+
+fn model_ref(path: &Path, sha256: &str) -> ModelRef {
+    ModelRef {
+        path: path.display().to_string(),
+        stem: golden::model_stem(path),
+        sha256: sha256.to_string(),
+    }
+}
+
+/// Runs the conformance suite(s) on every model and writes `report.json`, `report.md` and the
+/// plots under `opts.out_dir`. Returns the report (its `summary.exit_code` is 0 or 1).
+pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
+    let mut runs: Vec<Run> = Vec::new();
+    for m in &opts.models {
+        if !m.path.exists() {
+            return Err(Fatal(format!("model not found: {}", m.path.display())));
+        }
+        let mut oracle = ReferenceOracle::load(&m.path).map_err(fatal)?;
+        let codec = GemmaCodec::load(&m.path).map_err(Fatal)?;
+        let mut engine = make_engine(&opts.engine, m)?;
+        let sha = oracle.model_sha256().to_string();
+        let stem = golden::model_stem(&m.path);
+        let budgets = Budgets::load(&opts.goldens_root.join(&stem).join("budgets.toml")).map_err(fatal)?;
+        for suite_path in &opts.suites {
+            let mut suite = Suite::load(suite_path).map_err(fatal)?;
+            suite.retain_ids(&opts.prompts).map_err(fatal)?;
+            let gdir = golden::golden_dir(&opts.goldens_root, &stem, &suite.settings.name);
+            let ids: Vec<String> = suite.prompts.iter().map(|p| p.id.clone()).collect();
+            let goldens = if gdir.exists() {
+                Some(golden::load_goldens(&gdir, &ids, &sha).map_err(fatal)?)
+            } else {
+                None
+            };
+            let (tau, tau_source) = match budgets.0.get(engine.name()) {
+                Some(b) => (
+                    b.tau,
+                    format!("goldens/{stem}/budgets.toml [{}] (calibrated {} on {})", engine.name(), b.date, b.suite),
+                ),
+                None => (suite.settings.tie_budget, "suite default (no calibration for this engine)".to_string()),
+            };
+            let cfg = RunConfig {
+                modes: opts.modes.clone().unwrap_or_else(|| suite.settings.modes.clone()),
+                tau,
+                tau_source,
+                model: model_ref(&m.path, &sha),
+                draft: m.draft.as_ref().map(|d| model_ref(d, "")),
+                goldens_dir: goldens.as_ref().map(|_| gdir.display().to_string()),
+                progress: opts.progress,
+            };
+            let mut cache = ScoreCache::new(Some(opts.out_dir.join("cache")));
+            let run = run_suite(engine.as_mut(), &mut oracle, &codec, &mut cache, &suite, goldens.as_ref(), &cfg)
+                .map_err(fatal)?;
+            write_plots(&opts.out_dir, &run);
+            runs.push(run);
+        }
+    }
+    let report = Report::new(runs);
+    report.write(&opts.out_dir).map_err(|e| Fatal(format!("{}: {e}", opts.out_dir.display())))?;
+    Ok(report)
+}
+
+fn write_plots(out_dir: &Path, run: &Run) {
+    let mut by_prompt: BTreeMap<&str, Vec<&crate::report::Entry>> = BTreeMap::new();
+    for e in &run.entries {
+        by_prompt.entry(&e.prompt).or_default().push(e);
+    }
+    for (p, entries) in by_prompt {
+        let path = out_dir.join("plots").join(&run.model.stem).join(format!("{p}.svg"));
+        if let Err(e) = crate::plot::margin_plot(&path, p, &entries, run.tau) {
+            eprintln!("warning: plot not written: {e}");
+        }
+    }
+}
+
+/// Result of blessing one suite on one model.
+#[derive(Debug, Clone, Default)]
+pub struct BlessSummary {
+    /// Snapshots unchanged.
+    pub unchanged: usize,
+    /// Snapshots written (`.snap` or `.snap.new`).
+    pub written: usize,
+    /// Snapshots that differ and were not written (INSTA_UPDATE=no): the caller exits 1.
+    pub mismatched: Vec<String>,
+    /// Golden folders touched.
+    pub dirs: Vec<PathBuf>,
+}
+
+/// `cargo xtask bless`: runs the f64 oracle greedily on every prompt and writes snapshot +
+/// sidecar under `goldens/<model-stem>/<suite>/`. Existing goldens pinned to another SHA-256
+/// stop the run ([`Fatal`], exit 2) unless `force` is set.
+pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
+    let mut summary = BlessSummary::default();
+    for m in &opts.models {
+        let sha = reference::gguf::sha256_file(&m.path).map_err(|e| Fatal(format!("{}: {e}", m.path.display())))?;
+        let codec = GemmaCodec::load(&m.path).map_err(Fatal)?;
+        let stem = golden::model_stem(&m.path);
+        let file = m.path.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let mut engine = ReferenceEngine::<f64>::load(&m.path).map_err(fatal)?;
+        for suite_path in &opts.suites {
+            let mut suite = Suite::load(suite_path).map_err(fatal)?;
+            suite.retain_ids(&opts.prompts).map_err(fatal)?;
+            let dir = golden::golden_dir(&opts.goldens_root, &stem, &suite.settings.name);
+            if !force {
+                for p in &suite.prompts {
+                    match golden::load_goldens(&dir, std::slice::from_ref(&p.id), &sha) {
+                        Err(e @ GoldenError::ShaMismatch { .. }) => return Err(fatal(e)),
+                        _ => continue,
+                    }
+                }
+            }
+            let bar = indicatif::ProgressBar::new(suite.prompts.len() as u64);
+            if !opts.progress {
+                bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+            }
+            for p in &suite.prompts {
+                bar.set_message(p.id.clone());
+                let prompt = codec.encode(&p.input, suite.settings.enable_thinking).map_err(|e| Fatal(format!("prompt {}: {e}", p.id)))?;
+                let req = Request {
+                    id: p.id.clone(),
+                    prompt: prompt.clone(),
+                    max_tokens: p.max_tokens,
+                    stop: suite.settings.stop_ids.clone(),
+                };
+                let traj = engine.generate(&[req], &Mode::Plain).map_err(fatal)?.pop().ok_or_else(|| Fatal("oracle returned nothing".into()))?;
+                let g = Golden {
+                    schema: SIDECAR_SCHEMA.into(),
+                    model_file: file.clone(),
+                    model_sha256: sha.clone(),
+                    oracle_version: ORACLE_VERSION.into(),
+                    suite: suite.settings.name.clone(),
+                    prompt_id: p.id.clone(),
+                    prompt,
+                    tokens: traj.tokens(),
+                    top_k: traj.steps.iter().map(|s| s.top_k.clone().unwrap_or_default()).collect(),
+                };
+                match golden::write_golden(&dir, &g, &codec.decode(&g.tokens)).map_err(fatal)? {
+                    SnapshotOutcome::Unchanged => summary.unchanged += 1,
+                    SnapshotOutcome::Written => summary.written += 1,
+                    SnapshotOutcome::Mismatch => summary.mismatched.push(format!("{stem}/{}/{}", suite.settings.name, p.id)),
+                }
+                bar.inc(1);
+            }
+            bar.finish_and_clear();
+            summary.dirs.push(dir);
+        }
+    }
+    Ok(summary)
+}

@@ -1,0 +1,331 @@
+//! Goldens (`design/conformance.md` §9, style R11): one insta YAML snapshot per (model, suite,
+//! prompt) under `goldens/<model-stem>/<suite>/<prompt>.snap`, readable in review (prompt id,
+//! decoded text, token ids, per-position oracle top-2 margin rounded to 4 significant digits;
+//! model SHA-256, file name and oracle version in the snapshot's `info`), plus a full-precision
+//! sidecar `<prompt>.oracle.json` with the oracle's top-k `(id, logit)` per position as
+//! shortest-round-trip decimals (serde_json `float_roundtrip`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::rule::OracleRow;
+
+/// Version string of the oracle recorded in every golden.
+pub const ORACLE_VERSION: &str = concat!("reference-f64 ", env!("CARGO_PKG_VERSION"));
+
+/// Sidecar schema name.
+pub const SIDECAR_SCHEMA: &str = "golden-oracle/1";
+
+/// A golden: the oracle's greedy output for (model, suite, prompt) with full-precision top-k.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Golden {
+    /// Always [`SIDECAR_SCHEMA`].
+    pub schema: String,
+    /// Model file name (no directory).
+    pub model_file: String,
+    /// Lowercase hex SHA-256 of the model file.
+    pub model_sha256: String,
+    /// [`ORACLE_VERSION`] of the run that made it.
+    pub oracle_version: String,
+    /// Suite name.
+    pub suite: String,
+    /// Prompt id.
+    pub prompt_id: String,
+    /// Prompt ids `[P]`.
+    pub prompt: Vec<u32>,
+    /// Greedy output ids `[n]`.
+    pub tokens: Vec<u32>,
+    /// Oracle top-k `(id, logit)` at each output index (on the golden prefix), `[n][k]`.
+    pub top_k: Vec<Vec<(u32, f64)>>,
+}
+
+impl Golden {
+    /// Oracle rows for the rule (the golden token's logit is looked up in the top-k).
+    pub fn rows(&self) -> Vec<OracleRow> {
+        self.top_k
+            .iter()
+            .map(|tk| OracleRow {
+                top_k: tk.clone(),
+                chosen: None,
+                max_abs: None,
+            })
+            .collect()
+    }
+}
+
+/// The reviewable YAML snapshot body.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GoldenSnapshot {
+    /// Prompt id.
+    pub prompt_id: String,
+    /// Decoded output text.
+    pub text: String,
+    /// Number of prompt tokens.
+    pub prompt_tokens: usize,
+    /// Output ids.
+    pub tokens: Vec<u32>,
+    /// Oracle top-2 margin per output index, 4 significant digits.
+    pub margins: Vec<f64>,
+}
+
+/// `info` metadata of a snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GoldenInfo {
+    /// Model file name.
+    pub model_file: String,
+    /// Model SHA-256.
+    pub model_sha256: String,
+    /// Oracle version.
+    pub oracle_version: String,
+}
+
+/// Rounds to 4 significant decimal digits (the snapshot's precision; R11). Non-finite and zero
+/// values are returned unchanged. The result is the f64 nearest to the 4-digit decimal.
+pub fn round_sig4(x: f64) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let e = x.abs().log10().floor() as i32;
+    let shift = 3 - e;
+    if shift >= 0 {
+        let s = 10f64.powi(shift);
+        (x * s).round() / s
+    } else {
+        let s = 10f64.powi(-shift);
+        (x / s).round() * s
+    }
+}
+
+/// Errors reading goldens; each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum GoldenError {
+    /// Unreadable file.
+    #[error("{path}: {source}")]
+    Io {
+        /// File.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// Malformed sidecar or snapshot.
+    #[error("{path}: malformed golden: {message}")]
+    Format {
+        /// File.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The golden was made from another model file.
+    #[error("{path}: golden pinned to model SHA-256 {golden}, but the model file has {model}")]
+    ShaMismatch {
+        /// Golden file.
+        path: PathBuf,
+        /// SHA-256 in the golden.
+        golden: String,
+        /// SHA-256 of the model in hand.
+        model: String,
+    },
+    /// A prompt of the suite has no golden.
+    #[error("{path}: missing golden for prompt {prompt_id:?} (run `cargo xtask bless`)")]
+    Missing {
+        /// Expected sidecar path.
+        path: PathBuf,
+        /// Prompt id.
+        prompt_id: String,
+    },
+}
+
+/// `goldens/<model-stem>/<suite>/`.
+pub fn golden_dir(goldens_root: &Path, model_stem: &str, suite: &str) -> PathBuf {
+    goldens_root.join(model_stem).join(suite)
+}
+
+/// The model's file stem used for golden folders (`dense-target.Q4_K_M.gguf` →
+/// `dense-target.Q4_K_M`; split files drop the `-00001-of-0000N` suffix).
+pub fn model_stem(model: &Path) -> String {
+    let name = model
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem = name.strip_suffix(".gguf").unwrap_or(&name);
+    match stem.rfind("-00001-of-") {
+        Some(i) => stem[..i].to_string(),
+        None => stem.to_string(),
+    }
+}
+
+/// Reads the `model_sha256:` line of a snapshot's header (`info` map).
+fn snapshot_sha(text: &str) -> Option<String> {
+    let header = text.strip_prefix("---")?;
+    let end = header.find("\n---")?;
+    header[..end].lines().find_map(|l| {
+        l.trim()
+            .strip_prefix("model_sha256:")
+            .map(|v| v.trim().trim_matches('"').to_string())
+    })
+}
+
+/// Loads the goldens of every listed prompt from `dir`, checking each sidecar and snapshot
+/// against `model_sha256`.
+///
+/// Errors: [`GoldenError::Missing`] for a prompt without sidecar or snapshot,
+/// [`GoldenError::ShaMismatch`] when pinned to another model, `Io`/`Format` otherwise.
+pub fn load_goldens(
+    dir: &Path,
+    prompt_ids: &[String],
+    model_sha256: &str,
+) -> Result<BTreeMap<String, Golden>, GoldenError> {
+    let mut out = BTreeMap::new();
+    for id in prompt_ids {
+        let side = dir.join(format!("{id}.oracle.json"));
+        let snap = dir.join(format!("{id}.snap"));
+        for p in [&side, &snap] {
+            if !p.exists() {
+                return Err(GoldenError::Missing {
+                    path: p.clone(),
+                    prompt_id: id.clone(),
+                });
+            }
+        }
+        let io = |path: &PathBuf| {
+            let path = path.clone();
+            move |source| GoldenError::Io { path, source }
+        };
+        let snap_text = std::fs::read_to_string(&snap).map_err(io(&snap))?;
+        let sha = snapshot_sha(&snap_text).ok_or_else(|| GoldenError::Format {
+            path: snap.clone(),
+            message: "no model_sha256 in the snapshot header".into(),
+        })?;
+        if sha != model_sha256 {
+            return Err(GoldenError::ShaMismatch {
+                path: snap,
+                golden: sha,
+                model: model_sha256.to_string(),
+            });
+        }
+        let text = std::fs::read_to_string(&side).map_err(io(&side))?;
+        let g: Golden = serde_json::from_str(&text).map_err(|e| GoldenError::Format {
+            path: side.clone(),
+            message: e.to_string(),
+        })?;
+        if g.model_sha256 != model_sha256 {
+            return Err(GoldenError::ShaMismatch {
+                path: side,
+                golden: g.model_sha256,
+                model: model_sha256.to_string(),
+            });
+        }
+        if g.top_k.len() != g.tokens.len() || g.top_k.iter().any(|r| r.is_empty()) {
+            return Err(GoldenError::Format {
+                path: side,
+                message: format!("{} tokens but {} top-k rows (or an empty row)", g.tokens.len(), g.top_k.len()),
+            });
+        }
+        out.insert(id.clone(), g);
+    }
+    Ok(out)
+}
+
+/// How a snapshot compared when written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotOutcome {
+    /// Identical to the committed snapshot.
+    Unchanged,
+    /// Written (new or changed) — `.snap` when accepting, `.snap.new` for review otherwise.
+    Written,
+    /// Differs and was not written (INSTA_UPDATE=no semantics): the run must fail.
+    Mismatch,
+}
+
+/// Writes (or compares) the snapshot and writes the sidecar of one golden.
+///
+/// `text` is the decoded output. The snapshot goes through insta (`assert_yaml_snapshot!`
+/// with `snapshot_path = dir`, no module prefix, `info` = [`GoldenInfo`]), so its behaviour
+/// follows `INSTA_UPDATE`: `always` writes `.snap`, `new`/`auto` writes `.snap.new` for
+/// `cargo insta review`, `no` (CI) only compares. The sidecar is written next to it unless the
+/// snapshot mismatched under `no`.
+pub fn write_golden(dir: &Path, golden: &Golden, text: &str) -> Result<SnapshotOutcome, GoldenError> {
+    std::fs::create_dir_all(dir).map_err(|source| GoldenError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let snap = GoldenSnapshot {
+        prompt_id: golden.prompt_id.clone(),
+        text: text.to_string(),
+        prompt_tokens: golden.prompt.len(),
+        tokens: golden.tokens.clone(),
+        margins: golden
+            .top_k
+            .iter()
+            .map(|r| match (r.first(), r.get(1)) {
+                (Some(a), Some(b)) => round_sig4(a.1 - b.1),
+                _ => f64::INFINITY,
+            })
+            .collect(),
+    };
+    let info = GoldenInfo {
+        model_file: golden.model_file.clone(),
+        model_sha256: golden.model_sha256.clone(),
+        oracle_version: golden.oracle_version.clone(),
+    };
+    let snap_path = dir.join(format!("{}.snap", golden.prompt_id));
+    let before = std::fs::read_to_string(&snap_path).ok();
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path(dir);
+    settings.set_prepend_module_to_snapshot(false);
+    settings.set_omit_expression(true);
+    settings.set_info(&info);
+    settings.set_description(format!("golden: suite {}, prompt {}", golden.suite, golden.prompt_id));
+    let name = golden.prompt_id.clone();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        settings.bind(|| insta::assert_yaml_snapshot!(name, &snap));
+    }));
+    let after = std::fs::read_to_string(&snap_path).ok();
+    let new_pending = dir.join(format!("{}.snap.new", golden.prompt_id)).exists();
+    let outcome = match result {
+        Ok(()) if before == after && !new_pending => SnapshotOutcome::Unchanged,
+        Ok(()) => SnapshotOutcome::Written,
+        Err(_) if new_pending => SnapshotOutcome::Written,
+        Err(_) => SnapshotOutcome::Mismatch,
+    };
+    if outcome != SnapshotOutcome::Mismatch {
+        let side = dir.join(format!("{}.oracle.json", golden.prompt_id));
+        let json = serde_json::to_string_pretty(golden).map_err(|e| GoldenError::Format {
+            path: side.clone(),
+            message: e.to_string(),
+        })?;
+        std::fs::write(&side, json + "\n").map_err(|source| GoldenError::Io { path: side, source })?;
+    }
+    Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sig4_rounding_keeps_four_significant_digits() {
+        // hand-rounded decimals
+        assert_eq!(round_sig4(0.003141592), 0.003142);
+        assert_eq!(round_sig4(123456.0), 123500.0);
+        assert_eq!(round_sig4(-2.71828), -2.718);
+        assert_eq!(round_sig4(9.99996), 10.0);
+        assert_eq!(round_sig4(0.0), 0.0);
+        assert!(round_sig4(f64::INFINITY).is_infinite());
+    }
+
+    #[test]
+    fn model_stem_drops_extension_and_shard_suffix() {
+        assert_eq!(model_stem(Path::new("/m/dense-target.Q4_K_M.gguf")), "dense-target.Q4_K_M");
+        assert_eq!(model_stem(Path::new("big-00001-of-00003.gguf")), "big");
+    }
+
+    #[test]
+    fn snapshot_header_sha_is_found_in_info() {
+        let text = "---\nsource: x\ninfo:\n  model_file: a.gguf\n  model_sha256: abc123\n---\nprompt_id: p\n";
+        assert_eq!(snapshot_sha(text).as_deref(), Some("abc123"));
+        assert_eq!(snapshot_sha("no header"), None);
+    }
+}

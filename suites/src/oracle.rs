@@ -1,0 +1,172 @@
+//! The oracle side of the rule (`design/conformance.md` §3): the [`Oracle`] interface (teacher-
+//! forced scoring with exact chosen-token logits), the [`Codec`] interface (prompt → ids,
+//! ids → text), and the scoring cache keyed by (model SHA-256, token ids) under
+//! `target/conformance/cache/`.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::engine::EngineError;
+use crate::rule::OracleRow;
+use crate::suite::PromptInput;
+
+/// The f64 arbiter: teacher-forced scoring of token sequences on the model under test.
+pub trait Oracle {
+    /// Lowercase hex SHA-256 of the model file the oracle runs.
+    fn model_sha256(&self) -> &str;
+    /// Vocabulary size V.
+    fn vocab_size(&self) -> usize;
+    /// Suppressed ids (`tokenizer.ggml.suppress_tokens`), excluded from argmax and top-k.
+    fn suppressed_ids(&self) -> Vec<u32>;
+    /// Teacher-forced scoring: for each sequence `s` and position `t` the top-`top_k` of the
+    /// next-token logits after `s[..=t]` (suppressed ids excluded) and `chosen` = the logit of
+    /// `s[t+1]` (`None` at the last position). Rows `[len(s)]` per sequence
+    /// (`reference::score::score`).
+    fn score(&mut self, seqs: &[Vec<u32>], top_k: usize) -> Result<Vec<Vec<OracleRow>>, EngineError>;
+}
+
+/// Turns suite prompts into token ids and ids into text (the model's tokenizer + chat template).
+pub trait Codec {
+    /// Prompt ids: `Text` is encoded with BOS; `Messages` through the chat template with the
+    /// generation prompt (gemma4-chat §4 BOS rule).
+    fn encode(&self, input: &PromptInput, enable_thinking: bool) -> Result<Vec<u32>, String>;
+    /// Decoded text (special tokens kept); never fails (unknown ids shown as `<id:N>`).
+    fn decode(&self, ids: &[u32]) -> String;
+}
+
+/// One cached scoring (file `target/conformance/cache/<key>.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct CacheEntry {
+    model_sha256: String,
+    top_k: usize,
+    ids: Vec<u32>,
+    rows: Vec<OracleRow>,
+}
+
+/// Oracle scorings cached on disk by (model SHA-256, top-k, token ids).
+#[derive(Debug, Clone)]
+pub struct ScoreCache {
+    dir: Option<PathBuf>,
+    /// Number of scorings answered from the cache.
+    pub hits: usize,
+    /// Number of scorings computed by the oracle.
+    pub misses: usize,
+}
+
+impl ScoreCache {
+    /// A cache in `dir` (created on first write); `None` disables caching.
+    pub fn new(dir: Option<PathBuf>) -> ScoreCache {
+        ScoreCache {
+            dir,
+            hits: 0,
+            misses: 0,
+        }
+    }
+
+    fn key(sha: &str, top_k: usize, ids: &[u32]) -> String {
+        let mut h = Sha256::new();
+        h.update(sha.as_bytes());
+        h.update((top_k as u64).to_le_bytes());
+        for id in ids {
+            h.update(id.to_le_bytes());
+        }
+        hex::encode(h.finalize())
+    }
+
+    fn path(&self, key: &str) -> Option<PathBuf> {
+        self.dir.as_ref().map(|d| d.join(format!("{key}.json")))
+    }
+
+    fn load(&self, path: &Path, sha: &str, top_k: usize, ids: &[u32]) -> Option<Vec<OracleRow>> {
+        let text = std::fs::read_to_string(path).ok()?;
+        let e: CacheEntry = serde_json::from_str(&text).ok()?;
+        (e.model_sha256 == sha && e.top_k == top_k && e.ids == ids).then_some(e.rows)
+    }
+
+    /// Scores `seqs` with the oracle, answering from the cache where possible; rows as
+    /// [`Oracle::score`]. Cache write failures are ignored (the cache is an optimisation).
+    pub fn score(
+        &mut self,
+        oracle: &mut dyn Oracle,
+        seqs: &[Vec<u32>],
+        top_k: usize,
+    ) -> Result<Vec<Vec<OracleRow>>, EngineError> {
+        let sha = oracle.model_sha256().to_string();
+        let mut out: Vec<Option<Vec<OracleRow>>> = vec![None; seqs.len()];
+        let mut todo = Vec::new();
+        for (i, s) in seqs.iter().enumerate() {
+            let key = Self::key(&sha, top_k, s);
+            match self.path(&key).and_then(|p| self.load(&p, &sha, top_k, s)) {
+                Some(rows) => {
+                    self.hits += 1;
+                    out[i] = Some(rows);
+                }
+                None => todo.push(i),
+            }
+        }
+        if !todo.is_empty() {
+            let batch: Vec<Vec<u32>> = todo.iter().map(|&i| seqs[i].clone()).collect();
+            let scored = oracle.score(&batch, top_k)?;
+            if scored.len() != batch.len() {
+                return Err(EngineError::Other(format!(
+                    "oracle returned {} scorings for {} sequences",
+                    scored.len(),
+                    batch.len()
+                )));
+            }
+            for (&i, rows) in todo.iter().zip(scored) {
+                self.misses += 1;
+                if let Some(p) = self.path(&Self::key(&sha, top_k, &seqs[i])) {
+                    let e = CacheEntry {
+                        model_sha256: sha.clone(),
+                        top_k,
+                        ids: seqs[i].clone(),
+                        rows: rows.clone(),
+                    };
+                    if let Some(d) = p.parent() {
+                        let _ = std::fs::create_dir_all(d);
+                    }
+                    if let Ok(text) = serde_json::to_string(&e) {
+                        let _ = std::fs::write(&p, text);
+                    }
+                }
+                out[i] = Some(rows);
+            }
+        }
+        Ok(out.into_iter().map(|r| r.unwrap_or_default()).collect())
+    }
+
+    /// Oracle rows on the engine's own prefix for every output index of a trajectory: scores
+    /// `prompt ‖ output` and returns rows `[output.len()]`, row `t` = position `P − 1 + t` with
+    /// `chosen` = the oracle logit of `output[t]`.
+    pub fn score_trajectory(
+        &mut self,
+        oracle: &mut dyn Oracle,
+        prompt: &[u32],
+        output: &[u32],
+        top_k: usize,
+    ) -> Result<Vec<OracleRow>, EngineError> {
+        if prompt.is_empty() {
+            return Err(EngineError::Other("empty prompt cannot be scored".into()));
+        }
+        if output.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut seq = prompt.to_vec();
+        seq.extend_from_slice(output);
+        // The last token's own row is not needed: score up to y_{n-1}, with y_n as `chosen`
+        // of the row before it (the oracle gives `chosen` from the sequence itself).
+        let rows = self.score(oracle, &[seq], top_k)?.pop().unwrap_or_default();
+        let p = prompt.len();
+        if rows.len() < p + output.len() - 1 {
+            return Err(EngineError::Other(format!(
+                "oracle returned {} rows for a sequence of {}",
+                rows.len(),
+                p + output.len()
+            )));
+        }
+        Ok(rows[p - 1..p - 1 + output.len()].to_vec())
+    }
+}

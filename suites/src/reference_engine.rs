@@ -1,0 +1,293 @@
+//! The oracle as an engine and as the arbiter (`design/conformance.md` §1, §2):
+//! [`ReferenceEngine<F>`] (`reference-f64` / `reference-f32`) over `reference::model::Model<F>`
+//! with modes `prefill`, `plain`, `batch:N` (one running batch through `Model::forward_batch`,
+//! requests joining and leaving as they finish) and — when a draft model is given — `spec:K`;
+//! [`ReferenceOracle`] (f64 teacher-forced scoring, `reference::score::score`); and
+//! [`GemmaCodec`] (the GGUF's tokenizer and chat template, `reference::tokenizer`).
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use reference::decode::KvCache;
+use reference::gguf::GgufFile;
+use reference::model::logits::top_k as select_top_k;
+use reference::model::{Float, Model};
+use reference::tokenizer::{ChatMessage, GemmaTokenizer};
+
+use crate::engine::{Engine, EngineError, Mode, Request, Scores, Step, StepKind, Trajectory};
+use crate::oracle::{Codec, Oracle};
+use crate::rule::OracleRow;
+use crate::suite::PromptInput;
+
+/// Top-k recorded per emitted token by the reference engine.
+pub const ENGINE_TOP_K: usize = 16;
+
+/// The generic oracle forward as an engine: `reference-f64` for `F = f64`, `reference-f32`
+/// (the deliberately imperfect CI engine) for `F = f32`.
+pub struct ReferenceEngine<F: Float> {
+    model: Model<F>,
+    name: String,
+    draft: Option<PathBuf>,
+}
+
+fn model_err(id: &str, e: impl std::fmt::Display) -> EngineError {
+    EngineError::Request {
+        id: id.to_string(),
+        message: e.to_string(),
+    }
+}
+
+impl<F: Float> ReferenceEngine<F> {
+    /// Loads the model. Errors: the model cannot be loaded (named by path).
+    pub fn load(path: &Path) -> Result<ReferenceEngine<F>, EngineError> {
+        let model = Model::<F>::load(path).map_err(|e| EngineError::Other(format!("{}: {e}", path.display())))?;
+        Ok(Self::from_model(model))
+    }
+
+    /// Wraps a loaded model.
+    pub fn from_model(model: Model<F>) -> ReferenceEngine<F> {
+        let name = if std::mem::size_of::<F>() == 8 { "reference-f64" } else { "reference-f32" };
+        ReferenceEngine {
+            model,
+            name: name.into(),
+            draft: None,
+        }
+    }
+
+    /// Declares `spec:K` modes with this MTP drafter.
+    ///
+    /// HOOK (spec:K): `reference::spec` (MTP draft/verify/rollback) is written separately; until
+    /// it is wired into [`Engine::generate`] below, spec modes return an error naming the hook.
+    pub fn with_draft(mut self, draft: Option<PathBuf>) -> Self {
+        self.draft = draft;
+        self
+    }
+
+    /// The wrapped model.
+    pub fn model(&self) -> &Model<F> {
+        &self.model
+    }
+
+    fn plain(&self, req: &Request) -> Result<Trajectory, EngineError> {
+        let t0 = Instant::now();
+        let g = self
+            .model
+            .greedy(&req.prompt, req.max_tokens, &req.stop)
+            .map_err(|e| model_err(&req.id, e))?;
+        let steps = g
+            .tokens
+            .iter()
+            .zip(g.top_k)
+            .enumerate()
+            .map(|(i, (&token, tk))| Step {
+                token,
+                top_k: Some(tk),
+                kind: if i == 0 { StepKind::Prefill } else { StepKind::Decode },
+            })
+            .collect();
+        Ok(Trajectory {
+            id: req.id.clone(),
+            steps,
+            spec: None,
+            wall: t0.elapsed(),
+        })
+    }
+
+    /// Running batch of width `n` over all requests: each forward carries, per active slot,
+    /// either its whole prompt (a request joining) or its last token (decoding).
+    fn batch(&self, reqs: &[Request], n: usize) -> Result<Vec<Trajectory>, EngineError> {
+        struct Slot<F> {
+            req: usize,
+            cache: KvCache<F>,
+            feed: Vec<u32>,
+            steps: Vec<Step>,
+        }
+        let t0 = Instant::now();
+        let mut queue: VecDeque<usize> = (0..reqs.len()).collect();
+        let mut active: Vec<Slot<F>> = Vec::new();
+        let mut done: Vec<Option<Vec<Step>>> = vec![None; reqs.len()];
+        let suppressed = self.model.suppressed_ids().to_vec();
+        loop {
+            while active.len() < n {
+                let Some(r) = queue.pop_front() else { break };
+                if reqs[r].max_tokens == 0 || reqs[r].prompt.is_empty() {
+                    done[r] = Some(Vec::new());
+                    continue;
+                }
+                active.push(Slot {
+                    req: r,
+                    cache: self.model.new_cache(),
+                    feed: reqs[r].prompt.clone(),
+                    steps: Vec::new(),
+                });
+            }
+            if active.is_empty() {
+                break;
+            }
+            let feeds: Vec<Vec<u32>> = active.iter().map(|s| s.feed.clone()).collect();
+            let tokens: Vec<&[u32]> = feeds.iter().map(|f| f.as_slice()).collect();
+            let rows = {
+                let mut caches: Vec<&mut KvCache<F>> = active.iter_mut().map(|s| &mut s.cache).collect();
+                self.model
+                    .forward_batch(&mut caches, &tokens)
+                    .map_err(|e| model_err("*", e))?
+            };
+            let mut keep = Vec::new();
+            for (mut slot, r) in active.drain(..).zip(rows) {
+                let req = &reqs[slot.req];
+                let last = r.last().ok_or_else(|| model_err(&req.id, "no logits row"))?;
+                let tk = select_top_k(last, ENGINE_TOP_K, &suppressed);
+                let token = tk.first().map(|x| x.0).ok_or_else(|| model_err(&req.id, "empty top-k"))?;
+                let kind = if slot.steps.is_empty() { StepKind::Prefill } else { StepKind::Decode };
+                slot.steps.push(Step { token, top_k: Some(tk), kind });
+                if req.stop.contains(&token) || slot.steps.len() >= req.max_tokens {
+                    done[slot.req] = Some(slot.steps);
+                } else {
+                    slot.feed = vec![token];
+                    keep.push(slot);
+                }
+            }
+            active = keep;
+        }
+        let wall = t0.elapsed();
+        Ok(reqs
+            .iter()
+            .zip(done)
+            .map(|(r, s)| Trajectory {
+                id: r.id.clone(),
+                steps: s.unwrap_or_default(),
+                spec: None,
+                wall,
+            })
+            .collect())
+    }
+}
+
+impl<F: Float> Engine for ReferenceEngine<F> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn modes(&self) -> Vec<Mode> {
+        let mut m = vec![Mode::Prefill, Mode::Plain, Mode::Batch { n: 4 }];
+        if self.draft.is_some() {
+            m.extend([1, 2, 4].map(|k| Mode::Spec { k }));
+        }
+        m
+    }
+
+    fn generate(&mut self, reqs: &[Request], mode: &Mode) -> Result<Vec<Trajectory>, EngineError> {
+        match *mode {
+            Mode::Plain => reqs.iter().map(|r| self.plain(r)).collect(),
+            Mode::Batch { n } => self.batch(reqs, n),
+            // HOOK (spec:K): wire reference::spec here (draft with self.draft, verify K+1 rows,
+            // StepKind::VerifyAccepted / VerifyBonus, SpecStats per round).
+            Mode::Spec { .. } if self.draft.is_some() => Err(EngineError::Other(
+                "spec:K is not wired yet: reference::spec hook in suites/src/reference_engine.rs".into(),
+            )),
+            _ => Err(EngineError::UnsupportedMode {
+                engine: self.name.clone(),
+                mode: *mode,
+            }),
+        }
+    }
+
+    fn score(&mut self, seqs: &[Vec<u32>], top_k: usize) -> Result<Vec<Scores>, EngineError> {
+        let s = reference::score::score(&self.model, seqs, top_k).map_err(|e| model_err("*", e))?;
+        Ok(s
+            .into_iter()
+            .map(|rows| Scores {
+                rows: rows.into_iter().map(|p| p.top_k).collect(),
+            })
+            .collect())
+    }
+}
+
+/// The f64 oracle as the arbiter of the rule.
+pub struct ReferenceOracle {
+    model: Model<f64>,
+    sha256: String,
+}
+
+impl ReferenceOracle {
+    /// Loads the model and hashes the file. Errors name the path.
+    pub fn load(path: &Path) -> Result<ReferenceOracle, EngineError> {
+        let sha256 = reference::gguf::sha256_file(path).map_err(|e| EngineError::Other(format!("{}: {e}", path.display())))?;
+        let model = Model::<f64>::load(path).map_err(|e| EngineError::Other(format!("{}: {e}", path.display())))?;
+        Ok(ReferenceOracle { model, sha256 })
+    }
+
+    /// From a loaded model and its file's SHA-256.
+    pub fn from_model(model: Model<f64>, sha256: String) -> ReferenceOracle {
+        ReferenceOracle { model, sha256 }
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Model<f64> {
+        &self.model
+    }
+}
+
+impl Oracle for ReferenceOracle {
+    fn model_sha256(&self) -> &str {
+        &self.sha256
+    }
+    fn vocab_size(&self) -> usize {
+        self.model.vocab_size()
+    }
+    fn suppressed_ids(&self) -> Vec<u32> {
+        self.model.suppressed_ids().to_vec()
+    }
+    fn score(&mut self, seqs: &[Vec<u32>], top_k: usize) -> Result<Vec<Vec<OracleRow>>, EngineError> {
+        let s = reference::score::score(&self.model, seqs, top_k).map_err(|e| model_err("*", e))?;
+        Ok(s
+            .into_iter()
+            .map(|rows| {
+                rows.into_iter()
+                    .map(|p| OracleRow {
+                        top_k: p.top_k,
+                        chosen: p.next_logit,
+                        max_abs: None,
+                    })
+                    .collect()
+            })
+            .collect())
+    }
+}
+
+/// The model's tokenizer and chat template as a [`Codec`].
+pub struct GemmaCodec {
+    tok: GemmaTokenizer,
+}
+
+impl GemmaCodec {
+    /// Reads the tokenizer from the GGUF file. Errors name the path.
+    pub fn load(path: &Path) -> Result<GemmaCodec, String> {
+        let f = GgufFile::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let tok = GemmaTokenizer::from_gguf(&f).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(GemmaCodec { tok })
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &GemmaTokenizer {
+        &self.tok
+    }
+}
+
+impl Codec for GemmaCodec {
+    fn encode(&self, input: &PromptInput, enable_thinking: bool) -> Result<Vec<u32>, String> {
+        match input {
+            PromptInput::Text(t) => self.tok.encode(t, true).map_err(|e| e.to_string()),
+            PromptInput::Messages(m) => {
+                let msgs: Vec<ChatMessage> = m.iter().map(|m| ChatMessage::new(&m.role, &m.content)).collect();
+                self.tok.encode_chat(&msgs, true, enable_thinking).map_err(|e| e.to_string())
+            }
+        }
+    }
+    fn decode(&self, ids: &[u32]) -> String {
+        self.tok
+            .decode(ids)
+            .unwrap_or_else(|_| ids.iter().map(|i| format!("<id:{i}>")).collect())
+    }
+}

@@ -1,0 +1,394 @@
+//! The conformance report (`design/conformance.md` §8): `report.json` (schema
+//! `"conformance-report/1"`, documented in `suites/REPORT_SCHEMA.md`) and `report.md`
+//! (prompt × mode table of verdicts, then every non-exact entry with its §3 details).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::SpecStats;
+use crate::rule::{Fork, PositionVerdict, Verdict};
+
+/// Schema name of `report.json`.
+pub const REPORT_SCHEMA: &str = "conformance-report/1";
+
+/// A token with its decoded text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenRef {
+    /// Token id.
+    pub id: u32,
+    /// Decoded text of the single token.
+    pub text: String,
+}
+
+/// One candidate of a top-k list: id, logit, text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    /// Token id.
+    pub id: u32,
+    /// Logit (raw, after final soft-capping).
+    pub logit: f64,
+    /// Decoded text.
+    pub text: String,
+}
+
+/// One non-agreeing position (tie-flip, oracle tie or divergence), with the §3 details.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Position verdict.
+    pub kind: PositionVerdict,
+    /// 0-based output index.
+    pub index: usize,
+    /// Absolute position in the sequence (prompt length + index).
+    pub position: usize,
+    /// The engine's token.
+    pub token: TokenRef,
+    /// The oracle's argmax.
+    pub oracle_top: TokenRef,
+    /// `m_t` in logits (a lower bound when `margin_is_bound`; `null` = infinite).
+    pub margin: Option<f64>,
+    /// Margin is the top-k lower bound.
+    pub margin_is_bound: bool,
+    /// τ used.
+    pub tau: f64,
+    /// The oracle's top-5 at this position.
+    pub oracle_top5: Vec<Candidate>,
+    /// The engine's own top-5, if it exposes logits.
+    pub engine_top5: Option<Vec<Candidate>>,
+    /// Decoded output before the position (up to 12 tokens).
+    pub context_before: String,
+    /// Decoded output after the position (up to 6 tokens).
+    pub context_after: String,
+}
+
+/// One (model, suite, prompt, mode) entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Prompt id.
+    pub prompt: String,
+    /// Mode string.
+    pub mode: String,
+    /// Verdict (§3).
+    pub verdict: Verdict,
+    /// Whether it passes.
+    pub passes: bool,
+    /// Prompt length P.
+    pub prompt_tokens: usize,
+    /// Output ids.
+    pub tokens: Vec<u32>,
+    /// Decoded output.
+    pub text: String,
+    /// Token-identical to the golden (`null` without goldens).
+    pub identical_to_golden: Option<bool>,
+    /// First output index that differs from the golden.
+    pub golden_fork: Option<usize>,
+    /// Whether the oracle re-scored the engine's own continuation.
+    pub rescored: bool,
+    /// Number of output positions judged.
+    pub judged: usize,
+    /// Tie-flips counted.
+    pub tie_flips: usize,
+    /// Differences explained by exact oracle ties (not counted).
+    pub oracle_tie_flips: usize,
+    /// First divergence, if any.
+    pub first_divergence: Option<Event>,
+    /// Every tie-flip, oracle tie and divergence (at most 50).
+    pub events: Vec<Event>,
+    /// Oracle top-2 margin per judged position (`null` = infinite).
+    pub margins: Vec<Option<f64>>,
+    /// Engine wall time in seconds (batch modes: the batch call).
+    pub wall_s: f64,
+    /// Speculative counters.
+    pub spec: Option<SpecStats>,
+    /// Error message for the `error` verdict.
+    pub error: Option<String>,
+}
+
+/// A cross-mode fork (§4) with decoded tokens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ForkReport {
+    /// Prompt id.
+    pub prompt: String,
+    /// Absolute position of the fork.
+    pub position: usize,
+    /// The fork.
+    #[serde(flatten)]
+    pub fork: Fork,
+    /// Decoded tokens (a, b).
+    pub texts: (String, String),
+}
+
+/// The model a run judged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelRef {
+    /// Path as given.
+    pub path: String,
+    /// File stem (golden folder name).
+    pub stem: String,
+    /// SHA-256.
+    pub sha256: String,
+}
+
+/// One (model, suite, engine) run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    /// Target model.
+    pub model: ModelRef,
+    /// Draft model, if any.
+    pub draft: Option<ModelRef>,
+    /// Suite name.
+    pub suite: String,
+    /// Engine name.
+    pub engine: String,
+    /// τ used.
+    pub tau: f64,
+    /// Where τ came from (`goldens/<model>/budgets.toml [engine]` or `suite default`).
+    pub tau_source: String,
+    /// `max_tie_flips`.
+    pub max_tie_flips: usize,
+    /// Golden folder, if goldens were used.
+    pub goldens: Option<String>,
+    /// Modes run.
+    pub modes: Vec<String>,
+    /// Modes skipped with the reason.
+    pub skipped_modes: Vec<(String, String)>,
+    /// Entries in (prompt, mode) order.
+    pub entries: Vec<Entry>,
+    /// Cross-mode forks.
+    pub forks: Vec<ForkReport>,
+    /// Seconds spent in the engine.
+    pub engine_s: f64,
+    /// Seconds spent in the oracle (scoring, including cache look-ups).
+    pub oracle_s: f64,
+    /// Oracle scorings answered from the cache / computed.
+    pub cache: (usize, usize),
+}
+
+/// Summary over all runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Number of entries.
+    pub entries: usize,
+    /// Entries that pass.
+    pub passed: usize,
+    /// Entries that fail.
+    pub failed: usize,
+    /// Count per verdict.
+    pub by_verdict: BTreeMap<String, usize>,
+    /// 0 all pass, 1 some fail.
+    pub exit_code: i32,
+}
+
+/// `report.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// [`REPORT_SCHEMA`].
+    pub schema: String,
+    /// Seconds since the Unix epoch when written.
+    pub created_unix: u64,
+    /// Runs.
+    pub runs: Vec<Run>,
+    /// Summary.
+    pub summary: Summary,
+}
+
+impl Report {
+    /// Builds a report with its summary.
+    pub fn new(runs: Vec<Run>) -> Report {
+        let mut by_verdict = BTreeMap::new();
+        let (mut passed, mut failed) = (0, 0);
+        for e in runs.iter().flat_map(|r| &r.entries) {
+            *by_verdict.entry(e.verdict.as_str().to_string()).or_insert(0) += 1;
+            if e.passes {
+                passed += 1
+            } else {
+                failed += 1
+            }
+        }
+        let created_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        Report {
+            schema: REPORT_SCHEMA.into(),
+            created_unix,
+            summary: Summary {
+                entries: passed + failed,
+                passed,
+                failed,
+                by_verdict,
+                exit_code: i32::from(failed > 0),
+            },
+            runs,
+        }
+    }
+
+    /// Writes `report.json` and `report.md` into `dir`.
+    pub fn write(&self, dir: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let json = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
+        std::fs::write(dir.join("report.json"), json + "\n")?;
+        std::fs::write(dir.join("report.md"), self.markdown())
+    }
+
+    /// The Markdown report.
+    pub fn markdown(&self) -> String {
+        let mut s = String::new();
+        let sm = &self.summary;
+        let _ = writeln!(s, "# Conformance report\n");
+        let _ = writeln!(
+            s,
+            "{} entries: {} pass, {} fail ({}). Exit code {}.\n",
+            sm.entries,
+            sm.passed,
+            sm.failed,
+            sm.by_verdict
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            sm.exit_code
+        );
+        for run in &self.runs {
+            markdown_run(&mut s, run);
+        }
+        s
+    }
+}
+
+fn fmt_margin(m: Option<f64>) -> String {
+    m.map_or("∞".into(), |m| format!("{m:.6}"))
+}
+
+fn md_escape(t: &str) -> String {
+    t.replace('|', "\\|").replace('\n', "\\n").replace('`', "'")
+}
+
+fn markdown_run(s: &mut String, run: &Run) {
+    let _ = writeln!(
+        s,
+        "## {} · suite {} · engine {}\n\nmodel SHA-256 `{}`; τ = {} ({}); max tie-flips {}; goldens: {}; engine {:.1} s, oracle {:.1} s (cache {} hits, {} scored).\n",
+        run.model.stem,
+        run.suite,
+        run.engine,
+        run.model.sha256,
+        run.tau,
+        run.tau_source,
+        run.max_tie_flips,
+        run.goldens.as_deref().unwrap_or("none"),
+        run.engine_s,
+        run.oracle_s,
+        run.cache.0,
+        run.cache.1
+    );
+    for (m, why) in &run.skipped_modes {
+        let _ = writeln!(s, "- mode `{m}` skipped: {why}");
+    }
+    if !run.skipped_modes.is_empty() {
+        s.push('\n');
+    }
+    let mut prompts: Vec<&str> = Vec::new();
+    for e in &run.entries {
+        if !prompts.contains(&e.prompt.as_str()) {
+            prompts.push(&e.prompt);
+        }
+    }
+    let _ = writeln!(s, "| prompt | {} |", run.modes.join(" | "));
+    let _ = writeln!(s, "|---|{}", "---|".repeat(run.modes.len()));
+    for p in &prompts {
+        let cells: Vec<String> = run
+            .modes
+            .iter()
+            .map(|m| {
+                run.entries
+                    .iter()
+                    .find(|e| e.prompt == *p && &e.mode == m)
+                    .map_or("–".into(), |e| {
+                        let mark = if e.passes { "" } else { " ✗" };
+                        format!("{}{mark}", e.verdict.as_str())
+                    })
+            })
+            .collect();
+        let _ = writeln!(s, "| {p} | {} |", cells.join(" | "));
+    }
+    s.push('\n');
+    for e in run.entries.iter().filter(|e| e.verdict != Verdict::Exact) {
+        let _ = writeln!(
+            s,
+            "### {} / {}: {}\n\n{} output tokens, {} judged, {} tie-flip(s), {} oracle tie(s){}{}.\n",
+            e.prompt,
+            e.mode,
+            e.verdict.as_str(),
+            e.tokens.len(),
+            e.judged,
+            e.tie_flips,
+            e.oracle_tie_flips,
+            e.golden_fork
+                .map_or(String::new(), |f| format!(", first difference from the golden at output index {f}")),
+            if e.rescored { ", continuation re-scored by the oracle" } else { "" }
+        );
+        if let Some(err) = &e.error {
+            let _ = writeln!(s, "error: {err}\n");
+        }
+        for ev in &e.events {
+            let _ = writeln!(
+                s,
+                "- **{:?}** at position {} (output index {}): engine `{}` ({}) vs oracle `{}` ({}), m = {}{} logits, τ = {}",
+                ev.kind,
+                ev.position,
+                ev.index,
+                md_escape(&ev.token.text),
+                ev.token.id,
+                md_escape(&ev.oracle_top.text),
+                ev.oracle_top.id,
+                if ev.margin_is_bound { "≥ " } else { "" },
+                fmt_margin(ev.margin),
+                ev.tau
+            );
+            let top = |c: &[Candidate]| {
+                c.iter()
+                    .map(|c| format!("`{}` {} {:.6}", md_escape(&c.text), c.id, c.logit))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let _ = writeln!(s, "  - oracle top-5: {}", top(&ev.oracle_top5));
+            if let Some(et) = &ev.engine_top5 {
+                let _ = writeln!(s, "  - engine top-5: {}", top(et));
+            }
+            let _ = writeln!(
+                s,
+                "  - context: `…{}⟦{}⟧{}…`",
+                md_escape(&ev.context_before),
+                md_escape(&ev.token.text),
+                md_escape(&ev.context_after)
+            );
+        }
+        s.push('\n');
+    }
+    if !run.forks.is_empty() {
+        let _ = writeln!(s, "### Cross-mode forks\n");
+        let _ = writeln!(s, "| prompt | modes | position | tokens | oracle m | engine gaps | class |");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+        for f in &run.forks {
+            let tok = |t: Option<u32>, x: &str| t.map_or("end".into(), |t| format!("{t} `{}`", md_escape(x)));
+            let _ = writeln!(
+                s,
+                "| {} | {} vs {} | {} | {} / {} | {} / {} | {} / {} | {} |",
+                f.prompt,
+                f.fork.modes.0,
+                f.fork.modes.1,
+                f.position,
+                tok(f.fork.tokens.0, &f.texts.0),
+                tok(f.fork.tokens.1, &f.texts.1),
+                f.fork.margins.0.map_or("?".into(), |m| format!("{m:.6}")),
+                f.fork.margins.1.map_or("?".into(), |m| format!("{m:.6}")),
+                f.fork.engine_gaps.0.map_or("–".into(), |m| format!("{m:.6}")),
+                f.fork.engine_gaps.1.map_or("–".into(), |m| format!("{m:.6}")),
+                f.fork.class
+            );
+        }
+        s.push('\n');
+    }
+}

@@ -1,0 +1,495 @@
+//! The suite runner (`design/conformance.md` §2–§4): runs an engine in each mode on a suite,
+//! judges every (prompt, mode) with the tie-budget rule against the oracle (golden rows up to the
+//! first difference, re-scoring of the engine's own continuation after it), compares modes and
+//! builds the report entries.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::engine::{Engine, EngineError, Mode, Request, Step, StepKind, Trajectory};
+use crate::golden::Golden;
+use crate::oracle::{Codec, Oracle, ScoreCache};
+use crate::report::{Candidate, Entry, Event, ForkReport, ModelRef, Run, TokenRef};
+use crate::rule::{compare_modes, judge, Judgement, OracleRow, PositionVerdict, RuleParams};
+use crate::suite::Suite;
+
+/// What a run needs besides the engine, oracle and suite.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// Modes to run (those the engine does not declare are skipped and listed).
+    pub modes: Vec<Mode>,
+    /// τ in logits.
+    pub tau: f64,
+    /// Where τ came from.
+    pub tau_source: String,
+    /// Target model.
+    pub model: ModelRef,
+    /// Draft model.
+    pub draft: Option<ModelRef>,
+    /// Golden folder (for the report).
+    pub goldens_dir: Option<String>,
+    /// Show an indicatif progress bar (hidden anyway when stderr is not a terminal).
+    pub progress: bool,
+}
+
+/// A run that could not be judged (exit code 2).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A prompt could not be encoded.
+    #[error("prompt {id:?}: cannot encode: {message}")]
+    Encode {
+        /// Prompt id.
+        id: String,
+        /// Cause.
+        message: String,
+    },
+    /// The oracle failed.
+    #[error("oracle failed on prompt {id:?}: {source}")]
+    Oracle {
+        /// Prompt id.
+        id: String,
+        /// Cause.
+        source: EngineError,
+    },
+}
+
+/// The result of judging one trajectory.
+#[derive(Debug, Clone)]
+pub struct Judged {
+    /// The rule's result.
+    pub judgement: Judgement,
+    /// Oracle rows used, `[judged positions]`.
+    pub rows: Vec<OracleRow>,
+    /// First output index differing from the golden.
+    pub golden_fork: Option<usize>,
+    /// Token-identical to the golden (`None` without golden).
+    pub identical: Option<bool>,
+    /// Whether the continuation was re-scored.
+    pub rescored: bool,
+}
+
+/// Judges one generated trajectory (§3): golden rows while the output equals the golden; at the
+/// first difference the golden's top-k (a divergence if the top-k bound already exceeds τ);
+/// otherwise the oracle re-scores `prompt ‖ output` (cached) for every later position.
+pub fn judge_output(
+    oracle: &mut dyn Oracle,
+    cache: &mut ScoreCache,
+    prompt: &[u32],
+    steps: &[Step],
+    golden: Option<&Golden>,
+    params: &RuleParams,
+    top_k: usize,
+) -> Result<Judged, EngineError> {
+    let tokens: Vec<u32> = steps.iter().map(|s| s.token).collect();
+    let mut golden_fork = None;
+    let mut identical = None;
+    if let Some(g) = golden {
+        let fork = (0..tokens.len().max(g.tokens.len())).find(|&i| tokens.get(i) != g.tokens.get(i));
+        identical = Some(fork.is_none());
+        golden_fork = fork;
+        let grows = g.rows();
+        let upto = match fork {
+            None => tokens.len(),
+            Some(f) => (f + 1).min(grows.len()),
+        };
+        let rows = grows[..upto.min(grows.len())].to_vec();
+        let j = judge(steps, &rows, params, None);
+        let decided = fork.is_none() || (j.first_divergence.is_some() && j.first_divergence == fork);
+        if decided || j.verdict == crate::rule::Verdict::Error {
+            return Ok(Judged {
+                judgement: j,
+                rows,
+                golden_fork,
+                identical,
+                rescored: false,
+            });
+        }
+    }
+    let mut rows = cache.score_trajectory(oracle, prompt, &tokens, top_k)?;
+    if let (Some(g), Some(f)) = (golden, golden_fork) {
+        // positions before the fork share the golden prefix: the stored rows are the same scores
+        for (t, r) in rows.iter_mut().enumerate().take(f.min(g.top_k.len())) {
+            r.top_k.clone_from(&g.top_k[t]);
+        }
+    }
+    let j = judge(steps, &rows, params, None);
+    Ok(Judged {
+        judgement: j,
+        rows,
+        golden_fork,
+        identical,
+        rescored: true,
+    })
+}
+
+/// Judges the `prefill` mode (§2): the engine's teacher-forced argmax at each position of
+/// `prompt ‖ golden` against the golden rows; where the engine's token is outside the stored
+/// top-k and the bound does not decide, the oracle scores `prompt ‖ golden_<t ‖ e_t`.
+pub fn judge_prefill(
+    oracle: &mut dyn Oracle,
+    cache: &mut ScoreCache,
+    golden: &Golden,
+    steps: &[Step],
+    params: &RuleParams,
+    top_k: usize,
+) -> Result<Judged, EngineError> {
+    let mut rows = golden.rows();
+    loop {
+        let j = judge(steps, &rows, params, None);
+        let Some(t) = j.needs_rescore.filter(|&t| t < steps.len() && t < rows.len()) else {
+            let identical = steps.iter().map(|s| s.token).eq(golden.tokens.iter().copied());
+            return Ok(Judged {
+                judgement: j,
+                rows,
+                golden_fork: None,
+                identical: Some(identical),
+                rescored: false,
+            });
+        };
+        let mut prefix = golden.prompt.clone();
+        prefix.extend_from_slice(&golden.tokens[..t]);
+        let r = cache.score_trajectory(oracle, &prefix, &[steps[t].token], top_k)?;
+        rows[t] = r.into_iter().next().unwrap_or_else(|| rows[t].clone());
+        if rows[t].chosen.is_none() {
+            return Err(EngineError::Other(format!("oracle gave no logit for the token at {t}")));
+        }
+    }
+}
+
+fn token_ref(codec: &dyn Codec, id: u32) -> TokenRef {
+    TokenRef {
+        id,
+        text: codec.decode(&[id]),
+    }
+}
+
+fn candidates(codec: &dyn Codec, tk: &[(u32, f64)]) -> Vec<Candidate> {
+    tk.iter()
+        .take(5)
+        .map(|&(id, logit)| Candidate {
+            id,
+            logit,
+            text: codec.decode(&[id]),
+        })
+        .collect()
+}
+
+fn finite(x: f64) -> Option<f64> {
+    x.is_finite().then_some(x)
+}
+
+/// Builds a report entry from a judged trajectory.
+#[allow(clippy::too_many_arguments)]
+pub fn make_entry(
+    codec: &dyn Codec,
+    prompt_id: &str,
+    mode: &Mode,
+    prompt: &[u32],
+    traj: &Trajectory,
+    judged: &Judged,
+    tau: f64,
+) -> Entry {
+    let tokens = traj.tokens();
+    let j = &judged.judgement;
+    let event = |t: usize| -> Event {
+        let p = &j.positions[t];
+        let row = &judged.rows[t];
+        let lo = t.saturating_sub(12);
+        Event {
+            kind: p.verdict,
+            index: t,
+            position: prompt.len() + t,
+            token: token_ref(codec, p.token),
+            oracle_top: token_ref(codec, p.oracle_top),
+            margin: finite(p.margin),
+            margin_is_bound: p.margin_is_bound,
+            tau,
+            oracle_top5: candidates(codec, &row.top_k),
+            engine_top5: traj.steps[t].top_k.as_ref().map(|tk| candidates(codec, tk)),
+            context_before: codec.decode(&tokens[lo..t]),
+            context_after: codec.decode(&tokens[(t + 1).min(tokens.len())..(t + 7).min(tokens.len())]),
+        }
+    };
+    let events: Vec<Event> = j
+        .positions
+        .iter()
+        .filter(|p| p.verdict != PositionVerdict::Agree)
+        .take(50)
+        .map(|p| event(p.index))
+        .collect();
+    Entry {
+        prompt: prompt_id.to_string(),
+        mode: mode.to_string(),
+        verdict: j.verdict,
+        passes: j.verdict.passes(),
+        prompt_tokens: prompt.len(),
+        text: codec.decode(&tokens),
+        tokens: tokens.clone(),
+        identical_to_golden: judged.identical,
+        golden_fork: judged.golden_fork,
+        rescored: judged.rescored,
+        judged: j.positions.len(),
+        tie_flips: j.tie_flips,
+        oracle_tie_flips: j.oracle_tie_flips,
+        first_divergence: j.first_divergence.map(event),
+        events,
+        margins: j.positions.iter().map(|p| finite(p.oracle_top2)).collect(),
+        wall_s: traj.wall.as_secs_f64(),
+        spec: traj.spec.clone(),
+        error: j.error.clone(),
+    }
+}
+
+/// Checks a trajectory's shape: length within `max_tokens`, and shorter only when it ends on a
+/// stop id. Returns the error message for the `error` verdict.
+fn shape_error(req: &Request, traj: &Trajectory) -> Option<String> {
+    let n = traj.steps.len();
+    if traj.id != req.id {
+        return Some(format!("trajectory id {:?} for request {:?}", traj.id, req.id));
+    }
+    if n > req.max_tokens {
+        return Some(format!("{n} tokens emitted, max_tokens {}", req.max_tokens));
+    }
+    let stopped = traj.steps.last().is_some_and(|s| req.stop.contains(&s.token));
+    if n < req.max_tokens && !stopped {
+        return Some(format!("output ended after {n} of {} tokens without a stop id", req.max_tokens));
+    }
+    if let Some(i) = traj.steps[..n.saturating_sub(1)].iter().position(|s| req.stop.contains(&s.token)) {
+        return Some(format!("output continues after stop id at index {i}"));
+    }
+    None
+}
+
+/// Runs `engine` on `suite` in every configured mode and judges it against `oracle`.
+///
+/// `goldens` maps prompt id → golden (needed for `prefill`, and for the `exact`/golden-fork
+/// columns). Errors: [`RunError`] when the run cannot be judged (exit 2); engine failures are
+/// `error` verdicts, not errors.
+pub fn run_suite(
+    engine: &mut dyn Engine,
+    oracle: &mut dyn Oracle,
+    codec: &dyn Codec,
+    cache: &mut ScoreCache,
+    suite: &Suite,
+    goldens: Option<&BTreeMap<String, Golden>>,
+    cfg: &RunConfig,
+) -> Result<Run, RunError> {
+    let st = &suite.settings;
+    let mut reqs = Vec::new();
+    for p in &suite.prompts {
+        let ids = codec
+            .encode(&p.input, st.enable_thinking)
+            .map_err(|message| RunError::Encode {
+                id: p.id.clone(),
+                message,
+            })?;
+        reqs.push(Request {
+            id: p.id.clone(),
+            prompt: ids,
+            max_tokens: p.max_tokens,
+            stop: st.stop_ids.clone(),
+        });
+    }
+    let params = RuleParams {
+        tau: cfg.tau,
+        max_tie_flips: st.max_tie_flips,
+        suppressed: oracle.suppressed_ids(),
+        oracle_tie_rel: st.oracle_tie_rel,
+        vocab_size: oracle.vocab_size(),
+    };
+    let declared = engine.modes();
+    let mut skipped = Vec::new();
+    let mut modes = Vec::new();
+    for m in &cfg.modes {
+        if !declared.contains(m) {
+            skipped.push((m.to_string(), format!("engine {} does not declare it", engine.name())));
+        } else if *m == Mode::Prefill && goldens.is_none() {
+            skipped.push((m.to_string(), "needs goldens (run `cargo xtask bless`)".into()));
+        } else {
+            modes.push(*m);
+        }
+    }
+    let bar = if cfg.progress {
+        let b = ProgressBar::new((modes.len() * reqs.len()) as u64);
+        if let Ok(style) = ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} ({elapsed})") {
+            b.set_style(style.progress_chars("=> "));
+        }
+        b.set_prefix(format!("{} {}", suite.settings.name, engine.name()));
+        b
+    } else {
+        ProgressBar::hidden()
+    };
+    let (mut engine_s, mut oracle_s) = (0.0, 0.0);
+    let mut entries = Vec::new();
+    let mut judged_by_prompt: BTreeMap<String, Vec<(Mode, Trajectory, Judged)>> = BTreeMap::new();
+    for mode in &modes {
+        bar.set_message(mode.to_string());
+        let t0 = Instant::now();
+        let result: Result<Vec<Trajectory>, EngineError> = if *mode == Mode::Prefill {
+            prefill_trajectories(engine, &reqs, goldens, st.top_k)
+        } else {
+            engine.generate(&reqs, mode)
+        };
+        engine_s += t0.elapsed().as_secs_f64();
+        let trajs: Vec<Result<Trajectory, String>> = match result {
+            Ok(t) if t.len() == reqs.len() => t.into_iter().map(Ok).collect(),
+            Ok(t) => vec![Err(format!("engine returned {} trajectories for {} requests", t.len(), reqs.len())); reqs.len()],
+            Err(e) => vec![Err(e.to_string()); reqs.len()],
+        };
+        for (req, traj) in reqs.iter().zip(trajs) {
+            let golden = goldens.and_then(|g| g.get(&req.id));
+            let t1 = Instant::now();
+            let (traj, engine_err) = match traj {
+                Ok(t) => (t, None),
+                Err(msg) => (
+                    Trajectory {
+                        id: req.id.clone(),
+                        steps: Vec::new(),
+                        spec: None,
+                        wall: std::time::Duration::ZERO,
+                    },
+                    Some(msg),
+                ),
+            };
+            let shape = if *mode == Mode::Prefill { None } else { shape_error(req, &traj) };
+            let judged = match (engine_err.or(shape), golden) {
+                (Some(err), _) => error_judged(err),
+                (None, Some(g)) if *mode == Mode::Prefill => {
+                    judge_prefill(oracle, cache, g, &traj.steps, &params, st.top_k)
+                        .map_err(|source| RunError::Oracle { id: req.id.clone(), source })?
+                }
+                (None, None) if *mode == Mode::Prefill => error_judged("no golden for prefill".into()),
+                (None, g) => judge_output(oracle, cache, &req.prompt, &traj.steps, g, &params, st.top_k)
+                    .map_err(|source| RunError::Oracle { id: req.id.clone(), source })?,
+            };
+            oracle_s += t1.elapsed().as_secs_f64();
+            entries.push(make_entry(codec, &req.id, mode, &req.prompt, &traj, &judged, cfg.tau));
+            judged_by_prompt.entry(req.id.clone()).or_default().push((*mode, traj, judged));
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    let forks = cross_mode_forks(codec, &reqs, &judged_by_prompt, cfg.tau);
+    // entries in (prompt, mode) order
+    let order: BTreeMap<&str, usize> = reqs.iter().enumerate().map(|(i, r)| (r.id.as_str(), i)).collect();
+    entries.sort_by_key(|e| (order.get(e.prompt.as_str()).copied().unwrap_or(0), modes.iter().position(|m| m.to_string() == e.mode)));
+    Ok(Run {
+        model: cfg.model.clone(),
+        draft: cfg.draft.clone(),
+        suite: suite.settings.name.clone(),
+        engine: engine.name().to_string(),
+        tau: cfg.tau,
+        tau_source: cfg.tau_source.clone(),
+        max_tie_flips: st.max_tie_flips,
+        goldens: cfg.goldens_dir.clone(),
+        modes: modes.iter().map(|m| m.to_string()).collect(),
+        skipped_modes: skipped,
+        entries,
+        forks,
+        engine_s,
+        oracle_s,
+        cache: (cache.hits, cache.misses),
+    })
+}
+
+fn error_judged(err: String) -> Judged {
+    Judged {
+        judgement: judge(&[], &[], &RuleParams {
+            tau: 0.0,
+            max_tie_flips: 0,
+            suppressed: vec![],
+            oracle_tie_rel: 0.0,
+            vocab_size: 0,
+        }, Some(&err)),
+        rows: Vec::new(),
+        golden_fork: None,
+        identical: None,
+        rescored: false,
+    }
+}
+
+/// Prefill mode: the engine scores `prompt ‖ golden`; its argmax per position becomes a step.
+fn prefill_trajectories(
+    engine: &mut dyn Engine,
+    reqs: &[Request],
+    goldens: Option<&BTreeMap<String, Golden>>,
+    top_k: usize,
+) -> Result<Vec<Trajectory>, EngineError> {
+    let goldens = goldens.ok_or_else(|| EngineError::Other("prefill needs goldens".into()))?;
+    let mut seqs = Vec::new();
+    for r in reqs {
+        let g = goldens.get(&r.id).ok_or_else(|| EngineError::Request {
+            id: r.id.clone(),
+            message: "no golden".into(),
+        })?;
+        let mut s = r.prompt.clone();
+        s.extend_from_slice(&g.tokens);
+        seqs.push(s);
+    }
+    let t0 = Instant::now();
+    let scores = engine.score(&seqs, top_k)?;
+    let wall = t0.elapsed() / reqs.len().max(1) as u32;
+    let mut out = Vec::new();
+    for ((r, sc), s) in reqs.iter().zip(scores).zip(&seqs) {
+        let p = r.prompt.len();
+        let n = s.len() - p;
+        if sc.rows.len() < p + n - 1 {
+            return Err(EngineError::Request {
+                id: r.id.clone(),
+                message: format!("engine scored {} rows of {}", sc.rows.len(), s.len()),
+            });
+        }
+        let steps = (0..n)
+            .map(|t| {
+                let row = &sc.rows[p - 1 + t];
+                Step {
+                    token: row.first().map_or(u32::MAX, |x| x.0),
+                    top_k: Some(row.clone()),
+                    kind: StepKind::Prefill,
+                }
+            })
+            .collect();
+        out.push(Trajectory {
+            id: r.id.clone(),
+            steps,
+            spec: None,
+            wall,
+        });
+    }
+    Ok(out)
+}
+
+/// §4: for each prompt, `plain` against every other generated mode (or, without `plain`, the
+/// first generated mode against the rest).
+fn cross_mode_forks(
+    codec: &dyn Codec,
+    reqs: &[Request],
+    by_prompt: &BTreeMap<String, Vec<(Mode, Trajectory, Judged)>>,
+    tau: f64,
+) -> Vec<ForkReport> {
+    let mut out = Vec::new();
+    for r in reqs {
+        let Some(list) = by_prompt.get(&r.id) else { continue };
+        let gen: Vec<_> = list.iter().filter(|(m, _, _)| *m != Mode::Prefill).collect();
+        let base = gen.iter().position(|(m, _, _)| *m == Mode::Plain).unwrap_or(0);
+        let Some((bm, bt, bj)) = gen.get(base) else { continue };
+        for (i, (m, t, j)) in gen.iter().enumerate() {
+            if i == base || t.steps.is_empty() || bt.steps.is_empty() {
+                continue;
+            }
+            let (ma, mb) = (bm.to_string(), m.to_string());
+            if let Some(f) = compare_modes((&ma, &bt.steps, &bj.judgement), (&mb, &t.steps, &j.judgement), tau) {
+                let text = |x: Option<u32>| x.map_or(String::new(), |x| codec.decode(&[x]));
+                out.push(ForkReport {
+                    prompt: r.id.clone(),
+                    position: r.prompt.len() + f.index,
+                    texts: (text(f.tokens.0), text(f.tokens.1)),
+                    fork: f,
+                });
+            }
+        }
+    }
+    out
+}

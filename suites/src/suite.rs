@@ -1,0 +1,357 @@
+//! Suite TOML files (`design/conformance.md` §9): a `[suite]` table of settings with the §9
+//! defaults, then `[[prompt]]` tables with `id`, either `messages` or `text`, and `max_tokens`.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::Mode;
+
+/// One chat message of a prompt (`{role, content}`), rendered with the model's chat template.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    /// `system`, `user`, `assistant` (or `model`).
+    pub role: String,
+    /// Message text.
+    pub content: String,
+}
+
+/// What the prompt is: chat messages (template applied, gemma4-chat §4 BOS rule) or raw text
+/// (encoded with BOS).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum PromptInput {
+    /// Chat messages.
+    Messages(Vec<Message>),
+    /// Raw text.
+    Text(String),
+}
+
+/// One `[[prompt]]` table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Prompt {
+    /// Unique id (file-name safe: `[A-Za-z0-9_-]`).
+    pub id: String,
+    /// The input.
+    pub input: PromptInput,
+    /// Token budget for generation.
+    pub max_tokens: usize,
+}
+
+/// The `[suite]` settings, with the conformance §9 defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SuiteSettings {
+    /// Suite name (defaults to the file stem).
+    #[serde(default)]
+    pub name: String,
+    /// Top-k stored and compared per position (default 16).
+    #[serde(default = "default_top_k")]
+    pub top_k: usize,
+    /// Allowed tie-flips per (prompt, mode) (default 3).
+    #[serde(default = "default_max_tie_flips")]
+    pub max_tie_flips: usize,
+    /// τ in logits, used only when `goldens/<model>/budgets.toml` has no entry for the engine.
+    #[serde(default = "default_tie_budget")]
+    pub tie_budget: f64,
+    /// Modes to run (default for CPU engines: prefill, plain, batch:4, spec:1, spec:2, spec:4).
+    #[serde(default = "default_modes")]
+    pub modes: Vec<Mode>,
+    /// Stop ids (default Gemma-4: `[1, 50, 106]`, gemma4-chat §3).
+    #[serde(default = "default_stop_ids")]
+    pub stop_ids: Vec<u32>,
+    /// Chat template `enable_thinking` (default false).
+    #[serde(default)]
+    pub enable_thinking: bool,
+    /// Relative oracle-tie threshold: `ε_oracle = oracle_tie_rel · max|ℓ_t|` (default 1e-9).
+    #[serde(default = "default_oracle_tie_rel")]
+    pub oracle_tie_rel: f64,
+}
+
+fn default_top_k() -> usize {
+    16
+}
+fn default_max_tie_flips() -> usize {
+    3
+}
+fn default_tie_budget() -> f64 {
+    0.02
+}
+fn default_oracle_tie_rel() -> f64 {
+    1e-9
+}
+fn default_modes() -> Vec<Mode> {
+    vec![
+        Mode::Prefill,
+        Mode::Plain,
+        Mode::Batch { n: 4 },
+        Mode::Spec { k: 1 },
+        Mode::Spec { k: 2 },
+        Mode::Spec { k: 4 },
+    ]
+}
+fn default_stop_ids() -> Vec<u32> {
+    vec![1, 50, 106]
+}
+
+impl Default for SuiteSettings {
+    fn default() -> Self {
+        SuiteSettings {
+            name: String::new(),
+            top_k: default_top_k(),
+            max_tie_flips: default_max_tie_flips(),
+            tie_budget: default_tie_budget(),
+            modes: default_modes(),
+            stop_ids: default_stop_ids(),
+            enable_thinking: false,
+            oracle_tie_rel: default_oracle_tie_rel(),
+        }
+    }
+}
+
+/// A loaded suite.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Suite {
+    /// Where it was read from.
+    pub path: PathBuf,
+    /// Settings.
+    pub settings: SuiteSettings,
+    /// Prompts in file order.
+    pub prompts: Vec<Prompt>,
+}
+
+/// Errors loading a suite; each names the file and, where it applies, the prompt id.
+#[derive(Debug, thiserror::Error)]
+pub enum SuiteError {
+    /// The file could not be read.
+    #[error("{path}: cannot read suite: {source}")]
+    Io {
+        /// Suite file.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The TOML is malformed or a `[suite]` key has the wrong type.
+    #[error("{path}: bad suite TOML: {message}")]
+    Toml {
+        /// Suite file.
+        path: PathBuf,
+        /// Parser message.
+        message: String,
+    },
+    /// One prompt table is invalid.
+    #[error("{path}: prompt {id:?}: {message}")]
+    Prompt {
+        /// Suite file.
+        path: PathBuf,
+        /// Prompt id (or `#<index>` when the id itself is missing).
+        id: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A prompt id asked for does not exist.
+    #[error("{path}: no prompt with id {id:?}")]
+    UnknownPrompt {
+        /// Suite file.
+        path: PathBuf,
+        /// Prompt id.
+        id: String,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPrompt {
+    id: Option<String>,
+    messages: Option<Vec<Message>>,
+    text: Option<String>,
+    max_tokens: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSuite {
+    #[serde(default)]
+    suite: SuiteSettings,
+    #[serde(default)]
+    prompt: Vec<toml::Value>,
+}
+
+impl Suite {
+    /// Reads and validates a suite file.
+    ///
+    /// Errors: [`SuiteError`] naming the file (and prompt id): unreadable file, bad TOML,
+    /// missing/duplicate/unsafe id, neither or both of `messages`/`text`, empty messages, an
+    /// unknown role, missing or zero `max_tokens`.
+    pub fn load(path: impl AsRef<Path>) -> Result<Suite, SuiteError> {
+        let path = path.as_ref().to_path_buf();
+        let text = std::fs::read_to_string(&path).map_err(|source| SuiteError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        Suite::parse(&text, &path)
+    }
+
+    /// Parses suite TOML text; `path` is used for the name default and error messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Suite, SuiteError> {
+        let raw: RawSuite = toml::from_str(text).map_err(|e| SuiteError::Toml {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        let mut settings = raw.suite;
+        if settings.name.is_empty() {
+            settings.name = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "suite".into());
+        }
+        if settings.top_k < 2 {
+            return Err(SuiteError::Toml {
+                path: path.to_path_buf(),
+                message: format!("[suite] top_k = {} (must be >= 2)", settings.top_k),
+            });
+        }
+        if !(settings.tie_budget.is_finite() && settings.tie_budget >= 0.0) {
+            return Err(SuiteError::Toml {
+                path: path.to_path_buf(),
+                message: format!("[suite] tie_budget = {} (must be >= 0)", settings.tie_budget),
+            });
+        }
+        let mut prompts: Vec<Prompt> = Vec::new();
+        for (i, value) in raw.prompt.into_iter().enumerate() {
+            let id_hint = value
+                .get("id")
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("#{}", i + 1));
+            let perr = |message: String| SuiteError::Prompt {
+                path: path.to_path_buf(),
+                id: id_hint.clone(),
+                message,
+            };
+            let rp: RawPrompt = value.try_into().map_err(|e: toml::de::Error| perr(e.to_string()))?;
+            let id = rp.id.ok_or_else(|| perr("missing `id`".into()))?;
+            if id.is_empty()
+                || !id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
+                return Err(perr("id must be non-empty [A-Za-z0-9_-]".into()));
+            }
+            if prompts.iter().any(|p| p.id == id) {
+                return Err(perr("duplicate id".into()));
+            }
+            let input = match (rp.messages, rp.text) {
+                (Some(m), None) => {
+                    if m.is_empty() {
+                        return Err(perr("`messages` is empty".into()));
+                    }
+                    if let Some(bad) = m
+                        .iter()
+                        .find(|m| !matches!(m.role.as_str(), "system" | "user" | "assistant" | "model"))
+                    {
+                        return Err(perr(format!("unknown role {:?}", bad.role)));
+                    }
+                    PromptInput::Messages(m)
+                }
+                (None, Some(t)) => PromptInput::Text(t),
+                (Some(_), Some(_)) => return Err(perr("has both `messages` and `text`".into())),
+                (None, None) => return Err(perr("needs `messages` or `text`".into())),
+            };
+            let max_tokens = rp
+                .max_tokens
+                .ok_or_else(|| perr("missing `max_tokens`".into()))?;
+            if max_tokens == 0 {
+                return Err(perr("`max_tokens` must be >= 1".into()));
+            }
+            prompts.push(Prompt {
+                id,
+                input,
+                max_tokens,
+            });
+        }
+        if prompts.is_empty() {
+            return Err(SuiteError::Toml {
+                path: path.to_path_buf(),
+                message: "no [[prompt]] tables".into(),
+            });
+        }
+        Ok(Suite {
+            path: path.to_path_buf(),
+            settings,
+            prompts,
+        })
+    }
+
+    /// The prompt with this id.
+    pub fn prompt(&self, id: &str) -> Result<&Prompt, SuiteError> {
+        self.prompts
+            .iter()
+            .find(|p| p.id == id)
+            .ok_or_else(|| SuiteError::UnknownPrompt {
+                path: self.path.clone(),
+                id: id.to_string(),
+            })
+    }
+
+    /// Keeps only the prompts whose ids are listed (all if `ids` is empty).
+    pub fn retain_ids(&mut self, ids: &[String]) -> Result<(), SuiteError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        for id in ids {
+            self.prompt(id)?;
+        }
+        self.prompts.retain(|p| ids.contains(&p.id));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Suite, SuiteError> {
+        Suite::parse(text, Path::new("suites/t.toml"))
+    }
+
+    #[test]
+    fn defaults_follow_conformance_section_9() {
+        let s = parse("[[prompt]]\nid = \"a\"\ntext = \"hi\"\nmax_tokens = 4\n").unwrap();
+        assert_eq!(s.settings.name, "t");
+        assert_eq!(s.settings.top_k, 16);
+        assert_eq!(s.settings.max_tie_flips, 3);
+        assert_eq!(s.settings.stop_ids, vec![1, 50, 106]);
+        assert!(!s.settings.enable_thinking);
+        assert_eq!(
+            s.settings
+                .modes
+                .iter()
+                .map(|m| m.to_string())
+                .collect::<Vec<_>>(),
+            ["prefill", "plain", "batch:4", "spec:1", "spec:2", "spec:4"]
+        );
+        assert_eq!(s.prompts[0].input, PromptInput::Text("hi".into()));
+    }
+
+    #[test]
+    fn prompt_errors_name_file_and_id() {
+        let e = parse("[[prompt]]\nid = \"x1\"\ntext = \"hi\"\n").unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("suites/t.toml") && msg.contains("x1") && msg.contains("max_tokens"), "{msg}");
+        let e = parse("[[prompt]]\nid = \"x2\"\nmax_tokens = 3\n").unwrap_err();
+        assert!(e.to_string().contains("x2"), "{e}");
+        let e = parse(
+            "[[prompt]]\nid = \"x3\"\ntext = \"a\"\nmessages = [{role = \"user\", content = \"b\"}]\nmax_tokens = 3\n",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("both"), "{e}");
+        let e = parse(
+            "[[prompt]]\nid = \"d\"\ntext = \"a\"\nmax_tokens = 3\n[[prompt]]\nid = \"d\"\ntext = \"b\"\nmax_tokens = 3\n",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("duplicate"), "{e}");
+        let e = parse("[suite]\nmodes = [\"spec:0\"]\n[[prompt]]\nid = \"a\"\ntext = \"x\"\nmax_tokens = 1\n")
+            .unwrap_err();
+        assert!(e.to_string().contains("spec:0"), "{e}");
+    }
+}

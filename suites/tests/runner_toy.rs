@@ -1,0 +1,212 @@
+//! The runner end to end on the toy model (`suites::mock`): goldens from the toy oracle's own
+//! greedy output, then wrapper engines that add noise or force one token (conformance §3 cases
+//! (a)–(c) of the brief), judged, reported and plotted.
+//!
+//! Expected values come from the toy model's definition (hand-derived): after a prefix ending
+//! in `l` the top token is `l + 1` at logit 10, every other logit is in `[0, 4)` except, when
+//! `l % 7 == 3`, id `l + 2` at `10 − 2^-10`. So a greedy output counts up from the prompt's last
+//! id, every forced second choice at `l % 7 != 3` is a divergence of more than 6 logits, and
+//! at `l % 7 == 3` a tie-flip of exactly 2^-10.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use suites::golden::{Golden, ORACLE_VERSION, SIDECAR_SCHEMA};
+use suites::mock::{ByteCodec, Perturbation, Perturbed, ToyModel};
+use suites::oracle::{Codec, ScoreCache};
+use suites::report::{ModelRef, Report};
+use suites::rule::{PositionVerdict, Verdict};
+use suites::runner::{run_suite, RunConfig};
+use suites::suite::Suite;
+use suites::{Engine, Mode, Request};
+
+const V: usize = 64;
+
+fn suite() -> Suite {
+    Suite::parse(
+        r#"
+[suite]
+name = "toy"
+max_tie_flips = 100
+stop_ids = []
+modes = ["prefill", "plain", "batch:4"]
+
+[[prompt]]
+id = "a"
+text = "A"
+max_tokens = 20
+
+[[prompt]]
+id = "b"
+text = "hello"
+max_tokens = 12
+"#,
+        Path::new("toy.toml"),
+    )
+    .unwrap()
+}
+
+fn goldens(s: &Suite) -> BTreeMap<String, Golden> {
+    let codec = ByteCodec { vocab: V };
+    let mut toy = ToyModel::new(V);
+    let mut out = BTreeMap::new();
+    for p in &s.prompts {
+        let prompt = codec.encode(&p.input, false).unwrap();
+        let req = Request {
+            id: p.id.clone(),
+            prompt: prompt.clone(),
+            max_tokens: p.max_tokens,
+            stop: vec![],
+        };
+        let t = toy.generate(&[req], &Mode::Plain).unwrap().pop().unwrap();
+        out.insert(
+            p.id.clone(),
+            Golden {
+                schema: SIDECAR_SCHEMA.into(),
+                model_file: "toy.gguf".into(),
+                model_sha256: "toy-model".into(),
+                oracle_version: ORACLE_VERSION.into(),
+                suite: "toy".into(),
+                prompt_id: p.id.clone(),
+                prompt,
+                tokens: t.tokens(),
+                top_k: t.steps.iter().map(|s| s.top_k.clone().unwrap()).collect(),
+            },
+        );
+    }
+    out
+}
+
+fn cfg(modes: &[Mode]) -> RunConfig {
+    RunConfig {
+        modes: modes.to_vec(),
+        tau: 2f64.powi(-6),
+        tau_source: "test".into(),
+        model: ModelRef {
+            path: "toy.gguf".into(),
+            stem: "toy".into(),
+            sha256: "toy-model".into(),
+        },
+        draft: None,
+        goldens_dir: None,
+        progress: false,
+    }
+}
+
+fn run(engine: &mut dyn Engine, modes: &[Mode]) -> suites::report::Run {
+    let s = suite();
+    let g = goldens(&s);
+    let mut oracle = ToyModel::new(V);
+    let mut cache = ScoreCache::new(None);
+    run_suite(engine, &mut oracle, &ByteCodec { vocab: V }, &mut cache, &s, Some(&g), &cfg(modes)).unwrap()
+}
+
+#[test]
+fn oracle_as_engine_is_exact_in_every_mode() {
+    let modes = [Mode::Prefill, Mode::Plain, Mode::Batch { n: 4 }];
+    let r = run(&mut ToyModel::new(V), &modes);
+    assert_eq!(r.entries.len(), 6);
+    for e in &r.entries {
+        assert_eq!(e.verdict, Verdict::Exact, "{} {}", e.prompt, e.mode);
+        assert_eq!(e.identical_to_golden, Some(true));
+        assert!(!e.rescored);
+    }
+    assert!(r.forks.is_empty());
+    // prompt "A" = [2, 65 % 64 = 1]: the toy model counts 2, 3, 4, …
+    assert_eq!(r.entries[0].tokens[..4], [2, 3, 4, 5]);
+}
+
+#[test]
+fn noise_far_below_tau_gives_only_exact_or_tie_flips() {
+    // amp 2^-9: logit differences move by at most 2^-8 < τ = 2^-6. Only the near-ties
+    // (margin 2^-10) can flip; every other margin is > 6.
+    let mut e = Perturbed::new(ToyModel::new(V), Perturbation::Noise { amp: 2f64.powi(-9) });
+    let r = run(&mut e, &[Mode::Plain]);
+    for en in &r.entries {
+        assert!(matches!(en.verdict, Verdict::Exact | Verdict::TieFlip), "{en:?}");
+        for ev in &en.events {
+            assert_eq!(ev.kind, PositionVerdict::TieFlip);
+            assert_eq!(ev.margin, Some(2f64.powi(-10)));
+        }
+    }
+}
+
+#[test]
+fn forced_flip_at_a_large_margin_is_a_divergence_at_exactly_that_position() {
+    // prompt "A" outputs 2, 3, 4, …; at index 5 the prefix ends in 6 (6 % 7 != 3): margin > 6.
+    let how = Perturbation::Force { id: "a".into(), index: 5, rank: 1 };
+    let r = run(&mut Perturbed::new(ToyModel::new(V), how), &[Mode::Plain]);
+    let e = &r.entries[0];
+    assert_eq!(e.verdict, Verdict::Divergence);
+    let d = e.first_divergence.as_ref().unwrap();
+    assert_eq!(d.index, 5);
+    assert_eq!(d.position, 2 + 5);
+    assert_eq!(d.oracle_top.id, 7);
+    assert!(d.margin.unwrap() > 6.0 && d.margin.unwrap() <= 10.0);
+    assert_eq!(e.golden_fork, Some(5));
+    assert_eq!(r.entries[1].verdict, Verdict::Exact);
+}
+
+#[test]
+fn legitimate_fork_at_a_near_tie_is_rescored_to_the_end() {
+    // prompt "A": at index 2 the prefix ends in 3 (3 % 7 == 3): 4 at 10, 5 at 10 − 2^-10.
+    let how = Perturbation::Force { id: "a".into(), index: 2, rank: 1 };
+    let r = run(&mut Perturbed::new(ToyModel::new(V), how), &[Mode::Plain]);
+    let e = &r.entries[0];
+    assert_eq!(e.verdict, Verdict::TieFlip);
+    assert_eq!(e.tie_flips, 1);
+    assert_eq!(e.events[0].index, 2);
+    assert_eq!(e.events[0].margin, Some(2f64.powi(-10)));
+    // after the fork the engine continues 6, 7, … and every later position was judged by
+    // re-scoring the engine's own prefix
+    assert_eq!(e.tokens[..5], [2, 3, 5, 6, 7]);
+    assert!(e.rescored);
+    assert_eq!(e.judged, 20);
+    assert_eq!(e.margins.len(), 20);
+    assert!(e.margins.iter().all(|m| m.is_some()));
+}
+
+#[test]
+fn cross_mode_fork_and_report_files_are_written() {
+    // engine: plain is forced at the near-tie; batch:4 stays exact → tie-split fork.
+    struct Two(Perturbed<ToyModel>, ToyModel);
+    impl Engine for Two {
+        fn name(&self) -> &str {
+            "two"
+        }
+        fn modes(&self) -> Vec<Mode> {
+            vec![Mode::Plain, Mode::Batch { n: 4 }]
+        }
+        fn generate(&mut self, r: &[Request], m: &Mode) -> Result<Vec<suites::Trajectory>, suites::EngineError> {
+            match m {
+                Mode::Plain => self.0.generate(r, m),
+                _ => self.1.generate(r, m),
+            }
+        }
+        fn score(&mut self, s: &[Vec<u32>], k: usize) -> Result<Vec<suites::Scores>, suites::EngineError> {
+            self.1.score(s, k)
+        }
+    }
+    let how = Perturbation::Force { id: "a".into(), index: 2, rank: 1 };
+    let mut e = Two(Perturbed::new(ToyModel::new(V), how), ToyModel::new(V));
+    let r = run(&mut e, &[Mode::Prefill, Mode::Plain, Mode::Batch { n: 4 }]);
+    assert_eq!(r.skipped_modes.len(), 1, "prefill is not declared");
+    assert_eq!(r.forks.len(), 1);
+    let f = &r.forks[0];
+    assert_eq!((f.fork.index, f.position), (2, 4));
+    assert_eq!(f.fork.class.to_string(), "tie-split");
+    assert_eq!(f.fork.margins, (Some(2f64.powi(-10)), Some(0.0)));
+    let report = Report::new(vec![r]);
+    assert_eq!(report.summary.exit_code, 0);
+    let dir = std::env::temp_dir().join(format!("suites-report-{}", std::process::id()));
+    report.write(&dir).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    assert_eq!(json["schema"], "conformance-report/1");
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(md.contains("| a | tie-flip | exact |"), "{md}");
+    let entries: Vec<&suites::report::Entry> = report.runs[0].entries.iter().filter(|e| e.prompt == "a").collect();
+    let svg = dir.join("plots/toy/a.svg");
+    suites::plot::margin_plot(&svg, "a", &entries, 2f64.powi(-6)).unwrap();
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,0 +1,64 @@
+//! `cargo xtask bless`: write the goldens (insta snapshot + full-precision sidecar per prompt)
+//! from the f64 oracle (`design/conformance.md` §9, style R11). Without `--accept`, changed
+//! snapshots become `.snap.new` for `cargo insta review`; under `INSTA_UPDATE=no` (CI) a change
+//! fails the run (exit 1). A golden pinned to another model SHA-256 stops the run (exit 2).
+
+use std::path::PathBuf;
+
+use suites::conformance::bless;
+
+/// Flags of `bless`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Target model GGUF (default: the fixture models).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Suite name or path; repeatable (default: smoke and core).
+    #[arg(long = "suite")]
+    pub suites: Vec<String>,
+    /// Only these prompt ids (comma-separated).
+    #[arg(long)]
+    pub prompts: Option<String>,
+    /// Write `.snap` directly (INSTA_UPDATE=always) instead of `.snap.new` for review.
+    #[arg(long)]
+    pub accept: bool,
+    /// Overwrite goldens pinned to another model SHA-256.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Runs the verb; returns the process exit code.
+pub fn run(a: &Args) -> i32 {
+    if a.accept {
+        // SAFETY-free: single-threaded at this point; insta reads it on first assertion.
+        std::env::set_var("INSTA_UPDATE", "always");
+    }
+    std::env::set_var("INSTA_FORCE_PASS", "0");
+    let o = crate::conformance::options(&a.model, &None, &a.suites, &["smoke", "core"], &a.prompts);
+    let t0 = std::time::Instant::now();
+    match bless(&o, a.force) {
+        Ok(s) => {
+            for d in &s.dirs {
+                println!("goldens: {}", d.display());
+            }
+            println!(
+                "{} unchanged, {} written, {} mismatched in {:.1} s",
+                s.unchanged,
+                s.written,
+                s.mismatched.len(),
+                t0.elapsed().as_secs_f64()
+            );
+            if s.written > 0 && !a.accept {
+                println!("review with `cargo insta review` (pending .snap.new files)");
+            }
+            for m in &s.mismatched {
+                eprintln!("golden changed: {m}");
+            }
+            i32::from(!s.mismatched.is_empty())
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            2
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! `cargo xtask fixtures` — deterministic synthetic Gemma-4 GGUF models for CI.
+//!
+//! Writes, into `--out` (default `target/fixtures`), three target/assistant pairs
+//! ([`family`]: dense k_eq_v, E2B-style PLE + KV sharing + double-wide MLP, MoE; the E2B-style
+//! assistant with the centroid head) in three variants each ([`mix`]: F32, BF16, UD-Q2_K_XL),
+//! 18 files, plus `manifest.json` (name, variant, role, file, bytes, SHA-256). The vocabulary is
+//! a 1024-token BPE trained on the committed corpus `xtask/data/corpus.txt` ([`vocab`]),
+//! written as GGUF tokenizer metadata per `spec/gguf-gemma4.md` §7 with the real chat template.
+//! Metadata keys and tensor names/shapes: `spec/gguf-gemma4.md` §5, §6, §8; configuration:
+//! `spec/gemma4-text.md` §1, `spec/gemma4-assistant-mtp.md` §1.
+//!
+//! Weights (seeded, [`rng`]; one stream per tensor; scales in [`models`]):
+//! * `token_embd` rows `N(0, 1/H)·r_v`, `r_v ~ U[0.5, 1.5]`, so the scaled input embedding
+//!   `E[x]·√H` has RMS ≈ 1 and token rows differ in norm;
+//! * every projection `N(0, 1/fan_in)` (`fan_in` = `ne0`), the router `N(0, 1)` (its input
+//!   is scaled by `1/√H`), PLE tables `N(0, 1/P)`;
+//! * norm gains `U[0.9, 1.1]`; `attn_q_norm` gains `1.5/√hd · U[0.9, 1.1]` (score std ≈ 1.5,
+//!   since the score scale is 1.0); `layer_output_scale` `U[0.7, 1.0]`;
+//! * `output_norm` gains `s · U[0.9, 1.1]` with a per-model logit scale `s` (dense 2, E2B 3,
+//!   MoE 4, assistants 2): the final RMS-normed state has RMS ≈ s, so logits are ≈ `N(0, s²)`
+//!   over V = 1024 and the top-2 gaps at generated positions spread over several decades
+//!   (about 1e-3 … 10, measured with the oracle; see the report of the fixture generator).
+//!
+//! With `--12b`, also writes `OUT/12b/syn-12b-target.UD-Q2_K_XL.gguf` ([`big`]): the real
+//! 12B dimensions with random valid K-quant blocks, streamed to disk (≈5 GB; never committed).
+//!
+//! Reproducibility: no clocks, no hash-map order, no platform math functions in the values;
+//! the test `xtask/tests/fixtures_reproducible.rs` rebuilds and compares every SHA-256 with
+//! the committed `goldens/fixtures-manifest.json`.
+
+mod big;
+mod blocks;
+pub mod family;
+pub mod mix;
+pub mod models;
+pub mod rng;
+pub mod vocab;
+pub mod weights;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use reference::gguf::{sha256_file, GgufWriter};
+use serde::{Deserialize, Serialize};
+
+use mix::{storage_type, Variant};
+use models::TensorDef;
+
+/// Flags of `cargo xtask fixtures`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Output folder (created if missing).
+    #[arg(long, default_value = "target/fixtures")]
+    pub out: PathBuf,
+    /// Also write the 12B-shaped target (≈5 GB) into OUT/12b/.
+    #[arg(long = "12b")]
+    pub twelve_b: bool,
+    /// Real-vocabulary GGUF whose tokenizer the 12B target copies [default:
+    /// $GEMMA4_FIXTURES/tokenizer/ggml-vocab-gemma-4.gguf, fixtures default ../shared/fixtures].
+    #[arg(long)]
+    pub vocab_gguf: Option<PathBuf>,
+    /// Copy the new manifest to goldens/fixtures-manifest.json (re-bless after a recipe change).
+    #[arg(long)]
+    pub update_manifest: bool,
+}
+
+/// One row of `manifest.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestEntry {
+    /// Model name (file stem without variant), e.g. `syn-dense-target`.
+    pub name: String,
+    /// `F32`, `BF16` or `UD-Q2_K_XL`.
+    pub variant: String,
+    /// `target` or `assistant`.
+    pub role: String,
+    /// File name inside the output folder.
+    pub file: String,
+    /// File size in bytes.
+    pub bytes: u64,
+    /// Lowercase hex SHA-256 of the file.
+    pub sha256: String,
+}
+
+/// The manifest: every file written, in build order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// What wrote it.
+    pub generator: String,
+    /// Vocabulary size of every model.
+    pub n_vocab: usize,
+    /// The files.
+    pub files: Vec<ManifestEntry>,
+}
+
+/// Encodes `defs` (values already drawn) for `variant` and writes `path`.
+fn write_model(
+    mut w: GgufWriter,
+    defs: &[TensorDef],
+    values: &[weights::Values],
+    variant: Variant,
+    n_layer: usize,
+    path: &Path,
+) -> Result<()> {
+    for (d, v) in defs.iter().zip(values) {
+        let ty = storage_type(d, variant, n_layer);
+        let bytes = weights::encode(&d.name, ty, v)?;
+        w.add_tensor(&d.name, &d.dims, ty, bytes)
+            .with_context(|| format!("adding {}", d.name))?;
+    }
+    w.write_file(path)
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// Builds the 18 small fixtures and `manifest.json` into `out`; returns the manifest.
+///
+/// Errors: BPE training, quantization or I/O failures (each names the file or tensor).
+pub fn build_small(out: &Path) -> Result<Manifest> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let v = vocab::train(vocab::CORPUS)?;
+    let mut files = Vec::new();
+    for (t, a) in family::pairs(v.tokens.len()) {
+        let t_defs = models::target_tensors(&t);
+        let t_vals = weights::draw(&t_defs, t.seed)?;
+        let a_defs = models::assistant_tensors(&a);
+        let a_vals = weights::draw(&a_defs, a.seed)?;
+        for variant in Variant::ALL {
+            for (role, stem) in [("target", t.stem), ("assistant", a.stem)] {
+                let file = format!("{stem}.{}.gguf", variant.name());
+                let path = out.join(&file);
+                if role == "target" {
+                    let mut w = family::target_metadata(&t, &t_defs, variant);
+                    vocab::set_tokenizer_keys(&mut w, &v);
+                    write_model(w, &t_defs, &t_vals, variant, t.n_layer, &path)?;
+                } else {
+                    let mut w = family::assistant_metadata(&a, &a_defs, variant);
+                    vocab::set_tokenizer_keys(&mut w, &v);
+                    write_model(w, &a_defs, &a_vals, variant, a.n_layer, &path)?;
+                }
+                files.push(ManifestEntry {
+                    name: stem.to_string(),
+                    variant: variant.name().to_string(),
+                    role: role.to_string(),
+                    bytes: std::fs::metadata(&path)?.len(),
+                    sha256: sha256_file(&path)
+                        .with_context(|| format!("hashing {}", path.display()))?,
+                    file,
+                });
+            }
+        }
+    }
+    let manifest = Manifest {
+        generator: "cargo xtask fixtures".into(),
+        n_vocab: v.tokens.len(),
+        files,
+    };
+    let json = serde_json::to_string_pretty(&manifest)? + "\n";
+    std::fs::write(out.join("manifest.json"), json)?;
+    Ok(manifest)
+}
+
+/// The committed manifest's path: `<workspace>/goldens/fixtures-manifest.json`.
+pub fn committed_manifest_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("goldens")
+        .join("fixtures-manifest.json")
+}
+
+/// Runs the verb: builds, prints one line per file and the timings.
+pub fn run(args: &Args) -> Result<()> {
+    let t0 = Instant::now();
+    let m = build_small(&args.out)?;
+    let dt = t0.elapsed().as_secs_f64();
+    for f in &m.files {
+        println!("{:>10}  {}  {}", f.bytes, &f.sha256[..16], f.file);
+    }
+    let total: u64 = m.files.iter().map(|f| f.bytes).sum();
+    println!(
+        "fixtures: {} files, {:.1} MiB, {dt:.2} s -> {}",
+        m.files.len(),
+        total as f64 / (1 << 20) as f64,
+        args.out.display()
+    );
+    if args.update_manifest {
+        let dst = committed_manifest_path();
+        std::fs::copy(args.out.join("manifest.json"), &dst)
+            .with_context(|| format!("copying the manifest to {}", dst.display()))?;
+        println!("updated {}", dst.display());
+    }
+    if args.twelve_b {
+        let t1 = Instant::now();
+        let vocab_gguf = args.vocab_gguf.clone().unwrap_or_else(|| {
+            let root = std::env::var_os("GEMMA4_FIXTURES")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| {
+                    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures")
+                });
+            root.join("tokenizer/ggml-vocab-gemma-4.gguf")
+        });
+        let (path, bytes) = big::build_12b(&args.out.join("12b"), &vocab_gguf)?;
+        println!(
+            "12b: {} ({:.2} GiB) in {:.1} s",
+            path.display(),
+            bytes as f64 / (1u64 << 30) as f64,
+            t1.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}

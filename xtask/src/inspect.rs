@@ -1,0 +1,194 @@
+//! `cargo xtask inspect FILE` — a readable dump of a GGUF file in the spirit of gguf-py's
+//! `gguf-dump`: header, metadata (long arrays and strings abbreviated), tensor table, per-type
+//! totals, layout warnings. Container layout: `spec/gguf-gemma4.md` §1, §2, §4.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use reference::gguf::{sha256_file, GgufFile, Value};
+
+/// Flags of `inspect`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// GGUF file; any shard `<prefix>-NNNNN-of-MMMMM.gguf` opens the whole split model.
+    pub file: PathBuf,
+    /// Array elements shown before abbreviating to "… (n elements)".
+    #[arg(long, default_value_t = 8)]
+    pub max_elems: usize,
+    /// Characters of a string value shown before abbreviating.
+    #[arg(long, default_value_t = 120)]
+    pub max_chars: usize,
+    /// Print the SHA-256 of every file.
+    #[arg(long)]
+    pub sha256: bool,
+    /// Fail when the tensor layout is not canonical (llama.cpp would refuse the file).
+    #[arg(long)]
+    pub strict: bool,
+}
+
+/// Runs the verb: open, render, print.
+pub fn run(args: &Args) -> Result<()> {
+    let f =
+        GgufFile::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?;
+    print!("{}", render(&f, args)?);
+    if args.strict {
+        f.require_canonical_layout()?;
+    }
+    Ok(())
+}
+
+/// Characters of one array element shown before cutting it.
+const ELEM_CHARS: usize = 40;
+
+/// A value for display: strings cut after `max_chars` characters, arrays after `max_elems`
+/// elements, each with the full length.
+fn show_value(v: &Value, max_elems: usize, max_chars: usize) -> String {
+    match v {
+        Value::String(s) => {
+            let n = s.chars().count();
+            if n > max_chars {
+                let head: String = s.chars().take(max_chars).collect();
+                format!("{head:?}… ({n} chars)")
+            } else {
+                format!("{s:?}")
+            }
+        }
+        Value::Array(a) => {
+            let n = a.len();
+            let mut out = String::from("[");
+            for i in 0..n.min(max_elems) {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                let e = a.display_elem(i).unwrap_or_default();
+                if e.chars().count() > ELEM_CHARS {
+                    out.extend(e.chars().take(ELEM_CHARS));
+                    out.push('…');
+                } else {
+                    out.push_str(&e);
+                }
+            }
+            if n > max_elems {
+                let _ = write!(out, ", …");
+            }
+            out.push(']');
+            out
+        }
+        v => v.to_string(),
+    }
+}
+
+/// The whole dump as text.
+pub fn render(f: &GgufFile, args: &Args) -> Result<String> {
+    let mut o = String::new();
+    let paths = f.shard_paths();
+    writeln!(o, "{}", args.file.display())?;
+    for (i, p) in paths.iter().enumerate() {
+        let name = p.map_or("<memory>".into(), |p| p.display().to_string());
+        write!(
+            o,
+            "  shard {i}: {name}  {} bytes  data_start {}",
+            f.shard_len(i),
+            f.data_start(i)
+        )?;
+        if args.sha256 {
+            if let Some(p) = p {
+                write!(o, "  sha256 {}", sha256_file(p)?)?;
+            }
+        }
+        writeln!(o)?;
+    }
+    writeln!(
+        o,
+        "GGUF v{}  alignment {}  {} keys  {} tensors  {} file(s)",
+        f.version(),
+        f.alignment(),
+        f.n_keys(),
+        f.tensors().len(),
+        f.n_shards()
+    )?;
+
+    writeln!(o, "\nmetadata:")?;
+    let kw = f.metadata().map(|(k, _)| k.len()).max().unwrap_or(0);
+    for (i, (k, v)) in f.metadata().enumerate() {
+        let ty = match v {
+            Value::Array(a) => format!("{}[{}]", a.elem_type(), a.len()),
+            v => v.value_type().to_string(),
+        };
+        writeln!(
+            o,
+            "  {i:4}  {k:kw$}  {ty:14}  {}",
+            show_value(v, args.max_elems, args.max_chars)
+        )?;
+    }
+
+    writeln!(o, "\ntensors:")?;
+    let nw = f
+        .tensors()
+        .iter()
+        .map(|t| t.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    writeln!(
+        o,
+        "  {:>4}  {:nw$}  {:8}  {:24}  {:>12}  {:>12}  {:>5}",
+        "#", "name", "type", "ne (GGUF order)", "bytes", "offset", "shard"
+    )?;
+    let mut totals: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
+    for (i, t) in f.tensors().iter().enumerate() {
+        let dims = format!(
+            "[{}]",
+            t.dims
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        writeln!(
+            o,
+            "  {i:4}  {:nw$}  {:8}  {dims:24}  {:12}  {:12}  {:5}",
+            t.name,
+            t.ggml_type.name(),
+            t.n_bytes,
+            t.offset,
+            t.shard
+        )?;
+        let e = totals.entry(t.ggml_type.name()).or_default();
+        e.0 += 1;
+        e.1 += t.n_bytes;
+    }
+
+    writeln!(o, "\nper-type totals:")?;
+    let (mut n_all, mut b_all) = (0usize, 0u64);
+    for (ty, (n, b)) in &totals {
+        writeln!(o, "  {ty:8}  {n:5} tensors  {b:14} bytes")?;
+        n_all += n;
+        b_all += b;
+    }
+    writeln!(o, "  {:8}  {n_all:5} tensors  {b_all:14} bytes", "total")?;
+
+    if !f.layout_warnings().is_empty() {
+        writeln!(o, "\nlayout warnings:")?;
+        for w in f.layout_warnings() {
+            writeln!(o, "  {w}")?;
+        }
+    }
+
+    // ── HOOK(config): the derived Gemma-4 configuration (reference::config, written by
+    // another helper) is appended here. Replace the body of `derived_config` below; keep
+    // this call.
+    if let Some(cfg) = derived_config(f) {
+        writeln!(o, "\nderived config:\n{cfg}")?;
+    }
+    Ok(o)
+}
+
+/// HOOK(config): text of the derived Gemma-4 (or assistant) configuration for `f`, or `None`
+/// when the architecture is not one the config module knows. Placeholder until
+/// `reference::config` lands.
+fn derived_config(_f: &GgufFile) -> Option<String> {
+    None
+}
