@@ -1,58 +1,94 @@
 // matvec.cu — fused dequantize × matrix-vector product, weights read straight from GGUF blocks.
-// Spec: spec/gguf-gemma4.md §3 (block decode as in dequant.cu, identical f32 weights).
+// Spec: spec/gguf-gemma4.md §3 (block decode: the same F::dq8 as dequant.cu, so the f32 weights
+// are bit-identical to the reference dequantizer's).
 //
 // matvec_<fmt>_<nc>(W, x, y, rows, K, row_bytes):
-//   W  : rows × row_bytes raw blocks (row r = output r, K elements, K % 32 == 0 and a multiple
-//        of the block size), base 256-byte aligned;
+//   W  : rows × row_bytes raw blocks (row r = output r, K elements; K % 32 == 0 and a whole
+//        number of blocks), base 256-byte aligned;
 //   x  : f32 [nc, K] (column c contiguous, 16-byte aligned);  y : f32 [nc, rows].
 //   y[c, r] = Σ_k W[r, k] · x[c, k], f32 accumulation.
-// Launch: block (128,1,1) = 4 warps = 4 rows; grid (ceil(rows / 4), 1, 1).
-// Summation: each lane handles units u ≡ lane (mod 32); per unit 4 interleaved chains of 8
-// products, combined pairwise, then added to the lane's running sum; finally a 5-level
-// butterfly over the warp. Depth ≤ ceil(K/1024) + 8 + 2 + 5 roundings per output.
+// Launch: block (MV_THREADS,1,1); grid (ceil(rows / R), 1, 1) with R = mv_rows(nc) (host:
+// kernels::matvec_rows_per_block). A block computes R consecutive rows; its threads stride over
+// the row's 8-element pieces (thread t takes pieces t, t + 128, …), so a warp reads 256
+// consecutive elements of x and of each row per step (coalesced), and each x value loaded
+// feeds R rows (fewer L1 bytes per weight byte).
+// Summation per output: per piece 2 chains of 4 products + 1 add, added to the thread's running
+// sum (⌈K/1024⌉ steps), then a 5-level warp butterfly and a 2-level sum over the 4 warps:
+// every product passes through at most ⌈K/1024⌉ + 13 f32 roundings.
 
-#define MV_WARPS 4
+#define MV_THREADS 128
+
+template <int NC> struct MvRows { enum { R = (NC <= 2) ? 4 : 2 }; };
 
 template <int NC, typename F>
 static __device__ __forceinline__ void matvec_body(const uint8_t* __restrict__ W,
                                                    const float* __restrict__ x,
                                                    float* __restrict__ y, int rows, int K,
                                                    uint64_t row_bytes) {
-    const int lane = threadIdx.x & 31;
-    const int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
-    if (row >= rows) return;
-    const uint8_t* wr = W + (uint64_t)row * row_bytes;
-    const int units = K >> 5;
-    float acc[NC];
+    constexpr int R = MvRows<NC>::R;
+    __shared__ float red[MV_THREADS / 32][R * NC];
+    const int row0 = blockIdx.x * R;
+    const int pieces = K >> 3;
+    float acc[R][NC];
 #pragma unroll
-    for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
-    for (int u = lane; u < units; u += 32) {
-        float w[32];
-        F::dq(wr, (uint64_t)u, w);
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int c = 0; c < NC; ++c) acc[r][c] = 0.0f;
+    const uint8_t* wr[R];
+    bool live[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        live[r] = row0 + r < rows;
+        wr[r] = W + (uint64_t)(live[r] ? row0 + r : row0) * row_bytes;
+    }
+#pragma unroll 2
+    for (int pc = threadIdx.x; pc < pieces; pc += MV_THREADS) {
+        float xv[NC][8];
 #pragma unroll
         for (int c = 0; c < NC; ++c) {
-            const float4* xp = (const float4*)(x + (uint64_t)c * K + (uint64_t)u * 32);
-            float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+            const float4* xp = (const float4*)(x + (uint64_t)c * K + (uint64_t)pc * 8);
+            float4 a = __ldg(xp), b = __ldg(xp + 1);
+            xv[c][0] = a.x; xv[c][1] = a.y; xv[c][2] = a.z; xv[c][3] = a.w;
+            xv[c][4] = b.x; xv[c][5] = b.y; xv[c][6] = b.z; xv[c][7] = b.w;
+        }
 #pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                float4 v = __ldg(xp + i);
-                s0 = fmaf(w[4 * i], v.x, s0);
-                s1 = fmaf(w[4 * i + 1], v.y, s1);
-                s2 = fmaf(w[4 * i + 2], v.z, s2);
-                s3 = fmaf(w[4 * i + 3], v.w, s3);
+        for (int r = 0; r < R; ++r) {
+            if (!live[r]) continue;
+            float w[8];
+            F::dq8(wr[r], (uint64_t)(pc >> 2), (uint32_t)(pc & 3), w);
+#pragma unroll
+            for (int c = 0; c < NC; ++c) {
+                float s0 = w[0] * xv[c][0], s1 = w[1] * xv[c][1];
+                s0 = fmaf(w[2], xv[c][2], s0);
+                s1 = fmaf(w[3], xv[c][3], s1);
+                s0 = fmaf(w[4], xv[c][4], s0);
+                s1 = fmaf(w[5], xv[c][5], s1);
+                s0 = fmaf(w[6], xv[c][6], s0);
+                s1 = fmaf(w[7], xv[c][7], s1);
+                acc[r][c] += s0 + s1;
             }
-            acc[c] += (s0 + s1) + (s2 + s3);
         }
     }
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
 #pragma unroll
-    for (int c = 0; c < NC; ++c) {
-        float s = warp_sum(acc[c]);
-        if (lane == 0) y[(uint64_t)c * rows + row] = s;
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+            float s = warp_sum(acc[r][c]);
+            if (lane == 0) red[wid][r * NC + c] = s;
+        }
+    __syncthreads();
+    for (int i = threadIdx.x; i < R * NC; i += MV_THREADS) {
+        const int r = i / NC, c = i % NC;
+        if (row0 + r < rows) {
+            float s = (red[0][i] + red[1][i]) + (red[2][i] + red[3][i]);
+            y[(uint64_t)c * rows + row0 + r] = s;
+        }
     }
 }
 
 #define MATVEC_KERNEL_NC(NAME, F, NC)                                                        \
-    extern "C" __global__ void __launch_bounds__(32 * MV_WARPS)                              \
+    extern "C" __global__ void __launch_bounds__(MV_THREADS)                                 \
         matvec_##NAME##_##NC(const uint8_t* __restrict__ W, const float* __restrict__ x,     \
                              float* __restrict__ y, int rows, int K, uint64_t row_bytes) {   \
         matvec_body<NC, F>(W, x, y, rows, K, row_bytes);                                     \

@@ -4,8 +4,9 @@
 //
 // Interface of every format struct F:
 //   F::QK  elements per block;  F::TS  bytes per block;
-//   F::dq(base, u, w)  decodes unit u (elements 32u .. 32u+31) of a run of whole blocks starting
-//                      at `base` into w[0..32]. `base` must be 256-byte aligned or a row start of
+//   F::dq8(base, u, p, w)  decodes piece p (0..3) of unit u, i.e. elements 32u + 8p .. +7 of a
+//                      run of whole blocks starting at `base`, into w[0..8]. Consecutive threads
+//                      taking consecutive pieces read consecutive bytes (coalesced). `base` must be 256-byte aligned or a row start of
 //                      a tensor whose rows are whole blocks (so a block is aligned to the largest
 //                      power of two dividing TS; the loads below rely on exactly that).
 
@@ -23,87 +24,79 @@ static __device__ __forceinline__ float iq4_value(uint32_t n) {
 
 struct FmtF32 {
     enum { QK = 1, TS = 4 };
-    static __device__ __forceinline__ void dq(const uint8_t* base, uint64_t u, float (&w)[32]) {
-        const float4* p = (const float4*)(base + u * 128);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            float4 v = __ldg(p + i);
-            w[4 * i] = v.x; w[4 * i + 1] = v.y; w[4 * i + 2] = v.z; w[4 * i + 3] = v.w;
-        }
+    static __device__ __forceinline__ void dq8(const uint8_t* base, uint64_t u, uint32_t p, float (&w)[8]) {
+        const float4* q = (const float4*)(base + u * 128 + 32 * p);
+        float4 a = __ldg(q), b = __ldg(q + 1);
+        w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w; w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
     }
 };
 
 struct FmtF16 {
     enum { QK = 1, TS = 2 };
-    static __device__ __forceinline__ void dq(const uint8_t* base, uint64_t u, float (&w)[32]) {
-        uint32_t q[16];
-        ld_words_a16<16>(base + u * 64, q);
+    static __device__ __forceinline__ void dq8(const uint8_t* base, uint64_t u, uint32_t p, float (&w)[8]) {
+        uint32_t q[4];
+        ld_words_a16<4>(base + u * 64 + 16 * p, q);
 #pragma unroll
-        for (int i = 0; i < 32; ++i) w[i] = f16_to_f32(q[i >> 1] >> (16 * (i & 1)));
+        for (int i = 0; i < 8; ++i) w[i] = f16_to_f32(q[i >> 1] >> (16 * (i & 1)));
     }
 };
 
 struct FmtBF16 {
     enum { QK = 1, TS = 2 };
-    static __device__ __forceinline__ void dq(const uint8_t* base, uint64_t u, float (&w)[32]) {
-        uint32_t q[16];
-        ld_words_a16<16>(base + u * 64, q);
+    static __device__ __forceinline__ void dq8(const uint8_t* base, uint64_t u, uint32_t p, float (&w)[8]) {
+        uint32_t q[4];
+        ld_words_a16<4>(base + u * 64 + 16 * p, q);
 #pragma unroll
-        for (int i = 0; i < 32; ++i) w[i] = bf16_to_f32(q[i >> 1] >> (16 * (i & 1)));
+        for (int i = 0; i < 8; ++i) w[i] = bf16_to_f32(q[i >> 1] >> (16 * (i & 1)));
     }
 };
+
+// Legacy 32-element formats (§3.3): piece p covers elements 8p..8p+7, i.e. the low (p < 2) or
+// high (p ≥ 2) nibbles of qs[8(p&1) .. 8(p&1)+7].
 
 // §3.3 Q4_0: x = d·(nib − 8)
 struct FmtQ4_0 {
     enum { QK = 32, TS = 18 };
-    static __device__ __forceinline__ void dq(const uint8_t* base, uint64_t u, float (&w)[32]) {
+    static __device__ __forceinline__ void dq8(const uint8_t* base, uint64_t u, uint32_t p, float (&w)[8]) {
         const uint8_t* b = base + u * TS;
         float d = f16_to_f32(ld_u16(b));
-        uint32_t q[4];
-        ld_words_a2<4>(b + 2, q);
+        uint32_t q[2];
+        ld_words_a2<2>(b + 2 + 8 * (p & 1), q);
+        const uint32_t sh = 4 * (p >> 1);
 #pragma unroll
-        for (int i = 0; i < 16; ++i) {
-            uint32_t v = BYTE_AT(q, i);
-            w[i] = d * (float)((int)(v & 15u) - 8);
-            w[i + 16] = d * (float)((int)(v >> 4) - 8);
-        }
+        for (int i = 0; i < 8; ++i) w[i] = d * (float)((int)((BYTE_AT(q, i) >> sh) & 15u) - 8);
     }
 };
 
 // §3.3 Q4_1: x = d·nib + m
 struct FmtQ4_1 {
     enum { QK = 32, TS = 20 };
-    static __device__ __forceinline__ void dq(const uint8_t* base, uint64_t u, float (&w)[32]) {
+    static __device__ __forceinline__ void dq8(const uint8_t* base, uint64_t u, uint32_t p, float (&w)[8]) {
         const uint8_t* b = base + u * TS;
         uint32_t dm = ld_u32_a4(b);
         float d = f16_to_f32(dm), m = f16_to_f32(dm >> 16);
-        uint32_t q[4];
-        ld_words_a4<4>(b + 4, q);
+        uint32_t q[2];
+        ld_words_a4<2>(b + 4 + 8 * (p & 1), q);
+        const uint32_t sh = 4 * (p >> 1);
 #pragma unroll
-        for (int i = 0; i < 16; ++i) {
-            uint32_t v = BYTE_AT(q, i);
-            w[i] = d * (float)(v & 15u) + m;
-            w[i + 16] = d * (float)(v >> 4) + m;
-        }
+        for (int i = 0; i < 8; ++i) w[i] = d * (float)((BYTE_AT(q, i) >> sh) & 15u) + m;
     }
 };
 
 // §3.3 Q5_0: q = nib | bit·16, x = d·(q − 16)
 struct FmtQ5_0 {
     enum { QK = 32, TS = 22 };
-    static __device__ __forceinline__ void dq(const uint8_t* base, uint64_t u, float (&w)[32]) {
+    static __device__ __forceinline__ void dq8(const uint8_t* base, uint64_t u, uint32_t p, float (&w)[8]) {
         const uint8_t* b = base + u * TS;
         float d = f16_to_f32(ld_u16(b));
-        uint32_t qh = ld_u32_a2(b + 2);
-        uint32_t q[4];
-        ld_words_a2<4>(b + 6, q);
+        const uint32_t qh = ld_u32_a2(b + 2) >> (8 * p);
+        uint32_t q[2];
+        ld_words_a2<2>(b + 6 + 8 * (p & 1), q);
+        const uint32_t sh = 4 * (p >> 1);
 #pragma unroll
-        for (int i = 0; i < 16; ++i) {
-            uint32_t v = BYTE_AT(q, i);
-            int lo = (int)((v & 15u) | (((qh >> i) & 1u) << 4));
-            int hi = (int)((v >> 4) | (((qh >> (i + 16)) & 1u) << 4));
-            w[i] = d * (float)(lo - 16);
-            w[i + 16] = d * (float)(hi - 16);
+        for (int i = 0; i < 8; ++i) {
+            int v = (int)(((BYTE_AT(q, i) >> sh) & 15u) | (((qh >> i) & 1u) << 4));
+            w[i] = d * (float)(v - 16);
         }
     }
 };
@@ -111,20 +104,18 @@ struct FmtQ5_0 {
 // §3.3 Q5_1: x = d·q + m
 struct FmtQ5_1 {
     enum { QK = 32, TS = 24 };
-    static __device__ __forceinline__ void dq(const uint8_t* base, uint64_t u, float (&w)[32]) {
+    static __device__ __forceinline__ void dq8(const uint8_t* base, uint64_t u, uint32_t p, float (&w)[8]) {
         const uint8_t* b = base + u * TS;
         uint32_t dm = ld_u32_a4(b);
         float d = f16_to_f32(dm), m = f16_to_f32(dm >> 16);
-        uint32_t qh = ld_u32_a4(b + 4);
-        uint32_t q[4];
-        ld_words_a8<4>(b + 8, q);
+        const uint32_t qh = ld_u32_a4(b + 4) >> (8 * p);
+        uint32_t q[2];
+        ld_words_a8<2>(b + 8 + 8 * (p & 1), q);
+        const uint32_t sh = 4 * (p >> 1);
 #pragma unroll
-        for (int i = 0; i < 16; ++i) {
-            uint32_t v = BYTE_AT(q, i);
-            uint32_t lo = (v & 15u) | (((qh >> i) & 1u) << 4);
-            uint32_t hi = (v >> 4) | (((qh >> (i + 16)) & 1u) << 4);
-            w[i] = d * (float)lo + m;
-            w[i + 16] = d * (float)hi + m;
+        for (int i = 0; i < 8; ++i) {
+            uint32_t v = ((BYTE_AT(q, i) >> sh) & 15u) | (((qh >> i) & 1u) << 4);
+            w[i] = d * (float)v + m;
         }
     }
 };
@@ -132,55 +123,48 @@ struct FmtQ5_1 {
 // §3.3 Q8_0: x = d·qs
 struct FmtQ8_0 {
     enum { QK = 32, TS = 34 };
-    static __device__ __forceinline__ void dq(const uint8_t* base, uint64_t u, float (&w)[32]) {
+    static __device__ __forceinline__ void dq8(const uint8_t* base, uint64_t u, uint32_t p, float (&w)[8]) {
         const uint8_t* b = base + u * TS;
         float d = f16_to_f32(ld_u16(b));
-        uint32_t q[8];
-        ld_words_a2<8>(b + 2, q);
+        uint32_t q[2];
+        ld_words_a2<2>(b + 2 + 8 * p, q);
 #pragma unroll
-        for (int i = 0; i < 32; ++i) w[i] = d * (float)(int)(int8_t)BYTE_AT(q, i);
+        for (int i = 0; i < 8; ++i) w[i] = d * (float)(int)(int8_t)BYTE_AT(q, i);
     }
 };
 
 // §3.3 IQ4_NL: x = d·K[nib]
 struct FmtIQ4_NL {
     enum { QK = 32, TS = 18 };
-    static __device__ __forceinline__ void dq(const uint8_t* base, uint64_t u, float (&w)[32]) {
+    static __device__ __forceinline__ void dq8(const uint8_t* base, uint64_t u, uint32_t p, float (&w)[8]) {
         const uint8_t* b = base + u * TS;
         float d = f16_to_f32(ld_u16(b));
-        uint32_t q[4];
-        ld_words_a2<4>(b + 2, q);
+        uint32_t q[2];
+        ld_words_a2<2>(b + 2 + 8 * (p & 1), q);
+        const uint32_t sh = 4 * (p >> 1);
 #pragma unroll
-        for (int i = 0; i < 16; ++i) {
-            uint32_t v = BYTE_AT(q, i);
-            w[i] = d * iq4_value(v & 15u);
-            w[i + 16] = d * iq4_value(v >> 4);
-        }
+        for (int i = 0; i < 8; ++i) w[i] = d * iq4_value((BYTE_AT(q, i) >> sh) & 15u);
     }
 };
+
+// K formats (§3.4): unit u = sub-block sb = u & 7 of block u >> 3; piece p = elements
+// r = 8p .. 8p+7 of the sub-block (one 16-element scale group: sb16 = 2·sb + (p >> 1)).
 
 // §3.4 Q2_K: x = (d·(s&15))·q − dmin·(s>>4)
 struct FmtQ2_K {
     enum { QK = 256, TS = 84 };
-    static __device__ __forceinline__ void dq(const uint8_t* base, uint64_t u, float (&w)[32]) {
+    static __device__ __forceinline__ void dq8(const uint8_t* base, uint64_t u, uint32_t p, float (&w)[8]) {
         const uint8_t* b = base + (u >> 3) * TS;
         const uint32_t sb = (uint32_t)(u & 7), h = sb >> 2, j = sb & 3;
         uint32_t dd = ld_u32_a4(b + 80);
         float d = f16_to_f32(dd), dmin = f16_to_f32(dd >> 16);
-        uint32_t sc2 = ld_u16(b + 2 * sb);
-        uint32_t q[8];
-        ld_words_a4<8>(b + 16 + 32 * h, q);
+        uint32_t s = __ldg(b + 2 * sb + (p >> 1));
+        float dl = d * (float)(s & 15u);
+        float ml = dmin * (float)(s >> 4);
+        uint32_t q[2];
+        ld_words_a4<2>(b + 16 + 32 * h + 8 * p, q);
 #pragma unroll
-        for (int t = 0; t < 2; ++t) {
-            uint32_t s = (sc2 >> (8 * t)) & 0xffu;
-            float dl = d * (float)(s & 15u);
-            float ml = dmin * (float)(s >> 4);
-#pragma unroll
-            for (int r = 16 * t; r < 16 * t + 16; ++r) {
-                uint32_t qv = (BYTE_AT(q, r) >> (2 * j)) & 3u;
-                w[r] = dl * (float)qv - ml;
-            }
-        }
+        for (int i = 0; i < 8; ++i) w[i] = dl * (float)((BYTE_AT(q, i) >> (2 * j)) & 3u) - ml;
     }
 };
 
@@ -192,23 +176,20 @@ struct FmtQ3_K {
         uint32_t high = (__ldg(sc + 8 + (i & 3)) >> (2 * (i >> 2))) & 3u;
         return (int)(low | (high << 4)) - 32;
     }
-    static __device__ __forceinline__ void dq(const uint8_t* base, uint64_t u, float (&w)[32]) {
+    static __device__ __forceinline__ void dq8(const uint8_t* base, uint64_t u, uint32_t p, float (&w)[8]) {
         const uint8_t* b = base + (u >> 3) * TS;
         const uint32_t sb = (uint32_t)(u & 7), h = sb >> 2, j = sb & 3;
         float d = f16_to_f32(ld_u16(b + 108));
-        uint32_t hm[8], q[8];
-        ld_words_a2<8>(b, hm);
-        ld_words_a2<8>(b + 32 + 32 * h, q);
+        float dl = d * (float)scale(b + 96, 2 * sb + (p >> 1));
+        uint32_t hm[2], q[2];
+        ld_words_a2<2>(b + 8 * p, hm);
+        ld_words_a2<2>(b + 32 + 32 * h + 8 * p, q);
         const uint32_t hshift = 4 * h + j;
 #pragma unroll
-        for (int t = 0; t < 2; ++t) {
-            float dl = d * (float)scale(b + 96, 2 * sb + t);
-#pragma unroll
-            for (int r = 16 * t; r < 16 * t + 16; ++r) {
-                int low2 = (int)((BYTE_AT(q, r) >> (2 * j)) & 3u);
-                int hbit = (int)((BYTE_AT(hm, r) >> hshift) & 1u);
-                w[r] = dl * (float)(low2 - (hbit ? 0 : 4));
-            }
+        for (int i = 0; i < 8; ++i) {
+            int low2 = (int)((BYTE_AT(q, i) >> (2 * j)) & 3u);
+            int hbit = (int)((BYTE_AT(hm, i) >> hshift) & 1u);
+            w[i] = dl * (float)(low2 - (hbit ? 0 : 4));
         }
     }
 };
@@ -228,7 +209,7 @@ static __device__ __forceinline__ void k4_scale_min(const uint8_t* s, uint32_t b
 // §3.4 Q4_K: x = (d·sc)·q − dmin·mn
 struct FmtQ4_K {
     enum { QK = 256, TS = 144 };
-    static __device__ __forceinline__ void dq(const uint8_t* base, uint64_t u, float (&w)[32]) {
+    static __device__ __forceinline__ void dq8(const uint8_t* base, uint64_t u, uint32_t p, float (&w)[8]) {
         const uint8_t* b = base + (u >> 3) * TS;
         const uint32_t sb = (uint32_t)(u & 7);
         uint32_t dd = ld_u32_a4(b);
@@ -236,18 +217,18 @@ struct FmtQ4_K {
         uint32_t sc, mn;
         k4_scale_min(b + 4, sb, sc, mn);
         float d1 = d * (float)sc, m1 = dmin * (float)mn;
-        uint32_t q[8];
-        ld_words_a16<8>(b + 16 + 32 * (sb >> 1), q);
+        uint32_t q[2];
+        ld_words_a8<2>(b + 16 + 32 * (sb >> 1) + 8 * p, q);
         const uint32_t sh = 4 * (sb & 1);
 #pragma unroll
-        for (int r = 0; r < 32; ++r) w[r] = d1 * (float)((BYTE_AT(q, r) >> sh) & 15u) - m1;
+        for (int i = 0; i < 8; ++i) w[i] = d1 * (float)((BYTE_AT(q, i) >> sh) & 15u) - m1;
     }
 };
 
 // §3.4 Q5_K: q = low4 | (qh bit sb)·16; x = (d·sc)·q − dmin·mn
 struct FmtQ5_K {
     enum { QK = 256, TS = 176 };
-    static __device__ __forceinline__ void dq(const uint8_t* base, uint64_t u, float (&w)[32]) {
+    static __device__ __forceinline__ void dq8(const uint8_t* base, uint64_t u, uint32_t p, float (&w)[8]) {
         const uint8_t* b = base + (u >> 3) * TS;
         const uint32_t sb = (uint32_t)(u & 7);
         uint32_t dd = ld_u32_a4(b);
@@ -255,14 +236,14 @@ struct FmtQ5_K {
         uint32_t sc, mn;
         k4_scale_min(b + 4, sb, sc, mn);
         float d1 = d * (float)sc, m1 = dmin * (float)mn;
-        uint32_t qh[8], q[8];
-        ld_words_a16<8>(b + 16, qh);
-        ld_words_a16<8>(b + 48 + 32 * (sb >> 1), q);
+        uint32_t qh[2], q[2];
+        ld_words_a8<2>(b + 16 + 8 * p, qh);
+        ld_words_a8<2>(b + 48 + 32 * (sb >> 1) + 8 * p, q);
         const uint32_t sh = 4 * (sb & 1);
 #pragma unroll
-        for (int r = 0; r < 32; ++r) {
-            uint32_t qv = ((BYTE_AT(q, r) >> sh) & 15u) | (((BYTE_AT(qh, r) >> sb) & 1u) << 4);
-            w[r] = d1 * (float)qv - m1;
+        for (int i = 0; i < 8; ++i) {
+            uint32_t v = ((BYTE_AT(q, i) >> sh) & 15u) | (((BYTE_AT(qh, i) >> sb) & 1u) << 4);
+            w[i] = d1 * (float)v - m1;
         }
     }
 };
@@ -270,24 +251,20 @@ struct FmtQ5_K {
 // §3.4 Q6_K: x = (d·sc)·(q − 32)
 struct FmtQ6_K {
     enum { QK = 256, TS = 210 };
-    static __device__ __forceinline__ void dq(const uint8_t* base, uint64_t u, float (&w)[32]) {
+    static __device__ __forceinline__ void dq8(const uint8_t* base, uint64_t u, uint32_t p, float (&w)[8]) {
         const uint8_t* b = base + (u >> 3) * TS;
         const uint32_t sb = (uint32_t)(u & 7), h = sb >> 2, j = sb & 3;
         float d = f16_to_f32(ld_u16(b + 208));
-        uint32_t sc2 = ld_u16(b + 192 + 2 * sb);
-        uint32_t ql[8], qh[8];
-        ld_words_a2<8>(b + 64 * h + 32 * (j & 1), ql);
-        ld_words_a2<8>(b + 128 + 32 * h, qh);
+        float dl = d * (float)(int)(int8_t)__ldg(b + 192 + 2 * sb + (p >> 1));
+        uint32_t ql[2], qh[2];
+        ld_words_a2<2>(b + 64 * h + 32 * (j & 1) + 8 * p, ql);
+        ld_words_a2<2>(b + 128 + 32 * h + 8 * p, qh);
         const uint32_t lsh = 4 * (j >> 1), hsh = 2 * j;
 #pragma unroll
-        for (int t = 0; t < 2; ++t) {
-            float dl = d * (float)(int)(int8_t)((sc2 >> (8 * t)) & 0xffu);
-#pragma unroll
-            for (int r = 16 * t; r < 16 * t + 16; ++r) {
-                uint32_t lo = (BYTE_AT(ql, r) >> lsh) & 15u;
-                uint32_t hi = (BYTE_AT(qh, r) >> hsh) & 3u;
-                w[r] = dl * (float)((int)(lo | (hi << 4)) - 32);
-            }
+        for (int i = 0; i < 8; ++i) {
+            uint32_t lo = (BYTE_AT(ql, i) >> lsh) & 15u;
+            uint32_t hi = (BYTE_AT(qh, i) >> hsh) & 3u;
+            w[i] = dl * (float)((int)(lo | (hi << 4)) - 32);
         }
     }
 };
@@ -295,21 +272,22 @@ struct FmtQ6_K {
 // §3.4 Q8_K: x = d·qs with an f32 d (one rounding)
 struct FmtQ8_K {
     enum { QK = 256, TS = 292 };
-    static __device__ __forceinline__ void dq(const uint8_t* base, uint64_t u, float (&w)[32]) {
+    static __device__ __forceinline__ void dq8(const uint8_t* base, uint64_t u, uint32_t p, float (&w)[8]) {
         const uint8_t* b = base + (u >> 3) * TS;
         const uint32_t sb = (uint32_t)(u & 7);
         float d = __uint_as_float(ld_u32_a4(b));
-        uint32_t q[8];
-        ld_words_a4<8>(b + 4 + 32 * sb, q);
+        uint32_t q[2];
+        ld_words_a4<2>(b + 4 + 32 * sb + 8 * p, q);
 #pragma unroll
-        for (int r = 0; r < 32; ++r) w[r] = d * (float)(int)(int8_t)BYTE_AT(q, r);
+        for (int i = 0; i < 8; ++i) w[i] = d * (float)(int)(int8_t)BYTE_AT(q, i);
     }
 };
 
-// §3.4 IQ4_XS: x = (d·(ls − 32))·K[idx]
+// §3.4 IQ4_XS: x = (d·(ls − 32))·K[idx]; sub-block sb's 16 qs bytes hold elements r (low
+// nibble of byte r) and r + 16 (high nibble).
 struct FmtIQ4_XS {
     enum { QK = 256, TS = 136 };
-    static __device__ __forceinline__ void dq(const uint8_t* base, uint64_t u, float (&w)[32]) {
+    static __device__ __forceinline__ void dq8(const uint8_t* base, uint64_t u, uint32_t p, float (&w)[8]) {
         const uint8_t* b = base + (u >> 3) * TS;
         const uint32_t sb = (uint32_t)(u & 7);
         uint32_t w0 = ld_u32_a4(b);
@@ -318,14 +296,11 @@ struct FmtIQ4_XS {
         uint32_t sl = __ldg(b + 4 + (sb >> 1));
         int ls = (int)(((sl >> (4 * (sb & 1))) & 15u) | (((sh >> (2 * sb)) & 3u) << 4));
         float dl = d * (float)(ls - 32);
-        uint32_t q[4];
-        ld_words_a8<4>(b + 8 + 16 * sb, q);
+        uint32_t q[2];
+        ld_words_a8<2>(b + 8 + 16 * sb + 8 * (p & 1), q);
+        const uint32_t nsh = 4 * (p >> 1);
 #pragma unroll
-        for (int r = 0; r < 16; ++r) {
-            uint32_t v = BYTE_AT(q, r);
-            w[r] = dl * iq4_value(v & 15u);
-            w[r + 16] = dl * iq4_value(v >> 4);
-        }
+        for (int i = 0; i < 8; ++i) w[i] = dl * iq4_value((BYTE_AT(q, i) >> nsh) & 15u);
     }
 };
 

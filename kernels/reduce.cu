@@ -76,3 +76,14 @@ extern "C" __global__ void fill_u32(uint32_t* p, uint64_t n, uint32_t v) {
     const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) p[i] = v;
 }
+
+// spin_ns(ns): one thread busy-waits `ns` nanoseconds (%globaltimer). Used by benchmarks to
+// keep the GPU busy while the host queues the launches to be timed, so that host launch cost
+// is not counted as kernel time.
+extern "C" __global__ void spin_ns(uint64_t ns) {
+    uint64_t t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+}

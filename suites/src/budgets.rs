@@ -91,7 +91,7 @@ impl Budgets {
 /// of two (`2^⌈log2 x⌉`); a zero error gives the smallest normal power of two used, 2^-40.
 pub fn propose_tau(max_error: f64, safety: f64) -> f64 {
     let x = max_error * safety;
-    if !(x > 0.0) || !x.is_finite() {
+    if x.is_nan() || x <= 0.0 || !x.is_finite() {
         return 2f64.powi(-40);
     }
     2f64.powi(x.log2().ceil() as i32).max(2f64.powi(-40))

@@ -90,7 +90,8 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
         let mut engine = make_engine(&opts.engine, m)?;
         let sha = oracle.model_sha256().to_string();
         let stem = golden::model_stem(&m.path);
-        let budgets = Budgets::load(&opts.goldens_root.join(&stem).join("budgets.toml")).map_err(fatal)?;
+        let budgets =
+            Budgets::load(&opts.goldens_root.join(&stem).join("budgets.toml")).map_err(fatal)?;
         for suite_path in &opts.suites {
             let mut suite = Suite::load(suite_path).map_err(fatal)?;
             suite.retain_ids(&opts.prompts).map_err(fatal)?;
@@ -104,12 +105,23 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
             let (tau, tau_source) = match budgets.0.get(engine.name()) {
                 Some(b) => (
                     b.tau,
-                    format!("goldens/{stem}/budgets.toml [{}] (calibrated {} on {})", engine.name(), b.date, b.suite),
+                    format!(
+                        "goldens/{stem}/budgets.toml [{}] (calibrated {} on {})",
+                        engine.name(),
+                        b.date,
+                        b.suite
+                    ),
                 ),
-                None => (suite.settings.tie_budget, "suite default (no calibration for this engine)".to_string()),
+                None => (
+                    suite.settings.tie_budget,
+                    "suite default (no calibration for this engine)".to_string(),
+                ),
             };
             let cfg = RunConfig {
-                modes: opts.modes.clone().unwrap_or_else(|| suite.settings.modes.clone()),
+                modes: opts
+                    .modes
+                    .clone()
+                    .unwrap_or_else(|| suite.settings.modes.clone()),
                 tau,
                 tau_source,
                 model: model_ref(&m.path, &sha),
@@ -118,14 +130,24 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
                 progress: opts.progress,
             };
             let mut cache = ScoreCache::new(Some(opts.out_dir.join("cache")));
-            let run = run_suite(engine.as_mut(), &mut oracle, &codec, &mut cache, &suite, goldens.as_ref(), &cfg)
-                .map_err(fatal)?;
+            let run = run_suite(
+                engine.as_mut(),
+                &mut oracle,
+                &codec,
+                &mut cache,
+                &suite,
+                goldens.as_ref(),
+                &cfg,
+            )
+            .map_err(fatal)?;
             write_plots(&opts.out_dir, &run);
             runs.push(run);
         }
     }
     let report = Report::new(runs);
-    report.write(&opts.out_dir).map_err(|e| Fatal(format!("{}: {e}", opts.out_dir.display())))?;
+    report
+        .write(&opts.out_dir)
+        .map_err(|e| Fatal(format!("{}: {e}", opts.out_dir.display())))?;
     Ok(report)
 }
 
@@ -135,7 +157,10 @@ fn write_plots(out_dir: &Path, run: &Run) {
         by_prompt.entry(&e.prompt).or_default().push(e);
     }
     for (p, entries) in by_prompt {
-        let path = out_dir.join("plots").join(&run.model.stem).join(format!("{p}.svg"));
+        let path = out_dir
+            .join("plots")
+            .join(&run.model.stem)
+            .join(format!("{p}.svg"));
         if let Err(e) = crate::plot::margin_plot(&path, p, &entries, run.tau) {
             eprintln!("warning: plot not written: {e}");
         }
@@ -161,10 +186,15 @@ pub struct BlessSummary {
 pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
     let mut summary = BlessSummary::default();
     for m in &opts.models {
-        let sha = reference::gguf::sha256_file(&m.path).map_err(|e| Fatal(format!("{}: {e}", m.path.display())))?;
+        let sha = reference::gguf::sha256_file(&m.path)
+            .map_err(|e| Fatal(format!("{}: {e}", m.path.display())))?;
         let codec = GemmaCodec::load(&m.path).map_err(Fatal)?;
         let stem = golden::model_stem(&m.path);
-        let file = m.path.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let file = m
+            .path
+            .file_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let mut engine = ReferenceEngine::<f64>::load(&m.path).map_err(fatal)?;
         for suite_path in &opts.suites {
             let mut suite = Suite::load(suite_path).map_err(fatal)?;
@@ -184,14 +214,20 @@ pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
             }
             for p in &suite.prompts {
                 bar.set_message(p.id.clone());
-                let prompt = codec.encode(&p.input, suite.settings.enable_thinking).map_err(|e| Fatal(format!("prompt {}: {e}", p.id)))?;
+                let prompt = codec
+                    .encode(&p.input, suite.settings.enable_thinking)
+                    .map_err(|e| Fatal(format!("prompt {}: {e}", p.id)))?;
                 let req = Request {
                     id: p.id.clone(),
                     prompt: prompt.clone(),
                     max_tokens: p.max_tokens,
                     stop: suite.settings.stop_ids.clone(),
                 };
-                let traj = engine.generate(&[req], &Mode::Plain).map_err(fatal)?.pop().ok_or_else(|| Fatal("oracle returned nothing".into()))?;
+                let traj = engine
+                    .generate(&[req], &Mode::Plain)
+                    .map_err(fatal)?
+                    .pop()
+                    .ok_or_else(|| Fatal("oracle returned nothing".into()))?;
                 let g = Golden {
                     schema: SIDECAR_SCHEMA.into(),
                     model_file: file.clone(),
@@ -201,12 +237,18 @@ pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
                     prompt_id: p.id.clone(),
                     prompt,
                     tokens: traj.tokens(),
-                    top_k: traj.steps.iter().map(|s| s.top_k.clone().unwrap_or_default()).collect(),
+                    top_k: traj
+                        .steps
+                        .iter()
+                        .map(|s| s.top_k.clone().unwrap_or_default())
+                        .collect(),
                 };
                 match golden::write_golden(&dir, &g, &codec.decode(&g.tokens)).map_err(fatal)? {
                     SnapshotOutcome::Unchanged => summary.unchanged += 1,
                     SnapshotOutcome::Written => summary.written += 1,
-                    SnapshotOutcome::Mismatch => summary.mismatched.push(format!("{stem}/{}/{}", suite.settings.name, p.id)),
+                    SnapshotOutcome::Mismatch => summary
+                        .mismatched
+                        .push(format!("{stem}/{}/{}", suite.settings.name, p.id)),
                 }
                 bar.inc(1);
             }

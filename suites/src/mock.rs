@@ -23,7 +23,9 @@ pub struct ToyModel {
 }
 
 fn hash3(a: u64, b: u64, c: u64) -> u64 {
-    let mut x = a.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ b.wrapping_mul(0xC2B2_AE3D_27D4_EB4F) ^ c.wrapping_mul(0x1656_67B1_9E37_79F9);
+    let mut x = a.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ b.wrapping_mul(0xC2B2_AE3D_27D4_EB4F)
+        ^ c.wrapping_mul(0x1656_67B1_9E37_79F9);
     x ^= x >> 33;
     x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
     x ^= x >> 33;
@@ -55,7 +57,11 @@ impl ToyModel {
     }
 
     fn top_k(logits: &[f64], k: usize) -> Vec<(u32, f64)> {
-        let mut idx: Vec<(u32, f64)> = logits.iter().enumerate().map(|(i, &l)| (i as u32, l)).collect();
+        let mut idx: Vec<(u32, f64)> = logits
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| (i as u32, l))
+            .collect();
         idx.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         idx.truncate(k);
         idx
@@ -74,8 +80,16 @@ pub fn greedy_with(
     while steps.len() < req.max_tokens {
         let tk = logits(&seq);
         let token = tk[0].0;
-        let kind = if steps.is_empty() { first_kind } else { StepKind::Decode };
-        steps.push(Step { token, top_k: Some(tk), kind });
+        let kind = if steps.is_empty() {
+            first_kind
+        } else {
+            StepKind::Decode
+        };
+        steps.push(Step {
+            token,
+            top_k: Some(tk),
+            kind,
+        });
         seq.push(token);
         if req.stop.contains(&token) {
             break;
@@ -105,14 +119,22 @@ impl Engine for ToyModel {
         }
         Ok(reqs
             .iter()
-            .map(|r| greedy_with(r, |s| ToyModel::top_k(&self.logits(s), 16), StepKind::Prefill))
+            .map(|r| {
+                greedy_with(
+                    r,
+                    |s| ToyModel::top_k(&self.logits(s), 16),
+                    StepKind::Prefill,
+                )
+            })
             .collect())
     }
     fn score(&mut self, seqs: &[Vec<u32>], top_k: usize) -> Result<Vec<Scores>, EngineError> {
         Ok(seqs
             .iter()
             .map(|s| Scores {
-                rows: (1..=s.len()).map(|t| ToyModel::top_k(&self.logits(&s[..t]), top_k)).collect(),
+                rows: (1..=s.len())
+                    .map(|t| ToyModel::top_k(&self.logits(&s[..t]), top_k))
+                    .collect(),
             })
             .collect())
     }
@@ -128,7 +150,11 @@ impl Oracle for ToyModel {
     fn suppressed_ids(&self) -> Vec<u32> {
         Vec::new()
     }
-    fn score(&mut self, seqs: &[Vec<u32>], top_k: usize) -> Result<Vec<Vec<OracleRow>>, EngineError> {
+    fn score(
+        &mut self,
+        seqs: &[Vec<u32>],
+        top_k: usize,
+    ) -> Result<Vec<Vec<OracleRow>>, EngineError> {
         Ok(seqs
             .iter()
             .map(|s| {
@@ -159,7 +185,10 @@ impl Codec for ByteCodec {
     fn encode(&self, input: &PromptInput, _enable_thinking: bool) -> Result<Vec<u32>, String> {
         let text = match input {
             PromptInput::Text(t) => t.clone(),
-            PromptInput::Messages(m) => m.iter().map(|m| format!("{}: {}\n", m.role, m.content)).collect(),
+            PromptInput::Messages(m) => m
+                .iter()
+                .map(|m| format!("{}: {}\n", m.role, m.content))
+                .collect(),
         };
         Ok(std::iter::once(2)
             .chain(text.bytes().map(|b| u32::from(b) % self.vocab as u32))
@@ -220,28 +249,48 @@ impl<E: Engine> Perturbed<E> {
                 max_tokens: req.max_tokens - out.len(),
                 stop: req.stop.clone(),
             };
-            let traj = self.inner.generate(&[sub], &Mode::Plain)?.pop().ok_or_else(|| EngineError::Other("inner engine returned nothing".into()))?;
+            let traj = self
+                .inner
+                .generate(&[sub], &Mode::Plain)?
+                .pop()
+                .ok_or_else(|| EngineError::Other("inner engine returned nothing".into()))?;
             if traj.steps.is_empty() {
                 break;
             }
             for step in traj.steps {
                 let index = out.len();
-                let tk = step.top_k.clone().unwrap_or_else(|| vec![(step.token, 0.0)]);
+                let tk = step
+                    .top_k
+                    .clone()
+                    .unwrap_or_else(|| vec![(step.token, 0.0)]);
                 let new = match &self.how {
                     Perturbation::Noise { amp } => {
                         let mut p: Vec<(u32, f64)> = tk
                             .iter()
                             .map(|&(id, l)| {
-                                let u = (hash3(index as u64, u64::from(id), 7) >> 11) as f64 / (1u64 << 53) as f64;
+                                let u = (hash3(index as u64, u64::from(id), 7) >> 11) as f64
+                                    / (1u64 << 53) as f64;
                                 (id, l + amp * (2.0 * u - 1.0))
                             })
                             .collect();
                         p.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-                        Step { token: p[0].0, top_k: Some(p), kind: step.kind }
+                        Step {
+                            token: p[0].0,
+                            top_k: Some(p),
+                            kind: step.kind,
+                        }
                     }
-                    Perturbation::Force { id, index: at, rank } if *id == req.id && *at == index => {
+                    Perturbation::Force {
+                        id,
+                        index: at,
+                        rank,
+                    } if *id == req.id && *at == index => {
                         let token = tk.get(*rank).map_or(step.token, |c| c.0);
-                        Step { token, top_k: Some(tk), kind: step.kind }
+                        Step {
+                            token,
+                            top_k: Some(tk),
+                            kind: step.kind,
+                        }
                     }
                     Perturbation::Force { .. } => step.clone(),
                 };

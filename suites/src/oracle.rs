@@ -24,7 +24,11 @@ pub trait Oracle {
     /// next-token logits after `s[..=t]` (suppressed ids excluded) and `chosen` = the logit of
     /// `s[t+1]` (`None` at the last position). Rows `[len(s)]` per sequence
     /// (`reference::score::score`).
-    fn score(&mut self, seqs: &[Vec<u32>], top_k: usize) -> Result<Vec<Vec<OracleRow>>, EngineError>;
+    fn score(
+        &mut self,
+        seqs: &[Vec<u32>],
+        top_k: usize,
+    ) -> Result<Vec<Vec<OracleRow>>, EngineError>;
 }
 
 /// Turns suite prompts into token ids and ids into text (the model's tokenizer + chat template).

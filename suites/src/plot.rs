@@ -32,13 +32,21 @@ pub fn margin_plot(path: &Path, prompt: &str, entries: &[&Entry], tau: f64) -> R
         .enumerate()
         .map(|(i, m)| (i, m.unwrap_or(1e3).max(FLOOR)))
         .collect();
-    let n = entries.iter().map(|e| e.margins.len()).max().unwrap_or(1).max(2);
+    let n = entries
+        .iter()
+        .map(|e| e.margins.len())
+        .max()
+        .unwrap_or(1)
+        .max(2);
     let ymax = pts.iter().map(|p| p.1).fold(tau.max(1.0), f64::max) * 2.0;
     let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
     let root = SVGBackend::new(path, (900, 360)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let mut chart = ChartBuilder::on(&root)
-        .caption(format!("{prompt}: oracle top-2 margin ({} modes)", entries.len()), ("sans-serif", 16))
+        .caption(
+            format!("{prompt}: oracle top-2 margin ({} modes)", entries.len()),
+            ("sans-serif", 16),
+        )
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(60)
@@ -55,7 +63,10 @@ pub fn margin_plot(path: &Path, prompt: &str, entries: &[&Entry], tau: f64) -> R
         .map_err(|e| err(&e))?
         .label(format!("oracle top-2 margin ({})", base.mode));
     chart
-        .draw_series(LineSeries::new(vec![(0, tau.max(FLOOR)), (n, tau.max(FLOOR))], BLACK.stroke_width(1)))
+        .draw_series(LineSeries::new(
+            vec![(0, tau.max(FLOOR)), (n, tau.max(FLOOR))],
+            BLACK.stroke_width(1),
+        ))
         .map_err(|e| err(&e))?
         .label(format!("τ = {tau}"));
     for e in entries {
@@ -67,7 +78,11 @@ pub fn margin_plot(path: &Path, prompt: &str, entries: &[&Entry], tau: f64) -> R
                 _ => RGBColor(128, 128, 128),
             };
             chart
-                .draw_series(std::iter::once(Circle::new((ev.index, y), 4, color.filled())))
+                .draw_series(std::iter::once(Circle::new(
+                    (ev.index, y),
+                    4,
+                    color.filled(),
+                )))
                 .map_err(|er| err(&er))?;
         }
     }

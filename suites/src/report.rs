@@ -200,7 +200,9 @@ impl Report {
         let mut by_verdict = BTreeMap::new();
         let (mut passed, mut failed) = (0, 0);
         for e in runs.iter().flat_map(|r| &r.entries) {
-            *by_verdict.entry(e.verdict.as_str().to_string()).or_insert(0) += 1;
+            *by_verdict
+                .entry(e.verdict.as_str().to_string())
+                .or_insert(0) += 1;
             if e.passes {
                 passed += 1
             } else {
@@ -369,10 +371,15 @@ fn markdown_run(s: &mut String, run: &Run) {
     }
     if !run.forks.is_empty() {
         let _ = writeln!(s, "### Cross-mode forks\n");
-        let _ = writeln!(s, "| prompt | modes | position | tokens | oracle m | engine gaps | class |");
+        let _ = writeln!(
+            s,
+            "| prompt | modes | position | tokens | oracle m | engine gaps | class |"
+        );
         let _ = writeln!(s, "|---|---|---|---|---|---|---|");
         for f in &run.forks {
-            let tok = |t: Option<u32>, x: &str| t.map_or("end".into(), |t| format!("{t} `{}`", md_escape(x)));
+            let tok = |t: Option<u32>, x: &str| {
+                t.map_or("end".into(), |t| format!("{t} `{}`", md_escape(x)))
+            };
             let _ = writeln!(
                 s,
                 "| {} | {} vs {} | {} | {} / {} | {} / {} | {} / {} | {} |",
@@ -384,8 +391,14 @@ fn markdown_run(s: &mut String, run: &Run) {
                 tok(f.fork.tokens.1, &f.texts.1),
                 f.fork.margins.0.map_or("?".into(), |m| format!("{m:.6}")),
                 f.fork.margins.1.map_or("?".into(), |m| format!("{m:.6}")),
-                f.fork.engine_gaps.0.map_or("–".into(), |m| format!("{m:.6}")),
-                f.fork.engine_gaps.1.map_or("–".into(), |m| format!("{m:.6}")),
+                f.fork
+                    .engine_gaps
+                    .0
+                    .map_or("–".into(), |m| format!("{m:.6}")),
+                f.fork
+                    .engine_gaps
+                    .1
+                    .map_or("–".into(), |m| format!("{m:.6}")),
                 f.fork.class
             );
         }

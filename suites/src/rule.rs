@@ -176,7 +176,12 @@ pub fn check_steps(steps: &[Step], vocab_size: usize) -> Option<String> {
 }
 
 /// Judges one output index `t` (§3) given the oracle row on the engine's prefix.
-pub fn judge_position(index: usize, token: u32, row: &OracleRow, p: &RuleParams) -> PositionJudgement {
+pub fn judge_position(
+    index: usize,
+    token: u32,
+    row: &OracleRow,
+    p: &RuleParams,
+) -> PositionJudgement {
     let (top_id, top_logit) = row.top_k[0];
     let eps = p.oracle_tie_rel * row.max_abs();
     let oracle_top2 = row.top2_margin();
@@ -233,7 +238,12 @@ pub fn judge_position(index: usize, token: u32, row: &OracleRow, p: &RuleParams)
 ///
 /// The walk stops at the first position that needs re-scoring (the caller re-scores the
 /// engine's prefix and calls again); divergences and flips after it are not counted.
-pub fn judge(steps: &[Step], rows: &[OracleRow], p: &RuleParams, engine_error: Option<&str>) -> Judgement {
+pub fn judge(
+    steps: &[Step],
+    rows: &[OracleRow],
+    p: &RuleParams,
+    engine_error: Option<&str>,
+) -> Judgement {
     let mut j = Judgement {
         verdict: Verdict::Exact,
         positions: Vec::with_capacity(steps.len()),
@@ -258,7 +268,9 @@ pub fn judge(steps: &[Step], rows: &[OracleRow], p: &RuleParams, engine_error: O
             j.needs_rescore = Some(t);
             break;
         };
-        if row.top_k.iter().any(|(_, l)| !l.is_finite()) || row.chosen.is_some_and(|l| !l.is_finite()) {
+        if row.top_k.iter().any(|(_, l)| !l.is_finite())
+            || row.chosen.is_some_and(|l| !l.is_finite())
+        {
             j.verdict = Verdict::Error;
             j.error = Some(format!("output index {t}: oracle logits are not finite"));
             return j;
@@ -349,7 +361,8 @@ pub fn compare_modes(
     tau: f64,
 ) -> Option<Fork> {
     let n = steps_a.len().max(steps_b.len());
-    let index = (0..n).find(|&i| steps_a.get(i).map(|s| s.token) != steps_b.get(i).map(|s| s.token))?;
+    let index =
+        (0..n).find(|&i| steps_a.get(i).map(|s| s.token) != steps_b.get(i).map(|s| s.token))?;
     let ta = steps_a.get(index).map(|s| s.token);
     let tb = steps_b.get(index).map(|s| s.token);
     let ma = ja.positions.get(index).map(|p| p.margin);
@@ -371,7 +384,10 @@ pub fn compare_modes(
         index,
         tokens: (ta, tb),
         margins: (ma, mb),
-        engine_gaps: (engine_gap(steps_a.get(index)), engine_gap(steps_b.get(index))),
+        engine_gaps: (
+            engine_gap(steps_a.get(index)),
+            engine_gap(steps_b.get(index)),
+        ),
         class,
     })
 }

@@ -86,7 +86,8 @@ pub fn judge_output(
     let mut golden_fork = None;
     let mut identical = None;
     if let Some(g) = golden {
-        let fork = (0..tokens.len().max(g.tokens.len())).find(|&i| tokens.get(i) != g.tokens.get(i));
+        let fork =
+            (0..tokens.len().max(g.tokens.len())).find(|&i| tokens.get(i) != g.tokens.get(i));
         identical = Some(fork.is_none());
         golden_fork = fork;
         let grows = g.rows();
@@ -96,7 +97,8 @@ pub fn judge_output(
         };
         let rows = grows[..upto.min(grows.len())].to_vec();
         let j = judge(steps, &rows, params, None);
-        let decided = fork.is_none() || (j.first_divergence.is_some() && j.first_divergence == fork);
+        let decided =
+            fork.is_none() || (j.first_divergence.is_some() && j.first_divergence == fork);
         if decided || j.verdict == crate::rule::Verdict::Error {
             return Ok(Judged {
                 judgement: j,
@@ -138,8 +140,14 @@ pub fn judge_prefill(
     let mut rows = golden.rows();
     loop {
         let j = judge(steps, &rows, params, None);
-        let Some(t) = j.needs_rescore.filter(|&t| t < steps.len() && t < rows.len()) else {
-            let identical = steps.iter().map(|s| s.token).eq(golden.tokens.iter().copied());
+        let Some(t) = j
+            .needs_rescore
+            .filter(|&t| t < steps.len() && t < rows.len())
+        else {
+            let identical = steps
+                .iter()
+                .map(|s| s.token)
+                .eq(golden.tokens.iter().copied());
             return Ok(Judged {
                 judgement: j,
                 rows,
@@ -153,7 +161,9 @@ pub fn judge_prefill(
         let r = cache.score_trajectory(oracle, &prefix, &[steps[t].token], top_k)?;
         rows[t] = r.into_iter().next().unwrap_or_else(|| rows[t].clone());
         if rows[t].chosen.is_none() {
-            return Err(EngineError::Other(format!("oracle gave no logit for the token at {t}")));
+            return Err(EngineError::Other(format!(
+                "oracle gave no logit for the token at {t}"
+            )));
         }
     }
 }
@@ -209,7 +219,8 @@ pub fn make_entry(
             oracle_top5: candidates(codec, &row.top_k),
             engine_top5: traj.steps[t].top_k.as_ref().map(|tk| candidates(codec, tk)),
             context_before: codec.decode(&tokens[lo..t]),
-            context_after: codec.decode(&tokens[(t + 1).min(tokens.len())..(t + 7).min(tokens.len())]),
+            context_after: codec
+                .decode(&tokens[(t + 1).min(tokens.len())..(t + 7).min(tokens.len())]),
         }
     };
     let events: Vec<Event> = j
@@ -247,16 +258,28 @@ pub fn make_entry(
 fn shape_error(req: &Request, traj: &Trajectory) -> Option<String> {
     let n = traj.steps.len();
     if traj.id != req.id {
-        return Some(format!("trajectory id {:?} for request {:?}", traj.id, req.id));
+        return Some(format!(
+            "trajectory id {:?} for request {:?}",
+            traj.id, req.id
+        ));
     }
     if n > req.max_tokens {
         return Some(format!("{n} tokens emitted, max_tokens {}", req.max_tokens));
     }
-    let stopped = traj.steps.last().is_some_and(|s| req.stop.contains(&s.token));
+    let stopped = traj
+        .steps
+        .last()
+        .is_some_and(|s| req.stop.contains(&s.token));
     if n < req.max_tokens && !stopped {
-        return Some(format!("output ended after {n} of {} tokens without a stop id", req.max_tokens));
+        return Some(format!(
+            "output ended after {n} of {} tokens without a stop id",
+            req.max_tokens
+        ));
     }
-    if let Some(i) = traj.steps[..n.saturating_sub(1)].iter().position(|s| req.stop.contains(&s.token)) {
+    if let Some(i) = traj.steps[..n.saturating_sub(1)]
+        .iter()
+        .position(|s| req.stop.contains(&s.token))
+    {
         return Some(format!("output continues after stop id at index {i}"));
     }
     None
@@ -304,16 +327,24 @@ pub fn run_suite(
     let mut modes = Vec::new();
     for m in &cfg.modes {
         if !declared.contains(m) {
-            skipped.push((m.to_string(), format!("engine {} does not declare it", engine.name())));
+            skipped.push((
+                m.to_string(),
+                format!("engine {} does not declare it", engine.name()),
+            ));
         } else if *m == Mode::Prefill && goldens.is_none() {
-            skipped.push((m.to_string(), "needs goldens (run `cargo xtask bless`)".into()));
+            skipped.push((
+                m.to_string(),
+                "needs goldens (run `cargo xtask bless`)".into(),
+            ));
         } else {
             modes.push(*m);
         }
     }
     let bar = if cfg.progress {
         let b = ProgressBar::new((modes.len() * reqs.len()) as u64);
-        if let Ok(style) = ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} ({elapsed})") {
+        if let Ok(style) =
+            ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} ({elapsed})")
+        {
             b.set_style(style.progress_chars("=> "));
         }
         b.set_prefix(format!("{} {}", suite.settings.name, engine.name()));
@@ -335,7 +366,14 @@ pub fn run_suite(
         engine_s += t0.elapsed().as_secs_f64();
         let trajs: Vec<Result<Trajectory, String>> = match result {
             Ok(t) if t.len() == reqs.len() => t.into_iter().map(Ok).collect(),
-            Ok(t) => vec![Err(format!("engine returned {} trajectories for {} requests", t.len(), reqs.len())); reqs.len()],
+            Ok(t) => vec![
+                Err(format!(
+                    "engine returned {} trajectories for {} requests",
+                    t.len(),
+                    reqs.len()
+                ));
+                reqs.len()
+            ],
             Err(e) => vec![Err(e.to_string()); reqs.len()],
         };
         for (req, traj) in reqs.iter().zip(trajs) {
@@ -353,28 +391,69 @@ pub fn run_suite(
                     Some(msg),
                 ),
             };
-            let shape = if *mode == Mode::Prefill { None } else { shape_error(req, &traj) };
+            let shape = if *mode == Mode::Prefill {
+                None
+            } else {
+                shape_error(req, &traj)
+            };
             let judged = match (engine_err.or(shape), golden) {
                 (Some(err), _) => error_judged(err),
                 (None, Some(g)) if *mode == Mode::Prefill => {
-                    judge_prefill(oracle, cache, g, &traj.steps, &params, st.top_k)
-                        .map_err(|source| RunError::Oracle { id: req.id.clone(), source })?
+                    judge_prefill(oracle, cache, g, &traj.steps, &params, st.top_k).map_err(
+                        |source| RunError::Oracle {
+                            id: req.id.clone(),
+                            source,
+                        },
+                    )?
                 }
-                (None, None) if *mode == Mode::Prefill => error_judged("no golden for prefill".into()),
-                (None, g) => judge_output(oracle, cache, &req.prompt, &traj.steps, g, &params, st.top_k)
-                    .map_err(|source| RunError::Oracle { id: req.id.clone(), source })?,
+                (None, None) if *mode == Mode::Prefill => {
+                    error_judged("no golden for prefill".into())
+                }
+                (None, g) => judge_output(
+                    oracle,
+                    cache,
+                    &req.prompt,
+                    &traj.steps,
+                    g,
+                    &params,
+                    st.top_k,
+                )
+                .map_err(|source| RunError::Oracle {
+                    id: req.id.clone(),
+                    source,
+                })?,
             };
             oracle_s += t1.elapsed().as_secs_f64();
-            entries.push(make_entry(codec, &req.id, mode, &req.prompt, &traj, &judged, cfg.tau));
-            judged_by_prompt.entry(req.id.clone()).or_default().push((*mode, traj, judged));
+            entries.push(make_entry(
+                codec,
+                &req.id,
+                mode,
+                &req.prompt,
+                &traj,
+                &judged,
+                cfg.tau,
+            ));
+            judged_by_prompt
+                .entry(req.id.clone())
+                .or_default()
+                .push((*mode, traj, judged));
             bar.inc(1);
         }
     }
     bar.finish_and_clear();
     let forks = cross_mode_forks(codec, &reqs, &judged_by_prompt, cfg.tau);
     // entries in (prompt, mode) order
-    let order: BTreeMap<&str, usize> = reqs.iter().enumerate().map(|(i, r)| (r.id.as_str(), i)).collect();
-    entries.sort_by_key(|e| (order.get(e.prompt.as_str()).copied().unwrap_or(0), modes.iter().position(|m| m.to_string() == e.mode)));
+    let order: BTreeMap<&str, usize> = reqs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.id.as_str(), i))
+        .collect();
+    entries.sort_by_key(|e| {
+        (
+            order.get(e.prompt.as_str()).copied().unwrap_or(0),
+            modes.iter().position(|m| m.to_string() == e.mode),
+        )
+    });
     Ok(Run {
         model: cfg.model.clone(),
         draft: cfg.draft.clone(),
@@ -396,13 +475,18 @@ pub fn run_suite(
 
 fn error_judged(err: String) -> Judged {
     Judged {
-        judgement: judge(&[], &[], &RuleParams {
-            tau: 0.0,
-            max_tie_flips: 0,
-            suppressed: vec![],
-            oracle_tie_rel: 0.0,
-            vocab_size: 0,
-        }, Some(&err)),
+        judgement: judge(
+            &[],
+            &[],
+            &RuleParams {
+                tau: 0.0,
+                max_tie_flips: 0,
+                suppressed: vec![],
+                oracle_tie_rel: 0.0,
+                vocab_size: 0,
+            },
+            Some(&err),
+        ),
         rows: Vec::new(),
         golden_fork: None,
         identical: None,
@@ -471,16 +555,30 @@ fn cross_mode_forks(
 ) -> Vec<ForkReport> {
     let mut out = Vec::new();
     for r in reqs {
-        let Some(list) = by_prompt.get(&r.id) else { continue };
-        let gen: Vec<_> = list.iter().filter(|(m, _, _)| *m != Mode::Prefill).collect();
-        let base = gen.iter().position(|(m, _, _)| *m == Mode::Plain).unwrap_or(0);
-        let Some((bm, bt, bj)) = gen.get(base) else { continue };
+        let Some(list) = by_prompt.get(&r.id) else {
+            continue;
+        };
+        let gen: Vec<_> = list
+            .iter()
+            .filter(|(m, _, _)| *m != Mode::Prefill)
+            .collect();
+        let base = gen
+            .iter()
+            .position(|(m, _, _)| *m == Mode::Plain)
+            .unwrap_or(0);
+        let Some((bm, bt, bj)) = gen.get(base) else {
+            continue;
+        };
         for (i, (m, t, j)) in gen.iter().enumerate() {
             if i == base || t.steps.is_empty() || bt.steps.is_empty() {
                 continue;
             }
             let (ma, mb) = (bm.to_string(), m.to_string());
-            if let Some(f) = compare_modes((&ma, &bt.steps, &bj.judgement), (&mb, &t.steps, &j.judgement), tau) {
+            if let Some(f) = compare_modes(
+                (&ma, &bt.steps, &bj.judgement),
+                (&mb, &t.steps, &j.judgement),
+                tau,
+            ) {
                 let text = |x: Option<u32>| x.map_or(String::new(), |x| codec.decode(&[x]));
                 out.push(ForkReport {
                     prompt: r.id.clone(),

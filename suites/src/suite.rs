@@ -213,7 +213,10 @@ impl Suite {
         if !(settings.tie_budget.is_finite() && settings.tie_budget >= 0.0) {
             return Err(SuiteError::Toml {
                 path: path.to_path_buf(),
-                message: format!("[suite] tie_budget = {} (must be >= 0)", settings.tie_budget),
+                message: format!(
+                    "[suite] tie_budget = {} (must be >= 0)",
+                    settings.tie_budget
+                ),
             });
         }
         let mut prompts: Vec<Prompt> = Vec::new();
@@ -228,7 +231,9 @@ impl Suite {
                 id: id_hint.clone(),
                 message,
             };
-            let rp: RawPrompt = value.try_into().map_err(|e: toml::de::Error| perr(e.to_string()))?;
+            let rp: RawPrompt = value
+                .try_into()
+                .map_err(|e: toml::de::Error| perr(e.to_string()))?;
             let id = rp.id.ok_or_else(|| perr("missing `id`".into()))?;
             if id.is_empty()
                 || !id
@@ -245,10 +250,9 @@ impl Suite {
                     if m.is_empty() {
                         return Err(perr("`messages` is empty".into()));
                     }
-                    if let Some(bad) = m
-                        .iter()
-                        .find(|m| !matches!(m.role.as_str(), "system" | "user" | "assistant" | "model"))
-                    {
+                    if let Some(bad) = m.iter().find(|m| {
+                        !matches!(m.role.as_str(), "system" | "user" | "assistant" | "model")
+                    }) {
                         return Err(perr(format!("unknown role {:?}", bad.role)));
                     }
                     PromptInput::Messages(m)
@@ -337,7 +341,10 @@ mod tests {
     fn prompt_errors_name_file_and_id() {
         let e = parse("[[prompt]]\nid = \"x1\"\ntext = \"hi\"\n").unwrap_err();
         let msg = e.to_string();
-        assert!(msg.contains("suites/t.toml") && msg.contains("x1") && msg.contains("max_tokens"), "{msg}");
+        assert!(
+            msg.contains("suites/t.toml") && msg.contains("x1") && msg.contains("max_tokens"),
+            "{msg}"
+        );
         let e = parse("[[prompt]]\nid = \"x2\"\nmax_tokens = 3\n").unwrap_err();
         assert!(e.to_string().contains("x2"), "{e}");
         let e = parse(
@@ -350,8 +357,10 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("duplicate"), "{e}");
-        let e = parse("[suite]\nmodes = [\"spec:0\"]\n[[prompt]]\nid = \"a\"\ntext = \"x\"\nmax_tokens = 1\n")
-            .unwrap_err();
+        let e = parse(
+            "[suite]\nmodes = [\"spec:0\"]\n[[prompt]]\nid = \"a\"\ntext = \"x\"\nmax_tokens = 1\n",
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("spec:0"), "{e}");
     }
 }

@@ -53,7 +53,10 @@ fn engine_that_always_picks_the_oracle_argmax_is_exact() {
     let j = run(&[5, 7, 9], &rows);
     assert_eq!(j.verdict, Verdict::Exact);
     assert_eq!(j.positions.len(), 3);
-    assert!(j.positions.iter().all(|p| p.verdict == PositionVerdict::Agree && p.margin == 0.0));
+    assert!(j
+        .positions
+        .iter()
+        .all(|p| p.verdict == PositionVerdict::Agree && p.margin == 0.0));
     // oracle top-2 margins are reported as given: 1.0, 0.001 (approximately), 3.0
     assert_eq!(j.positions[0].oracle_top2, 1.0);
     assert_eq!(j.positions[2].oracle_top2, 3.0);
@@ -62,7 +65,11 @@ fn engine_that_always_picks_the_oracle_argmax_is_exact() {
 #[test]
 fn tie_within_budget_is_not_a_mismatch() {
     // index 1: engine picks 8, oracle ranks it 2^-7 = 0.0078125 below 7; τ = 0.0625.
-    let rows = vec![gap_row(5, 6, 1.0), gap_row(7, 8, 0.0078125), gap_row(9, 5, 3.0)];
+    let rows = vec![
+        gap_row(5, 6, 1.0),
+        gap_row(7, 8, 0.0078125),
+        gap_row(9, 5, 3.0),
+    ];
     let j = run(&[5, 8, 9], &rows);
     assert_eq!(j.verdict, Verdict::TieFlip);
     assert!(j.verdict.passes());
@@ -85,7 +92,12 @@ fn margin_exactly_tau_is_a_tie_flip_and_just_above_is_a_divergence() {
 
 #[test]
 fn divergence_is_reported_at_its_first_position_with_its_margin() {
-    let rows = vec![gap_row(5, 6, 1.0), gap_row(7, 8, 0.5), gap_row(9, 5, 3.0), gap_row(4, 3, 2.0)];
+    let rows = vec![
+        gap_row(5, 6, 1.0),
+        gap_row(7, 8, 0.5),
+        gap_row(9, 5, 3.0),
+        gap_row(4, 3, 2.0),
+    ];
     let j = run(&[5, 8, 5, 4], &rows);
     assert_eq!(j.verdict, Verdict::Divergence);
     assert!(!j.verdict.passes());
@@ -124,7 +136,10 @@ fn exact_oracle_tie_is_marked_and_never_counted_as_a_flip() {
     let j = run(&[7, 7, 7, 7], &rows);
     assert_eq!(j.verdict, Verdict::Exact);
     assert_eq!((j.tie_flips, j.oracle_tie_flips), (0, 4));
-    assert!(j.positions.iter().all(|p| p.oracle_tie && p.verdict == PositionVerdict::OracleTie));
+    assert!(j
+        .positions
+        .iter()
+        .all(|p| p.oracle_tie && p.verdict == PositionVerdict::OracleTie));
     // the lowest id itself agrees and is still marked as an oracle tie
     let j = run(&[3], &rows[..1]);
     assert_eq!(j.positions[0].verdict, PositionVerdict::Agree);
@@ -135,8 +150,14 @@ fn exact_oracle_tie_is_marked_and_never_counted_as_a_flip() {
 fn oracle_tie_threshold_scales_with_the_largest_logit() {
     // max|ℓ| = 20 → ε = 2e-8. A margin 2^-26 ≈ 1.49e-8 is an oracle tie, 2^-25 ≈ 2.98e-8 a flip.
     let r = |g: f64| row(&[(1, 20.0), (2, 20.0 - g)]);
-    assert_eq!(run(&[2], &[r(2f64.powi(-26))]).positions[0].verdict, PositionVerdict::OracleTie);
-    assert_eq!(run(&[2], &[r(2f64.powi(-25))]).positions[0].verdict, PositionVerdict::TieFlip);
+    assert_eq!(
+        run(&[2], &[r(2f64.powi(-26))]).positions[0].verdict,
+        PositionVerdict::OracleTie
+    );
+    assert_eq!(
+        run(&[2], &[r(2f64.powi(-25))]).positions[0].verdict,
+        PositionVerdict::TieFlip
+    );
 }
 
 #[test]
@@ -224,7 +245,11 @@ fn cross_mode_fork_is_classified_from_both_sides_margins() {
     let tau = params().tau;
     let a = with_gaps(&[5, 7, 9], 0.25);
     let b = with_gaps(&[5, 8, 9], 0.125);
-    let near = vec![gap_row(5, 6, 1.0), gap_row(7, 8, 0.03125), gap_row(9, 5, 1.0)];
+    let near = vec![
+        gap_row(5, 6, 1.0),
+        gap_row(7, 8, 0.03125),
+        gap_row(9, 5, 1.0),
+    ];
     let ja = judge(&a, &near, &params(), None);
     let jb = judge(&b, &near, &params(), None);
     let f = compare_modes(("plain", &a, &ja), ("spec:4", &b, &jb), tau).unwrap();
@@ -242,7 +267,11 @@ fn cross_mode_fork_is_classified_from_both_sides_margins() {
     assert_eq!(f.class.to_string(), "spec:4 wrong");
 
     // both wrong: the oracle's top at the fork is a third token 4
-    let third = vec![gap_row(5, 6, 1.0), row(&[(4, 11.0), (7, 10.0), (8, 9.5)]), gap_row(9, 5, 1.0)];
+    let third = vec![
+        gap_row(5, 6, 1.0),
+        row(&[(4, 11.0), (7, 10.0), (8, 9.5)]),
+        gap_row(9, 5, 1.0),
+    ];
     let ja = judge(&a, &third, &params(), None);
     let jb = judge(&b, &third, &params(), None);
     let f = compare_modes(("plain", &a, &ja), ("spec:4", &b, &jb), tau).unwrap();

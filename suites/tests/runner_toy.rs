@@ -98,7 +98,16 @@ fn run(engine: &mut dyn Engine, modes: &[Mode]) -> suites::report::Run {
     let g = goldens(&s);
     let mut oracle = ToyModel::new(V);
     let mut cache = ScoreCache::new(None);
-    run_suite(engine, &mut oracle, &ByteCodec { vocab: V }, &mut cache, &s, Some(&g), &cfg(modes)).unwrap()
+    run_suite(
+        engine,
+        &mut oracle,
+        &ByteCodec { vocab: V },
+        &mut cache,
+        &s,
+        Some(&g),
+        &cfg(modes),
+    )
+    .unwrap()
 }
 
 #[test]
@@ -123,7 +132,10 @@ fn noise_far_below_tau_gives_only_exact_or_tie_flips() {
     let mut e = Perturbed::new(ToyModel::new(V), Perturbation::Noise { amp: 2f64.powi(-9) });
     let r = run(&mut e, &[Mode::Plain]);
     for en in &r.entries {
-        assert!(matches!(en.verdict, Verdict::Exact | Verdict::TieFlip), "{en:?}");
+        assert!(
+            matches!(en.verdict, Verdict::Exact | Verdict::TieFlip),
+            "{en:?}"
+        );
         for ev in &en.events {
             assert_eq!(ev.kind, PositionVerdict::TieFlip);
             assert_eq!(ev.margin, Some(2f64.powi(-10)));
@@ -134,7 +146,11 @@ fn noise_far_below_tau_gives_only_exact_or_tie_flips() {
 #[test]
 fn forced_flip_at_a_large_margin_is_a_divergence_at_exactly_that_position() {
     // prompt "A" outputs 2, 3, 4, …; at index 5 the prefix ends in 6 (6 % 7 != 3): margin > 6.
-    let how = Perturbation::Force { id: "a".into(), index: 5, rank: 1 };
+    let how = Perturbation::Force {
+        id: "a".into(),
+        index: 5,
+        rank: 1,
+    };
     let r = run(&mut Perturbed::new(ToyModel::new(V), how), &[Mode::Plain]);
     let e = &r.entries[0];
     assert_eq!(e.verdict, Verdict::Divergence);
@@ -150,7 +166,11 @@ fn forced_flip_at_a_large_margin_is_a_divergence_at_exactly_that_position() {
 #[test]
 fn legitimate_fork_at_a_near_tie_is_rescored_to_the_end() {
     // prompt "A": at index 2 the prefix ends in 3 (3 % 7 == 3): 4 at 10, 5 at 10 − 2^-10.
-    let how = Perturbation::Force { id: "a".into(), index: 2, rank: 1 };
+    let how = Perturbation::Force {
+        id: "a".into(),
+        index: 2,
+        rank: 1,
+    };
     let r = run(&mut Perturbed::new(ToyModel::new(V), how), &[Mode::Plain]);
     let e = &r.entries[0];
     assert_eq!(e.verdict, Verdict::TieFlip);
@@ -177,17 +197,29 @@ fn cross_mode_fork_and_report_files_are_written() {
         fn modes(&self) -> Vec<Mode> {
             vec![Mode::Plain, Mode::Batch { n: 4 }]
         }
-        fn generate(&mut self, r: &[Request], m: &Mode) -> Result<Vec<suites::Trajectory>, suites::EngineError> {
+        fn generate(
+            &mut self,
+            r: &[Request],
+            m: &Mode,
+        ) -> Result<Vec<suites::Trajectory>, suites::EngineError> {
             match m {
                 Mode::Plain => self.0.generate(r, m),
                 _ => self.1.generate(r, m),
             }
         }
-        fn score(&mut self, s: &[Vec<u32>], k: usize) -> Result<Vec<suites::Scores>, suites::EngineError> {
+        fn score(
+            &mut self,
+            s: &[Vec<u32>],
+            k: usize,
+        ) -> Result<Vec<suites::Scores>, suites::EngineError> {
             self.1.score(s, k)
         }
     }
-    let how = Perturbation::Force { id: "a".into(), index: 2, rank: 1 };
+    let how = Perturbation::Force {
+        id: "a".into(),
+        index: 2,
+        rank: 1,
+    };
     let mut e = Two(Perturbed::new(ToyModel::new(V), how), ToyModel::new(V));
     let r = run(&mut e, &[Mode::Prefill, Mode::Plain, Mode::Batch { n: 4 }]);
     assert_eq!(r.skipped_modes.len(), 1, "prefill is not declared");
@@ -200,11 +232,16 @@ fn cross_mode_fork_and_report_files_are_written() {
     assert_eq!(report.summary.exit_code, 0);
     let dir = std::env::temp_dir().join(format!("suites-report-{}", std::process::id()));
     report.write(&dir).unwrap();
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
     assert_eq!(json["schema"], "conformance-report/1");
     let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(md.contains("| a | tie-flip | exact |"), "{md}");
-    let entries: Vec<&suites::report::Entry> = report.runs[0].entries.iter().filter(|e| e.prompt == "a").collect();
+    let entries: Vec<&suites::report::Entry> = report.runs[0]
+        .entries
+        .iter()
+        .filter(|e| e.prompt == "a")
+        .collect();
     let svg = dir.join("plots/toy/a.svg");
     suites::plot::margin_plot(&svg, "a", &entries, 2f64.powi(-6)).unwrap();
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));

@@ -38,7 +38,10 @@ pub struct Args {
 
 /// The workspace root (the folder above `xtask/`).
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
 }
 
 /// `$GEMMA4_FIXTURES` or `../shared/fixtures` relative to the workspace root.
@@ -93,7 +96,12 @@ pub fn options(
         modes: None,
         prompts: prompts
             .as_deref()
-            .map(|p| p.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
+            .map(|p| {
+                p.split(',')
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            })
             .unwrap_or_default(),
         goldens_root: workspace_root().join("goldens"),
         out_dir: workspace_root().join("target/conformance"),
@@ -103,7 +111,13 @@ pub fn options(
 
 /// Runs the verb; returns the process exit code.
 pub fn run(a: &Args) -> i32 {
-    let mut o = options(&a.model, &a.draft, &a.suites, &["smoke", "core"], &a.prompts);
+    let mut o = options(
+        &a.model,
+        &a.draft,
+        &a.suites,
+        &["smoke", "core"],
+        &a.prompts,
+    );
     o.engine.clone_from(&a.engine);
     o.progress = !a.quiet;
     if let Some(out) = &a.out {
@@ -137,12 +151,19 @@ pub fn run(a: &Args) -> i32 {
                     run.tau_source,
                     run.entries.len(),
                     fails.len(),
-                    if fails.is_empty() { String::new() } else { format!(": {}", fails.join(", ")) }
+                    if fails.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", fails.join(", "))
+                    }
                 );
                 for (m, why) in &run.skipped_modes {
                     println!("  skipped {m}: {why}");
                 }
-                println!("  engine {:.1} s, oracle {:.1} s (cache {} hits, {} scored)", run.engine_s, run.oracle_s, run.cache.0, run.cache.1);
+                println!(
+                    "  engine {:.1} s, oracle {:.1} s (cache {} hits, {} scored)",
+                    run.engine_s, run.oracle_s, run.cache.0, run.cache.1
+                );
             }
             println!(
                 "{} pass, {} fail in {:.1} s. Report: {}",

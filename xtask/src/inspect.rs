@@ -192,3 +192,43 @@ pub fn render(f: &GgufFile, args: &Args) -> Result<String> {
 fn derived_config(_f: &GgufFile) -> Option<String> {
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The split fixture (README-tokenizer-dequant.md §5): 3 files, 6 tensors, the F32
+    /// total 8192 + 256 bytes, string arrays shown in full when short.
+    #[test]
+    fn dump_of_the_split_fixture_lists_shards_tensors_and_totals() {
+        let dir = std::env::var_os("GEMMA4_FIXTURES")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures")
+            });
+        let file = dir.join("split/model-00003-of-00003.gguf");
+        if !file.exists() {
+            println!("skipped: fixtures not found at {}", dir.display());
+            return;
+        }
+        let args = Args {
+            file,
+            max_elems: 8,
+            max_chars: 120,
+            sha256: false,
+            strict: true,
+        };
+        let f = GgufFile::open(&args.file).expect("open");
+        let text = render(&f, &args).expect("render");
+        assert!(text.contains("6 tensors  3 file(s)"), "{text}");
+        assert!(text.contains(r#"["sliding", "full"]"#), "{text}");
+        assert!(
+            text.contains("F32           2 tensors            8448 bytes"),
+            "{text}"
+        );
+        assert!(
+            text.contains("total         6 tensors           34048 bytes"),
+            "{text}"
+        );
+    }
+}

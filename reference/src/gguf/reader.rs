@@ -470,7 +470,7 @@ fn read_tensor_info(c: &mut Cursor<'_>, index: u64) -> Result<TensorInfo, GgufEr
         return Err(GgufError::ElementCountOverflow { name, dims });
     };
     let bs = ggml_type.block_size();
-    if dims[0] % bs as u64 != 0 {
+    if !dims[0].is_multiple_of(bs as u64) {
         return Err(GgufError::RowNotBlockAligned {
             name,
             ne0: dims[0],
@@ -502,7 +502,7 @@ fn check_layout(
     file_len: u64,
 ) -> Result<(), GgufError> {
     for t in tensors {
-        if t.offset % alignment != 0 {
+        if !t.offset.is_multiple_of(alignment) {
             return Err(GgufError::MisalignedOffset {
                 name: t.name.clone(),
                 offset: t.offset,

@@ -120,7 +120,7 @@ impl GgufWriter {
             .try_fold(1u64, |a, &d| a.checked_mul(d))
             .filter(|&n| n <= i64::MAX as u64)
             .ok_or_else(overflow)?;
-        if dims[0] % ty.block_size() as u64 != 0 {
+        if !dims[0].is_multiple_of(ty.block_size() as u64) {
             return Err(GgufError::RowNotBlockAligned {
                 name: name.to_owned(),
                 ne0: dims[0],

@@ -5,8 +5,8 @@
 //! buffer and multiplies it against all `T` positions before moving on (so the dequantization
 //! cost is amortised over `T` and the tile stays in cache).
 //!
-//! Determinism: every output element is one [`dot`]-ordered sum (fixed lane split, fixed combine
-//! order) computed by one task; tasks are independent output tiles. The result is therefore
+//! Determinism: every output element is one sum in the order of [`dot`] (`k = 0, 1, …`) computed
+//! by one task; tasks are independent output tiles. The result is therefore
 //! bitwise identical for any thread count, any tile size and any number of positions `T` (a
 //! one-token decode step computes exactly the numbers a full forward computes for that row).
 
@@ -16,11 +16,11 @@ use super::{Float, ModelError};
 use crate::gguf::GgufFile;
 use crate::quant::GgmlType;
 
-/// Interleaved partial sums per dot product (fixed: part of the numerical definition).
-pub const LANES: usize = 4;
-
 /// Target size (elements) of one dequantized weight tile.
 const TILE_ELEMS: usize = 16 * 1024;
+
+/// Positions per inner block of the tile product.
+const POS_BLOCK: usize = 64;
 
 /// A weight matrix `[rows, cols]` (row-major; `cols` = GGUF `ne0`) that lives in the GGUF file:
 /// tensor index into `GgufFile::tensors()` plus a row range (experts are row ranges of one 3-D
@@ -135,91 +135,45 @@ impl MatRef<'_> {
     }
 }
 
-/// The dot product `Σ_k a[k]·b[k]` in the fixed order of this module: `LANES` interleaved
-/// partial sums (lane `j` adds `k ≡ j mod LANES` over the largest multiple of `LANES`), combined
-/// as `(s0 + s1) + (s2 + s3)`, then the tail added in order. `a.len() == b.len()`.
+/// The dot product `Σ_k a[k]·b[k]`, summed strictly in order `k = 0, 1, …` from 0 (the one
+/// summation order of every dot product in the forward). `a.len() == b.len()`.
 pub fn dot<F: Float>(a: &[F], b: &[F]) -> F {
-    dots::<F, 1, 1>([a], [b])[0][0]
+    assert_eq!(a.len(), b.len());
+    let mut s = F::ZERO;
+    for (&x, &y) in a.iter().zip(b) {
+        s += x * y;
+    }
+    s
 }
 
-/// `NP × NR` dot products of `xs[p]` with `ws[r]`, each in exactly the order of [`dot`] (so the
-/// result does not depend on how outputs are grouped into blocks). All slices have equal length.
-#[inline(always)]
-fn dots<F: Float, const NP: usize, const NR: usize>(xs: [&[F]; NP], ws: [&[F]; NR]) -> [[F; NR]; NP] {
-    let k = xs[0].len();
-    for x in xs {
-        assert_eq!(x.len(), k);
+/// `out_t[r, t] = Σ_k w[r, k] · xt[k, t]` for one dequantized tile, each sum in order
+/// `k = 0, 1, …` from 0 (exactly [`dot`]): `xt` `[K, T]` (x transposed), `w` `[R, K]`, `out_t`
+/// `[R, T]`. Vectorised across positions (independent sums), never across `k`: 4 weight rows
+/// share each load of `xt[k, t0 .. t0 + 64]`.
+fn tile_product<F: Float>(xt: &[F], t_n: usize, w: &[F], k_n: usize, out_t: &mut [F]) {
+    let r_n = w.len() / k_n;
+    for v in out_t.iter_mut() {
+        *v = F::ZERO;
     }
-    for w in ws {
-        assert_eq!(w.len(), k);
-    }
-    let kc = k - k % LANES;
-    let mut acc = [[[F::ZERO; LANES]; NR]; NP];
-    let mut i = 0;
-    while i < kc {
-        for p in 0..NP {
-            let xp = &xs[p][i..i + LANES];
-            for r in 0..NR {
-                let wr = &ws[r][i..i + LANES];
-                for j in 0..LANES {
-                    acc[p][r][j] += xp[j] * wr[j];
-                }
-            }
-        }
-        i += LANES;
-    }
-    let mut out = [[F::ZERO; NR]; NP];
-    for p in 0..NP {
-        for r in 0..NR {
-            let a = acc[p][r];
-            let mut s = (a[0] + a[1]) + (a[2] + a[3]);
-            for i in kc..k {
-                s += xs[p][i] * ws[r][i];
-            }
-            out[p][r] = s;
-        }
-    }
-    out
-}
-
-/// `outT[r, t] = dot(x[t], w[r])` for a dequantized tile: `x` `[T, K]`, `w` `[R, K]`, `out_t`
-/// `[R, T]` (row-major). Blocks of 2 positions × 4 rows share loads.
-fn tile_product<F: Float>(x: &[F], t_n: usize, w: &[F], k: usize, out_t: &mut [F]) {
-    let r_n = w.len() / k;
-    let xr = |t: usize| &x[t * k..(t + 1) * k];
-    let wr = |r: usize| &w[r * k..(r + 1) * k];
-    let mut r = 0;
-    while r < r_n {
-        let nr = (r_n - r).min(4);
-        let mut t = 0;
-        while t < t_n {
-            let np = (t_n - t).min(2);
-            match (np, nr) {
-                (2, 4) => {
-                    let d = dots::<F, 2, 4>([xr(t), xr(t + 1)], [wr(r), wr(r + 1), wr(r + 2), wr(r + 3)]);
-                    for (p, row) in d.iter().enumerate() {
-                        for (j, &v) in row.iter().enumerate() {
-                            out_t[(r + j) * t_n + t + p] = v;
-                        }
-                    }
-                }
-                (1, 4) => {
-                    let d = dots::<F, 1, 4>([xr(t)], [wr(r), wr(r + 1), wr(r + 2), wr(r + 3)]);
-                    for (j, &v) in d[0].iter().enumerate() {
-                        out_t[(r + j) * t_n + t] = v;
-                    }
-                }
-                _ => {
-                    for p in 0..np {
-                        for j in 0..nr {
-                            out_t[(r + j) * t_n + t + p] = dot(xr(t + p), wr(r + j));
-                        }
+    let mut r0 = 0;
+    while r0 < r_n {
+        let nr = (r_n - r0).min(4);
+        let mut t0 = 0;
+        while t0 < t_n {
+            let tb = (t_n - t0).min(POS_BLOCK);
+            for k in 0..k_n {
+                let xk = &xt[k * t_n + t0..k * t_n + t0 + tb];
+                for r in r0..r0 + nr {
+                    let wv = w[r * k_n + k];
+                    let acc = &mut out_t[r * t_n + t0..r * t_n + t0 + tb];
+                    for (a, &x) in acc.iter_mut().zip(xk) {
+                        *a += wv * x;
                     }
                 }
             }
-            t += np;
+            t0 += tb;
         }
-        r += nr;
+        r0 += nr;
     }
 }
 
@@ -239,6 +193,7 @@ pub fn linear<F: Float>(x: &[F], t_n: usize, w: MatRef<'_>) -> Result<Vec<F>, Mo
         return Ok(vec![F::ZERO; t_n * n]);
     }
     let rows = tile_rows(k);
+    let xt = transpose(x, t_n, k);
     let mut out_t = vec![F::ZERO; n * t_n];
     out_t
         .par_chunks_mut(rows * t_n)
@@ -248,7 +203,7 @@ pub fn linear<F: Float>(x: &[F], t_n: usize, w: MatRef<'_>) -> Result<Vec<F>, Mo
             let nr = chunk.len() / t_n;
             let mut buf = vec![F::ZERO; nr * k];
             w.rows_into(r0, &mut buf)?;
-            tile_product(x, t_n, &buf, k, chunk);
+            tile_product(&xt, t_n, &buf, k, chunk);
             Ok(())
         })?;
     Ok(transpose(&out_t, n, t_n))

@@ -22,6 +22,7 @@ mod scale;
 mod types;
 
 pub use error::QuantError;
+pub use iq4::KVALUES_IQ4NL;
 pub use scale::quantize_error_bound;
 pub use types::{GgmlType, SUPPORTED_TYPES};
 

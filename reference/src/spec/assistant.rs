@@ -113,7 +113,11 @@ pub struct KvRows<'a, F: Float> {
 impl<'a, F: Float> KvRows<'a, F> {
     /// Committed rows `positions` (must end at or before `cache.len()`) of target layer `layer`
     /// (a reuse layer resolves to its store layer), borrowed.
-    pub fn from_cache(cache: &'a KvCache<F>, layer: usize, positions: Range<usize>) -> KvRows<'a, F> {
+    pub fn from_cache(
+        cache: &'a KvCache<F>,
+        layer: usize,
+        positions: Range<usize>,
+    ) -> KvRows<'a, F> {
         let (n_kv, head_dim) = cache.kv_dims(layer);
         let w = n_kv * head_dim;
         let r = positions.start * w..positions.end * w;
@@ -152,9 +156,17 @@ impl<'a, F: Float> DrafterKv<'a, F> {
     /// The intended visible sets of §2.5 for a round at position `p` over a cache holding exactly
     /// `0 … p−1`: full rows `0 … p−1`, sliding rows `max(0, p−W+1) … p−1` (`W` = the target's
     /// sliding window). Errors if `cache.len() != p`.
-    pub fn intended(cache: &'a KvCache<F>, store: &StoreLayers, p: usize, window: usize) -> Result<DrafterKv<'a, F>, SpecError> {
+    pub fn intended(
+        cache: &'a KvCache<F>,
+        store: &StoreLayers,
+        p: usize,
+        window: usize,
+    ) -> Result<DrafterKv<'a, F>, SpecError> {
         if cache.len() != p {
-            return Err(SpecError::State(format!("cache holds {} positions, round position is {p}", cache.len())));
+            return Err(SpecError::State(format!(
+                "cache holds {} positions, round position is {p}",
+                cache.len()
+            )));
         }
         let lo = (p + 1).saturating_sub(window);
         Ok(DrafterKv {
@@ -293,7 +305,10 @@ impl<F: Float> Assistant<F> {
                     ffn_down: mat("ffn_down.weight")?,
                 },
                 post_ffw_norm: eps_free(&blk(l, "post_ffw_norm.weight"))?,
-                layer_output_scale: eps_free(&blk(l, "layer_output_scale.weight"))?.first().copied().unwrap_or(F::ONE),
+                layer_output_scale: eps_free(&blk(l, "layer_output_scale.weight"))?
+                    .first()
+                    .copied()
+                    .unwrap_or(F::ONE),
                 inv_freq: inv_freq(theta, d, pairs),
             });
         }
@@ -350,7 +365,7 @@ impl<F: Float> Assistant<F> {
         self.config.check_pairing(target)?;
         let a = &self.config;
         let store = StoreLayers::of(target);
-        let uses = |swa: bool| a.is_swa.iter().any(|&s| s == swa);
+        let uses = |swa: bool| a.is_swa.contains(&swa);
         if uses(true) {
             if a.rope_base_swa != target.rope_base_swa {
                 return Err(SpecError::Pairing(format!(
@@ -365,7 +380,10 @@ impl<F: Float> Assistant<F> {
                 )));
             }
         }
-        if uses(false) && (a.rope_base_full != target.rope_base_full || a.rope_pairs_full != target.rope_pairs_full) {
+        if uses(false)
+            && (a.rope_base_full != target.rope_base_full
+                || a.rope_pairs_full != target.rope_pairs_full)
+        {
             return Err(SpecError::Pairing(format!(
                 "full RoPE: assistant θ {} with {} rotated pairs != target θ {} with {}",
                 a.rope_base_full, a.rope_pairs_full, target.rope_base_full, target.rope_pairs_full
@@ -381,11 +399,21 @@ impl<F: Float> Assistant<F> {
     ///
     /// `g`: `[H_T]`. Errors: `x ≥ V`, `g` of the wrong length, no rows for a layer type the
     /// drafter uses, K/V rows whose head count or dim differ from the drafter's, weight decode.
-    pub fn forward(&self, target: &Model<F>, kv: &DrafterKv<'_, F>, x: u32, g: &[F], p: usize) -> Result<DraftStep<F>, SpecError> {
+    pub fn forward(
+        &self,
+        target: &Model<F>,
+        kv: &DrafterKv<'_, F>,
+        x: u32,
+        g: &[F],
+        p: usize,
+    ) -> Result<DraftStep<F>, SpecError> {
         let a = &self.config;
         let (ht, ha) = (a.n_embd_out, a.n_embd);
         if g.len() != ht {
-            return Err(SpecError::State(format!("carried hidden has {} values, expected H_T = {ht}", g.len())));
+            return Err(SpecError::State(format!(
+                "carried hidden has {} values, expected H_T = {ht}",
+                g.len()
+            )));
         }
         let eps = F::from_f64(a.rms_eps);
         // §2.1: u = [E_T[x]·√H_T ‖ g], z_0 = W_pre · u.
@@ -407,11 +435,23 @@ impl<F: Float> Assistant<F> {
             Head::Full => self.full_logits(&z)?,
             Head::Centroid => self.centroid_logits(&z)?,
         };
-        Ok(DraftStep { logits, hidden, normed: z })
+        Ok(DraftStep {
+            logits,
+            hidden,
+            normed: z,
+        })
     }
 
     /// §2.2 for one layer on the residual `z` `[H_A]` (in place).
-    fn layer_forward(&self, layer: &AssistantLayer<F>, l: usize, z: &mut Vec<F>, rows: &KvRows<'_, F>, p: usize, eps: F) -> Result<(), SpecError> {
+    fn layer_forward(
+        &self,
+        layer: &AssistantLayer<F>,
+        l: usize,
+        z: &mut [F],
+        rows: &KvRows<'_, F>,
+        p: usize,
+        eps: F,
+    ) -> Result<(), SpecError> {
         let f = &self.file;
         let ha = self.config.n_embd;
         let (nh, nkv, d) = (layer.n_head, layer.n_kv, layer.head_dim);
@@ -472,7 +512,10 @@ impl<F: Float> Assistant<F> {
     /// tokens (the same value the full head gives), every other id `min_t s_t − 1`.
     /// Errors: no centroid tensors.
     pub fn centroid_logits(&self, n: &[F]) -> Result<Vec<f64>, SpecError> {
-        let head = self.centroid.as_ref().ok_or_else(|| SpecError::Pairing("no centroid tensors".into()))?;
+        let head = self
+            .centroid
+            .as_ref()
+            .ok_or_else(|| SpecError::Pairing("no centroid tensors".into()))?;
         let c_n = head.centroids.rows;
         let m = head.ordering.len() / c_n;
         let c = linear(n, 1, head.centroids.view(&self.file))?;
@@ -489,7 +532,11 @@ impl<F: Float> Assistant<F> {
                 selected.push((t as usize, dot(&row, n).to_f64()));
             }
         }
-        let fill = selected.iter().map(|&(_, s)| s).fold(f64::INFINITY, f64::min) - 1.0;
+        let fill = selected
+            .iter()
+            .map(|&(_, s)| s)
+            .fold(f64::INFINITY, f64::min)
+            - 1.0;
         let mut logits = vec![fill; self.config.n_vocab];
         for (t, s) in selected {
             logits[t] = s;
@@ -500,14 +547,18 @@ impl<F: Float> Assistant<F> {
     /// Greedy draft of one step: `argmax` over all `V` ids of [`DraftStep::logits`] (lowest id on
     /// ties; drafter logits are never suppressed, §4.1 step 3).
     pub fn draft_token(step: &DraftStep<F>) -> Result<u32, SpecError> {
-        argmax(&step.logits, &[]).ok_or_else(|| SpecError::State("drafter logits are all NaN".into()))
+        argmax(&step.logits, &[])
+            .ok_or_else(|| SpecError::State("drafter logits are all NaN".into()))
     }
 }
 
 /// Loads the centroid head when both tensors are present (§3.4, `gguf-gemma4.md` §8.2 project
 /// extension): checks `C` against `num_centroids`, `V % C == 0`, and that the ordering is a
 /// permutation of `0 … V−1`.
-fn load_centroid_head(file: &GgufFile, cfg: &AssistantConfig) -> Result<Option<CentroidHead>, SpecError> {
+fn load_centroid_head(
+    file: &GgufFile,
+    cfg: &AssistantConfig,
+) -> Result<Option<CentroidHead>, SpecError> {
     let ord_name = ORDERING_NAMES.iter().find(|n| file.tensor(n).is_ok());
     let (Ok(_), Some(&ord_name)) = (file.tensor(CENTROIDS_NAME), ord_name) else {
         return Ok(None);
@@ -518,25 +569,43 @@ fn load_centroid_head(file: &GgufFile, cfg: &AssistantConfig) -> Result<Option<C
         problem,
     };
     if centroids.cols != cfg.n_embd {
-        return Err(bad(CENTROIDS_NAME, format!("row length {} != drafter width {}", centroids.cols, cfg.n_embd)));
+        return Err(bad(
+            CENTROIDS_NAME,
+            format!(
+                "row length {} != drafter width {}",
+                centroids.cols, cfg.n_embd
+            ),
+        ));
     }
     let c_n = centroids.rows;
     if let Some(nc) = cfg.num_centroids {
         if nc != c_n {
-            return Err(bad(CENTROIDS_NAME, format!("{c_n} centroids but num_centroids = {nc}")));
+            return Err(bad(
+                CENTROIDS_NAME,
+                format!("{c_n} centroids but num_centroids = {nc}"),
+            ));
         }
     }
     let v = cfg.n_vocab;
-    if c_n == 0 || v % c_n != 0 {
-        return Err(bad(CENTROIDS_NAME, format!("{c_n} centroids do not divide the vocabulary {v}")));
+    if c_n == 0 || !v.is_multiple_of(c_n) {
+        return Err(bad(
+            CENTROIDS_NAME,
+            format!("{c_n} centroids do not divide the vocabulary {v}"),
+        ));
     }
     let t = file.tensor(ord_name)?;
     if t.n_elements() as usize != v {
-        return Err(bad(ord_name, format!("{} entries, expected V = {v}", t.n_elements())));
+        return Err(bad(
+            ord_name,
+            format!("{} entries, expected V = {v}", t.n_elements()),
+        ));
     }
     let bytes = file.tensor_data(t);
     let ordering: Vec<i64> = match t.ggml_type {
-        GgmlType::I32 => bytes.chunks_exact(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64).collect(),
+        GgmlType::I32 => bytes
+            .chunks_exact(4)
+            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64)
+            .collect(),
         GgmlType::I64 => bytes
             .chunks_exact(8)
             .map(|b| i64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
@@ -547,7 +616,10 @@ fn load_centroid_head(file: &GgufFile, cfg: &AssistantConfig) -> Result<Option<C
     let mut out = Vec::with_capacity(v);
     for (i, &id) in ordering.iter().enumerate() {
         if id < 0 || id as usize >= v || seen[id as usize] {
-            return Err(bad(ord_name, format!("entry {i} = {id}: not a permutation of 0..{v}")));
+            return Err(bad(
+                ord_name,
+                format!("entry {i} = {id}: not a permutation of 0..{v}"),
+            ));
         }
         seen[id as usize] = true;
         out.push(id as u32);

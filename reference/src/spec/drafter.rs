@@ -59,7 +59,10 @@ impl<F: Float> Drafter<F> for &Assistant<F> {
             tokens.push(x);
             g = step.hidden;
         }
-        Ok(Draft { tokens, forwards: k })
+        Ok(Draft {
+            tokens,
+            forwards: k,
+        })
     }
 }
 
@@ -91,7 +94,10 @@ pub struct ScriptedDrafter {
 
 impl ScriptedDrafter {
     /// A drafter replaying `sequence` with `rule` applied at each step.
-    pub fn new(sequence: Vec<u32>, rule: impl Fn(ScriptStep) -> Option<u32> + Send + Sync + 'static) -> ScriptedDrafter {
+    pub fn new(
+        sequence: Vec<u32>,
+        rule: impl Fn(ScriptStep) -> Option<u32> + Send + Sync + 'static,
+    ) -> ScriptedDrafter {
         ScriptedDrafter {
             sequence,
             rule: Box::new(rule),
@@ -102,7 +108,9 @@ impl ScriptedDrafter {
     /// The rule of README-models §10: in round `r` with `r % 3 == 0` and `K_r ≥ 2` the 2nd draft
     /// is `wrong` (the fixtures use id 7).
     pub fn every_third_round_second_draft(sequence: Vec<u32>, wrong: u32) -> ScriptedDrafter {
-        Self::new(sequence, move |s| (s.round % 3 == 0 && s.k >= 2 && s.i == 2).then_some(wrong))
+        Self::new(sequence, move |s| {
+            (s.round % 3 == 0 && s.k >= 2 && s.i == 2).then_some(wrong)
+        })
     }
 }
 
@@ -116,11 +124,15 @@ impl<F: Float> Drafter<F> for ScriptedDrafter {
                     i,
                     k,
                 };
-                let t = (self.rule)(step).unwrap_or_else(|| self.sequence.get(ctx.p + i).copied().unwrap_or(0));
+                let t = (self.rule)(step)
+                    .unwrap_or_else(|| self.sequence.get(ctx.p + i).copied().unwrap_or(0));
                 self.log.push((step, t));
                 t
             })
             .collect();
-        Ok(Draft { tokens, forwards: 0 })
+        Ok(Draft {
+            tokens,
+            forwards: 0,
+        })
     }
 }
