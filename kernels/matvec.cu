@@ -41,7 +41,7 @@ static __device__ __forceinline__ void matvec_body(const uint8_t* __restrict__ W
         live[r] = row0 + r < rows;
         wr[r] = W + (uint64_t)(live[r] ? row0 + r : row0) * row_bytes;
     }
-#pragma unroll 2
+#pragma unroll 1
     for (int pc = threadIdx.x; pc < pieces; pc += MV_THREADS) {
         float xv[NC][8];
 #pragma unroll

@@ -15,11 +15,23 @@
 #define IQ4_T1 0xF6EADDCFu
 #define IQ4_T2 0x26190D01u
 #define IQ4_T3 0x71594535u
+// Exact small-integer → f32 without the I2F unit (16/clk/SM on sm_90): the bits
+// 0x4B000000 | v are the float 2²³ + v (v < 2²³), and one exact FADD removes 2²³ (+ off).
+static __device__ __forceinline__ float u2f(uint32_t v) {
+    return __uint_as_float(0x4B000000u | v) - 8388608.0f;
+}
+// Exact f32 of v − off (v < 2²³, 0 ≤ off small): both operands lie in [2²³, 2²⁴).
+#define U2F_OFF(v, off) (__uint_as_float(0x4B000000u | (v)) - (8388608.0f + (float)(off)))
+// Exact f32 of a byte b (0..255) read as int8: (b ^ 0x80) − 128.
+static __device__ __forceinline__ float s8f(uint32_t b) {
+    return __uint_as_float(0x4B000000u | ((b & 0xffu) ^ 0x80u)) - 8388736.0f;
+}
+
 static __device__ __forceinline__ float iq4_value(uint32_t n) {
     uint32_t lo = __byte_perm(IQ4_T0, IQ4_T1, n & 7u);
     uint32_t hi = __byte_perm(IQ4_T2, IQ4_T3, n & 7u);
     uint32_t v = (n & 8u) ? hi : lo;
-    return (float)(int)(int8_t)(v & 0xffu);
+    return s8f(v);
 }
 
 struct FmtF32 {
@@ -64,7 +76,7 @@ struct FmtQ4_0 {
         ld_words_a2<2>(b + 2 + 8 * (p & 1), q);
         const uint32_t sh = 4 * (p >> 1);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) w[i] = d * (float)((int)((BYTE_AT(q, i) >> sh) & 15u) - 8);
+        for (int i = 0; i < 8; ++i) w[i] = d * U2F_OFF((BYTE_AT(q, i) >> sh) & 15u, 8);
     }
 };
 
@@ -79,7 +91,7 @@ struct FmtQ4_1 {
         ld_words_a4<2>(b + 4 + 8 * (p & 1), q);
         const uint32_t sh = 4 * (p >> 1);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) w[i] = d * (float)((BYTE_AT(q, i) >> sh) & 15u) + m;
+        for (int i = 0; i < 8; ++i) w[i] = d * u2f((BYTE_AT(q, i) >> sh) & 15u) + m;
     }
 };
 
@@ -95,8 +107,8 @@ struct FmtQ5_0 {
         const uint32_t sh = 4 * (p >> 1);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-            int v = (int)(((BYTE_AT(q, i) >> sh) & 15u) | (((qh >> i) & 1u) << 4));
-            w[i] = d * (float)(v - 16);
+            uint32_t v = ((BYTE_AT(q, i) >> sh) & 15u) | (((qh >> i) & 1u) << 4);
+            w[i] = d * U2F_OFF(v, 16);
         }
     }
 };
@@ -115,7 +127,7 @@ struct FmtQ5_1 {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             uint32_t v = ((BYTE_AT(q, i) >> sh) & 15u) | (((qh >> i) & 1u) << 4);
-            w[i] = d * (float)v + m;
+            w[i] = d * u2f(v) + m;
         }
     }
 };
@@ -129,7 +141,7 @@ struct FmtQ8_0 {
         uint32_t q[2];
         ld_words_a2<2>(b + 2 + 8 * p, q);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) w[i] = d * (float)(int)(int8_t)BYTE_AT(q, i);
+        for (int i = 0; i < 8; ++i) w[i] = d * s8f(BYTE_AT(q, i));
     }
 };
 
@@ -164,7 +176,7 @@ struct FmtQ2_K {
         uint32_t q[2];
         ld_words_a4<2>(b + 16 + 32 * h + 8 * p, q);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) w[i] = dl * (float)((BYTE_AT(q, i) >> (2 * j)) & 3u) - ml;
+        for (int i = 0; i < 8; ++i) w[i] = dl * u2f((BYTE_AT(q, i) >> (2 * j)) & 3u) - ml;
     }
 };
 
@@ -187,9 +199,9 @@ struct FmtQ3_K {
         const uint32_t hshift = 4 * h + j;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-            int low2 = (int)((BYTE_AT(q, i) >> (2 * j)) & 3u);
-            int hbit = (int)((BYTE_AT(hm, i) >> hshift) & 1u);
-            w[i] = dl * (float)(low2 - (hbit ? 0 : 4));
+            uint32_t low2 = (BYTE_AT(q, i) >> (2 * j)) & 3u;
+            uint32_t hbit = (BYTE_AT(hm, i) >> hshift) & 1u;
+            w[i] = dl * U2F_OFF(low2 + 4u * hbit, 4);  // low2 − (hbit ? 0 : 4)
         }
     }
 };
@@ -221,7 +233,7 @@ struct FmtQ4_K {
         ld_words_a8<2>(b + 16 + 32 * (sb >> 1) + 8 * p, q);
         const uint32_t sh = 4 * (sb & 1);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) w[i] = d1 * (float)((BYTE_AT(q, i) >> sh) & 15u) - m1;
+        for (int i = 0; i < 8; ++i) w[i] = d1 * u2f((BYTE_AT(q, i) >> sh) & 15u) - m1;
     }
 };
 
@@ -243,7 +255,7 @@ struct FmtQ5_K {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             uint32_t v = ((BYTE_AT(q, i) >> sh) & 15u) | (((BYTE_AT(qh, i) >> sb) & 1u) << 4);
-            w[i] = d1 * (float)v - m1;
+            w[i] = d1 * u2f(v) - m1;
         }
     }
 };
@@ -264,7 +276,7 @@ struct FmtQ6_K {
         for (int i = 0; i < 8; ++i) {
             uint32_t lo = (BYTE_AT(ql, i) >> lsh) & 15u;
             uint32_t hi = (BYTE_AT(qh, i) >> hsh) & 3u;
-            w[i] = dl * (float)((int)(lo | (hi << 4)) - 32);
+            w[i] = dl * U2F_OFF(lo | (hi << 4), 32);
         }
     }
 };
@@ -279,7 +291,7 @@ struct FmtQ8_K {
         uint32_t q[2];
         ld_words_a4<2>(b + 4 + 32 * sb + 8 * p, q);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) w[i] = d * (float)(int)(int8_t)BYTE_AT(q, i);
+        for (int i = 0; i < 8; ++i) w[i] = d * s8f(BYTE_AT(q, i));
     }
 };
 

@@ -35,8 +35,18 @@ pub const FORMATS: [&str; 16] = [
 
 /// Largest number of activation columns a single `matvec_<fmt>_<nc>` launch handles.
 pub const MATVEC_MAX_COLS: usize = 8;
-/// Rows handled by one `matvec` thread block (one warp per row; block = 32 × this threads).
-pub const MATVEC_ROWS_PER_BLOCK: u32 = 4;
+/// Threads of one `matvec` thread block (`MV_THREADS` in `matvec.cu`).
+pub const MATVEC_THREADS: u32 = 128;
+
+/// Rows computed by one `matvec_<fmt>_<nc>` thread block (`MvRows<NC>::R` in `matvec.cu`):
+/// 4 for `nc ≤ 2`, else 2. The grid is `ceil(rows / this)` blocks.
+pub fn matvec_rows_per_block(nc: usize) -> u32 {
+    if nc <= 2 {
+        4
+    } else {
+        2
+    }
+}
 
 /// One kernel family: one `.cu` file, compiled as one NVRTC program / one CUDA module.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -51,7 +61,7 @@ pub enum Family {
     Rope,
     /// `activation.cu`: `geglu_f32`, `softcap_f32`.
     Activation,
-    /// `reduce.cu`: `argmax_f32`, `sum_f32x4`, `fill_u32`.
+    /// `reduce.cu`: `argmax_f32`, `sum_f32x4`, `fill_u32`, `spin_ns`.
     Reduce,
 }
 
@@ -111,7 +121,12 @@ impl Family {
             Family::Norm => vec!["rmsnorm_f32".into()],
             Family::Rope => vec!["rope_neox_f32".into()],
             Family::Activation => vec!["geglu_f32".into(), "softcap_f32".into()],
-            Family::Reduce => vec!["argmax_f32".into(), "sum_f32x4".into(), "fill_u32".into()],
+            Family::Reduce => vec![
+                "argmax_f32".into(),
+                "sum_f32x4".into(),
+                "fill_u32".into(),
+                "spin_ns".into(),
+            ],
         }
     }
 }

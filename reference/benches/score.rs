@@ -33,14 +33,19 @@ fn score_flops(c: &Config, lens: &[usize]) -> f64 {
     let mut attn_per_key = 0.0;
     let mut sliding_per_key = 0.0;
     for l in 0..c.n_layer {
-        let (nh, nkv, d) = (c.n_head[l] as f64, c.n_head_kv[l] as f64, c.head_dim(l) as f64);
+        let (nh, nkv, d) = (
+            c.n_head[l] as f64,
+            c.n_head_kv[l] as f64,
+            c.head_dim(l) as f64,
+        );
         per_token += 2.0 * h * nh * d * 2.0; // q and o
         if c.has_kv(l) {
             per_token += 2.0 * h * nkv * d * if c.k_eq_v[l] { 1.0 } else { 2.0 };
         }
         per_token += 2.0 * 3.0 * h * c.n_ff[l] as f64;
         if c.moe {
-            per_token += 2.0 * h * c.n_expert as f64 + c.n_expert_used as f64 * 2.0 * 3.0 * h * c.n_ff_exp as f64;
+            per_token += 2.0 * h * c.n_expert as f64
+                + c.n_expert_used as f64 * 2.0 * 3.0 * h * c.n_ff_exp as f64;
         }
         if c.n_embd_per_layer > 0 {
             per_token += 2.0 * 2.0 * h * c.n_embd_per_layer as f64;
@@ -89,7 +94,13 @@ fn bench(cr: &mut Criterion) {
         return;
     }
     let model = Model::<f64>::load(&path).expect("load");
-    let seqs: Vec<Vec<u32>> = (0..4).map(|s| (0..256).map(|t| ((t * 7 + s * 131) % 16000 + 100) as u32).collect()).collect();
+    let seqs: Vec<Vec<u32>> = (0..4)
+        .map(|s| {
+            (0..256)
+                .map(|t| ((t * 7 + s * 131) % 16000 + 100) as u32)
+                .collect()
+        })
+        .collect();
     let lens: Vec<usize> = seqs.iter().map(|s| s.len()).collect();
     let flops = score_flops(model.config(), &lens);
 
@@ -112,7 +123,9 @@ fn bench(cr: &mut Criterion) {
     let mut g = cr.benchmark_group("oracle");
     g.sample_size(10);
     g.throughput(Throughput::Elements(flops as u64));
-    g.bench_function("score_dense_f32_4x256 (elements = FLOP)", |b| b.iter(|| score(&model, &seqs, 16).expect("score")));
+    g.bench_function("score_dense_f32_4x256 (elements = FLOP)", |b| {
+        b.iter(|| score(&model, &seqs, 16).expect("score"))
+    });
     g.throughput(Throughput::Elements(2 * 32 * 1_000_000));
     g.bench_function("madd_peak_1core (elements = FLOP)", |b| {
         b.iter(|| {

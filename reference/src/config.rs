@@ -233,7 +233,12 @@ impl Keys<'_> {
     }
 
     /// A scalar broadcast to `n` layers, or an integer array of length `n` (`get_key_or_arr`).
-    fn per_layer(&self, k: &str, n: usize, default: Option<usize>) -> Result<Vec<usize>, ConfigError> {
+    fn per_layer(
+        &self,
+        k: &str,
+        n: usize,
+        default: Option<usize>,
+    ) -> Result<Vec<usize>, ConfigError> {
         let (key, v) = match self.value(k) {
             Some(kv) => kv,
             None => {
@@ -387,9 +392,11 @@ impl Common {
             });
         }
         let n_embd = k.usize_req("embedding_length")?;
-        let embd = file.tensor("token_embd.weight").map_err(|_| ConfigError::MissingTensor {
-            name: "token_embd.weight".into(),
-        })?;
+        let embd = file
+            .tensor("token_embd.weight")
+            .map_err(|_| ConfigError::MissingTensor {
+                name: "token_embd.weight".into(),
+            })?;
         if embd.dims.len() != 2 || embd.dims[0] != n_embd as u64 {
             return Err(ConfigError::ShapeMismatch {
                 tensor: "token_embd.weight".into(),
@@ -399,7 +406,8 @@ impl Common {
         }
         let n_vocab = embd.dims[1] as usize;
         let n_head = k.per_layer("attention.head_count", n_layer, None)?;
-        let n_head_kv = k.per_layer("attention.head_count_kv", n_layer, None)
+        let n_head_kv = k
+            .per_layer("attention.head_count_kv", n_layer, None)
             .or_else(|e| match e {
                 ConfigError::MissingKey { .. } => Ok(n_head.clone()),
                 e => Err(e),
@@ -845,27 +853,45 @@ impl AssistantConfig {
             ConfigError::Inconsistent(format!("assistant {what} {a} != target {what} {t}"))
         };
         if self.n_embd_out != target.n_embd {
-            return Err(mismatch("embedding_length_out / embedding_length", self.n_embd_out, target.n_embd));
+            return Err(mismatch(
+                "embedding_length_out / embedding_length",
+                self.n_embd_out,
+                target.n_embd,
+            ));
         }
         if self.n_vocab != target.n_vocab {
             return Err(mismatch("vocabulary size", self.n_vocab, target.n_vocab));
         }
         if self.head_dim_full != target.head_dim_full {
-            return Err(mismatch("key_length", self.head_dim_full, target.head_dim_full));
+            return Err(mismatch(
+                "key_length",
+                self.head_dim_full,
+                target.head_dim_full,
+            ));
         }
         if self.head_dim_swa != target.head_dim_swa {
-            return Err(mismatch("key_length_swa", self.head_dim_swa, target.head_dim_swa));
+            return Err(mismatch(
+                "key_length_swa",
+                self.head_dim_swa,
+                target.head_dim_swa,
+            ));
         }
         let first_reuse = target.first_reuse_layer();
         for l in 0..self.n_layer {
-            let src = (0..first_reuse).rev().find(|&j| target.is_swa[j] == self.is_swa[l]);
+            let src = (0..first_reuse)
+                .rev()
+                .find(|&j| target.is_swa[j] == self.is_swa[l]);
             let Some(src) = src else {
                 return Err(ConfigError::Inconsistent(format!(
                     "assistant layer {l} needs a target layer of its kind before layer {first_reuse}"
                 )));
             };
             if target.n_head_kv[src] != self.n_head_kv[l] {
-                return Err(mismatch("head_count_kv", self.n_head_kv[l], target.n_head_kv[src]));
+                return Err(mismatch(
+                    "head_count_kv",
+                    self.n_head_kv[l],
+                    target.n_head_kv[src],
+                ));
             }
         }
         Ok(())

@@ -53,7 +53,11 @@ impl<F: Float> KvCache<F> {
                 })
             })
             .collect();
-        KvCache { len: 0, source, slots }
+        KvCache {
+            len: 0,
+            source,
+            slots,
+        }
     }
 
     /// Number of cached positions `U` (the position of the next token).
@@ -91,7 +95,11 @@ impl<F: Float> KvCache<F> {
     /// Post-norm, post-RoPE keys layer `layer` attends to at position `pos` (`< len`):
     /// `[nkv_l, d_l]`. Panics if `pos ≥ len` or `layer ≥ L`.
     pub fn k(&self, layer: usize, pos: usize) -> &[F] {
-        assert!(pos < self.len, "position {pos} not cached (len {})", self.len);
+        assert!(
+            pos < self.len,
+            "position {pos} not cached (len {})",
+            self.len
+        );
         let s = self.slot(layer);
         let w = s.n_kv * s.head_dim;
         &s.k[pos * w..(pos + 1) * w]
@@ -99,7 +107,11 @@ impl<F: Float> KvCache<F> {
 
     /// Post-norm values layer `layer` attends to at position `pos` (`< len`): `[nkv_l, d_l]`.
     pub fn v(&self, layer: usize, pos: usize) -> &[F] {
-        assert!(pos < self.len, "position {pos} not cached (len {})", self.len);
+        assert!(
+            pos < self.len,
+            "position {pos} not cached (len {})",
+            self.len
+        );
         let s = self.slot(layer);
         let w = s.n_kv * s.head_dim;
         &s.v[pos * w..(pos + 1) * w]
@@ -138,7 +150,9 @@ impl<F: Float> KvCache<F> {
     /// Appends rows `k`, `v` (`[n, nkv, d]`) to `layer`'s own slot (during a forward; they become
     /// visible to [`KvCache::k`] after [`KvCache::commit`]).
     pub(crate) fn append(&mut self, layer: usize, k: &[F], v: &[F]) {
-        let s = self.slots[layer].as_mut().expect("append to a layer with own K/V");
+        let s = self.slots[layer]
+            .as_mut()
+            .expect("append to a layer with own K/V");
         s.k.extend_from_slice(k);
         s.v.extend_from_slice(v);
     }
@@ -174,7 +188,12 @@ impl<F: Float> Model<F> {
     /// Prefill in chunks: runs `tokens` after `cache` in forwards of at most `chunk` tokens
     /// (`chunk ≥ 1`) and returns the logits of the last token (`[V]`, f64). Every row's numbers
     /// are independent of the chunking (`model::linear` determinism).
-    pub fn prefill(&self, cache: &mut crate::decode::KvCache<F>, tokens: &[u32], chunk: usize) -> Result<Vec<f64>, ModelError> {
+    pub fn prefill(
+        &self,
+        cache: &mut crate::decode::KvCache<F>,
+        tokens: &[u32],
+        chunk: usize,
+    ) -> Result<Vec<f64>, ModelError> {
         let mut last = Vec::new();
         for part in tokens.chunks(chunk.max(1)) {
             let hn = self.forward_hidden_batch(&mut [&mut *cache], &[part])?;
@@ -188,7 +207,12 @@ impl<F: Float> Model<F> {
     /// Plain greedy decoding (§13.6 rule 3): prefill `prompt` in one forward, then repeatedly
     /// emit `argmax` over the non-suppressed ids (lowest id on exact ties) and feed it back,
     /// until a token in `stop` is emitted (it is included) or `max_tokens` tokens are emitted.
-    pub fn greedy(&self, prompt: &[u32], max_tokens: usize, stop: &[u32]) -> Result<Generation, ModelError> {
+    pub fn greedy(
+        &self,
+        prompt: &[u32],
+        max_tokens: usize,
+        stop: &[u32],
+    ) -> Result<Generation, ModelError> {
         let mut cache = self.new_cache();
         let mut gen = Generation {
             tokens: Vec::new(),

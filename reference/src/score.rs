@@ -3,6 +3,8 @@
 //! the logit of the next token. Selection rules: `spec/gemma4-text.md` §13.6 (suppressed ids
 //! never listed; ties → lower id first).
 
+use rayon::prelude::*;
+
 use crate::model::logits::top_k as select_top_k;
 use crate::model::{Float, Model, ModelError};
 
@@ -24,7 +26,11 @@ pub struct PositionScore {
 /// returns `out[s][t]` for `t < seqs[s].len()`. Default `top_k` is 16.
 ///
 /// Errors: a token id `≥ V` (named by sequence and position), or a weight that fails to decode.
-pub fn score<F: Float>(model: &Model<F>, seqs: &[Vec<u32>], top_k: usize) -> Result<Vec<Vec<PositionScore>>, ModelError> {
+pub fn score<F: Float>(
+    model: &Model<F>,
+    seqs: &[Vec<u32>],
+    top_k: usize,
+) -> Result<Vec<Vec<PositionScore>>, ModelError> {
     let mut caches: Vec<_> = seqs.iter().map(|_| model.new_cache()).collect();
     let mut cache_refs: Vec<_> = caches.iter_mut().collect();
     let tokens: Vec<&[u32]> = seqs.iter().map(|s| s.as_slice()).collect();
@@ -38,16 +44,24 @@ pub fn score<F: Float>(model: &Model<F>, seqs: &[Vec<u32>], top_k: usize) -> Res
         .enumerate()
         .flat_map(|(s, seq)| (0..seq.len()).map(move |t| (s, t)))
         .collect();
-    let mut out: Vec<Vec<PositionScore>> = seqs.iter().map(|s| Vec::with_capacity(s.len())).collect();
+    let mut out: Vec<Vec<PositionScore>> =
+        seqs.iter().map(|s| Vec::with_capacity(s.len())).collect();
     for (c, rows) in index.chunks(LOGIT_ROWS).enumerate() {
         let r0 = c * LOGIT_ROWS;
         let z = model.logits_of_hidden(&hn[r0 * h..(r0 + rows.len()) * h])?;
-        for (&(s, t), row) in rows.iter().zip(z.chunks_exact(v)) {
-            let row: Vec<f64> = row.iter().map(|x| x.to_f64()).collect();
-            out[s].push(PositionScore {
-                top_k: select_top_k(&row, top_k, model.suppressed_ids()),
-                next_logit: seqs[s].get(t + 1).map(|&id| row[id as usize]),
-            });
+        let scored: Vec<PositionScore> = rows
+            .par_iter()
+            .zip(z.par_chunks_exact(v))
+            .map(|(&(s, t), row)| {
+                let row: Vec<f64> = row.iter().map(|x| x.to_f64()).collect();
+                PositionScore {
+                    top_k: select_top_k(&row, top_k, model.suppressed_ids()),
+                    next_logit: seqs[s].get(t + 1).map(|&id| row[id as usize]),
+                }
+            })
+            .collect();
+        for (&(s, _), ps) in rows.iter().zip(scored) {
+            out[s].push(ps);
         }
     }
     Ok(out)

@@ -15,7 +15,12 @@ const TOL: f64 = 1e-12;
 
 fn long_prompt(fix: &std::path::Path, stem: &str) -> Vec<u32> {
     let g = read_json(&fix.join("oracle").join(format!("{stem}.greedy.json")));
-    let p = g["prompts"].as_array().expect("prompts").iter().find(|p| p["name"] == "long_context").expect("long_context");
+    let p = g["prompts"]
+        .as_array()
+        .expect("prompts")
+        .iter()
+        .find(|p| p["name"] == "long_context")
+        .expect("long_context");
     let mut ids = json_ids(&p["prompt_ids"]);
     ids.extend(json_ids(&p["greedy_ids"]).into_iter().take(13)); // 60 tokens
     ids
@@ -28,7 +33,10 @@ fn full_rows<F: Float>(m: &Model<F>, ids: &[u32]) -> Vec<Vec<f64>> {
 
 fn max_rel(a: &[Vec<f64>], b: &[Vec<f64>]) -> f64 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| rel_err(x, y)).fold(0.0, f64::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| rel_err(x, y))
+        .fold(0.0, f64::max)
 }
 
 #[test]
@@ -61,7 +69,10 @@ fn kv_cache_decode_and_chunked_prefill_equal_full_recompute() {
         for (t, ps) in sc[0].iter().enumerate() {
             let mx = full[t].iter().map(|x| x.abs()).fold(0.0, f64::max);
             let want = reference::model::logits::top_k(&full[t], 16, &[]);
-            assert_eq!(ps.top_k.iter().map(|x| x.0).collect::<Vec<_>>(), want.iter().map(|x| x.0).collect::<Vec<_>>());
+            assert_eq!(
+                ps.top_k.iter().map(|x| x.0).collect::<Vec<_>>(),
+                want.iter().map(|x| x.0).collect::<Vec<_>>()
+            );
             for (&(_, a), &(_, b)) in ps.top_k.iter().zip(&want) {
                 e_score = e_score.max((a - b).abs() / mx);
             }
@@ -86,7 +97,9 @@ fn batched_forward_and_rollback_equal_single_sequence_runs() {
     let (mut ca, mut cb) = (m.new_cache(), m.new_cache());
     m.forward(&mut ca, &a[..20]).expect("a");
     m.forward(&mut cb, &b[..3]).expect("b");
-    let batch = m.forward_batch(&mut [&mut ca, &mut cb], &[&a[20..], &b[3..]]).expect("batch");
+    let batch = m
+        .forward_batch(&mut [&mut ca, &mut cb], &[&a[20..], &b[3..]])
+        .expect("batch");
     let e_a = max_rel(&batch[0], &full_rows(&m, a)[20..]);
     let e_b = max_rel(&batch[1], &full_rows(&m, b)[3..]);
 
@@ -134,7 +147,10 @@ fn f32_engine_is_close_to_f64_oracle() {
         worst = worst.max(e);
     }
     // transformers' own float32 model is 5.6e-7 … 6.9e-7 from float64 (README-models §5).
-    assert!(worst < 1e-4, "f32 engine too far from the oracle: {worst:e}");
+    assert!(
+        worst < 1e-4,
+        "f32 engine too far from the oracle: {worst:e}"
+    );
 }
 
 #[test]
@@ -145,12 +161,21 @@ fn logits_are_bitwise_identical_for_1_and_3_threads() {
         let ids = long_prompt(&fix, stem);
         let seqs = vec![ids.clone(), ids[..17].to_vec()];
         let run = |n: usize| {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(n).build().expect("pool");
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .build()
+                .expect("pool");
             pool.install(|| (full_rows(&m, &ids), score(&m, &seqs, 16).expect("score")))
         };
         let (r1, s1) = run(1);
         let (r3, s3) = run(3);
-        assert!(r1.iter().flatten().zip(r3.iter().flatten()).all(|(a, b)| a.to_bits() == b.to_bits()), "{stem}: rows differ");
+        assert!(
+            r1.iter()
+                .flatten()
+                .zip(r3.iter().flatten())
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{stem}: rows differ"
+        );
         assert_eq!(s1, s3, "{stem}: scores differ");
     }
 }

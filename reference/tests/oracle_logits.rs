@@ -19,10 +19,19 @@ fn f64_logits_match_transformers_float64_on_every_target_fixture() {
         let gguf = fix.join("models").join(format!("{stem}.gguf"));
         let meta = read_json(&fix.join("oracle").join(format!("{stem}.logits.json")));
         let sha = reference::gguf::sha256_file(&gguf).expect("sha256");
-        assert_eq!(meta["file_sha256"].as_str(), Some(sha.as_str()), "{stem}: file_sha256");
+        assert_eq!(
+            meta["file_sha256"].as_str(),
+            Some(sha.as_str()),
+            "{stem}: file_sha256"
+        );
 
         let model = Model::<f64>::load(&gguf).unwrap_or_else(|e| panic!("{stem}: {e}"));
-        let seqs: Vec<Vec<u32>> = meta["sequences"].as_array().expect("sequences").iter().map(|s| json_ids(&s["ids"])).collect();
+        let seqs: Vec<Vec<u32>> = meta["sequences"]
+            .as_array()
+            .expect("sequences")
+            .iter()
+            .map(|s| json_ids(&s["ids"]))
+            .collect();
         let mut caches: Vec<_> = seqs.iter().map(|_| model.new_cache()).collect();
         let mut refs: Vec<_> = caches.iter_mut().collect();
         let toks: Vec<&[u32]> = seqs.iter().map(|s| s.as_slice()).collect();
@@ -33,12 +42,20 @@ fn f64_logits_match_transformers_float64_on_every_target_fixture() {
         let v = model.vocab_size();
         assert_eq!(shape[2], v, "{stem}: npy vocab");
         let mut worst_full: f64 = 0.0;
-        for (s, positions) in meta["npy_positions"].as_array().expect("npy_positions").iter().enumerate() {
+        for (s, positions) in meta["npy_positions"]
+            .as_array()
+            .expect("npy_positions")
+            .iter()
+            .enumerate()
+        {
             for (k, p) in positions.as_array().expect("positions").iter().enumerate() {
                 let p = p.as_u64().expect("position") as usize;
                 let off = (s * shape[1] + k) * v;
                 let e = rel_err(&logits[s][p], &npy[off..off + v]);
-                assert!(e <= TOL, "{stem}: sequence {s} position {p}: full-row relative error {e:e}");
+                assert!(
+                    e <= TOL,
+                    "{stem}: sequence {s} position {p}: full-row relative error {e:e}"
+                );
                 worst_full = worst_full.max(e);
             }
         }
@@ -56,16 +73,27 @@ fn f64_logits_match_transformers_float64_on_every_target_fixture() {
                     .map(|pr| (pr[0].as_u64().expect("id") as u32, json_f64(&pr[1])))
                     .collect();
                 let got = reference::model::logits::top_k(row, want.len(), &[]);
-                let diff = want.iter().map(|&(id, x)| (row[id as usize] - x).abs()).fold(0.0, f64::max);
+                let diff = want
+                    .iter()
+                    .map(|&(id, x)| (row[id as usize] - x).abs())
+                    .fold(0.0, f64::max);
                 let e = diff / max_abs;
-                assert!(e <= TOL, "{stem}: sequence {s} position {p}: top-16 relative error {e:e}");
+                assert!(
+                    e <= TOL,
+                    "{stem}: sequence {s} position {p}: top-16 relative error {e:e}"
+                );
                 let got_ids: Vec<u32> = got.iter().map(|g| g.0).collect();
                 let want_ids: Vec<u32> = want.iter().map(|w| w.0).collect();
-                assert_eq!(got_ids, want_ids, "{stem}: sequence {s} position {p}: top-16 ids");
+                assert_eq!(
+                    got_ids, want_ids,
+                    "{stem}: sequence {s} position {p}: top-16 ids"
+                );
                 worst_top = worst_top.max(e);
             }
         }
-        report.push(format!("{stem}: worst relative error full rows {worst_full:.3e}, top-16 {worst_top:.3e}"));
+        report.push(format!(
+            "{stem}: worst relative error full rows {worst_full:.3e}, top-16 {worst_top:.3e}"
+        ));
     }
     for line in &report {
         println!("{line}");

@@ -56,6 +56,12 @@ impl Gpu {
                 RuntimeError::Unavailable(format!("cudarc panicked creating a context: {msg}"))
             })?
             .map_err(|e| RuntimeError::Unavailable(format!("no CUDA device {ordinal}: {e}")))?;
+        // SAFETY: this runtime queues all work on the one stream below, so cudarc's per-buffer
+        // cross-stream events are not needed (and cost driver calls on every launch).
+        #[allow(unsafe_code)]
+        unsafe {
+            ctx.disable_event_tracking()
+        };
         let stream = ctx.new_stream().map_err(drv("new_stream"))?;
         let name = ctx.name().map_err(drv("device name"))?;
         let cc = ctx

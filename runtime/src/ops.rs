@@ -7,7 +7,7 @@
 #![allow(unsafe_code)]
 
 use cudarc::driver::{CudaFunction, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
-use kernels::{Family, FORMATS, MATVEC_MAX_COLS, MATVEC_ROWS_PER_BLOCK};
+use kernels::{matvec_rows_per_block, Family, FORMATS, MATVEC_MAX_COLS, MATVEC_THREADS};
 use reference::quant::GgmlType;
 
 use crate::error::{drv, RuntimeError};
@@ -90,12 +90,12 @@ impl Gpu {
         }
         let name = kernels::dequant_kernel(fmt);
         let f = self.func(Family::Dequant, &name)?;
-        let n_units = (n_elements / 32) as u64;
+        let n_pieces = (n_elements / 8) as u64;
         let mut b = self.stream.launch_builder(&f);
-        b.arg(src).arg(out).arg(&n_units);
+        b.arg(src).arg(out).arg(&n_pieces);
         // SAFETY: argument list matches `dequant_<fmt>(const uint8_t*, float*, uint64_t)`;
-        // src holds n_units·32 elements' blocks and out ≥ n_units·32 floats (checked above).
-        unsafe { b.launch(blocks_1d(n_units, 256)) }.map_err(drv(name))?;
+        // src holds the blocks of n_pieces·8 elements and out ≥ n_pieces·8 floats (checked).
+        unsafe { b.launch(blocks_1d(n_pieces, 256)) }.map_err(drv(name))?;
         Ok(())
     }
 
@@ -142,8 +142,8 @@ impl Gpu {
         let f = self.func(Family::Matvec, &name)?;
         let (rows_i, k_i, rb_u) = (rows as i32, k as i32, rb as u64);
         let cfg = LaunchConfig {
-            grid_dim: ((rows as u32).div_ceil(MATVEC_ROWS_PER_BLOCK), 1, 1),
-            block_dim: (32 * MATVEC_ROWS_PER_BLOCK, 1, 1),
+            grid_dim: ((rows as u32).div_ceil(matvec_rows_per_block(ncols)), 1, 1),
+            block_dim: (MATVEC_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut b = self.stream.launch_builder(&f);
@@ -346,6 +346,19 @@ impl Gpu {
     }
 }
 
+impl Gpu {
+    /// Queues a one-thread kernel that busy-waits `ns` nanoseconds (benchmarks: keeps the GPU
+    /// busy while the host queues the launches being timed).
+    pub fn spin(&self, ns: u64) -> Result<(), RuntimeError> {
+        let f = self.func(Family::Reduce, "spin_ns")?;
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(&ns);
+        // SAFETY: `spin_ns(uint64_t)`; touches no memory.
+        unsafe { b.launch(blocks_1d(1, 1)) }.map_err(drv("spin_ns"))?;
+        Ok(())
+    }
+}
+
 /// Default RoPE inverse frequencies (`spec/gemma4-text.md` §4.4): `1 / θ^((2i)/d)` for
 /// `i < d/2`, in f64.
 pub fn rope_inv_freq_default(d: usize, theta: f64) -> Vec<f64> {
@@ -373,4 +386,41 @@ pub fn rope_inv_freq_proportional(
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reference::quant::SUPPORTED_TYPES;
+
+    /// Hand derivation (spec/gemma4-text.md §4.4): d = 512, θ = 1e6, factor 0.25 → n_rot =
+    /// floor(0.25·512 / 2) = 64; entry 0 = θ⁰ = 1; entry 63 = 1e6^(−126/512); entry 64.. = 0.
+    #[test]
+    fn proportional_inv_freq_matches_hand_values() {
+        let f = rope_inv_freq_proportional(512, 1e6, 0.25, 1.0);
+        assert_eq!(f.len(), 256);
+        assert_eq!(f[0], 1.0);
+        assert!((f[63] - 10f64.powf(-6.0 * 126.0 / 512.0)).abs() < 1e-15);
+        assert!(f[64..].iter().all(|&v| v == 0.0));
+        let g = rope_inv_freq_default(256, 1e4);
+        assert_eq!(g.len(), 128);
+        assert!((g[1] - 10f64.powf(-4.0 * 2.0 / 256.0)).abs() < 1e-15);
+    }
+
+    /// Every supported type (spec §3.1) has a kernel; a type outside it is a typed error.
+    #[test]
+    fn every_supported_type_has_a_kernel() {
+        for ty in SUPPORTED_TYPES {
+            assert!(format_suffix(ty, "t").is_ok(), "{ty}");
+        }
+        assert!(matches!(
+            format_suffix(GgmlType::Q8_1, "t"),
+            Err(RuntimeError::UnsupportedType { .. })
+        ));
+        assert!(matches!(
+            row_bytes(GgmlType::Q4_K, 128, "t"),
+            Err(RuntimeError::Shape { .. })
+        ));
+        assert_eq!(row_bytes(GgmlType::Q4_K, 3840, "t").unwrap(), 15 * 144);
+    }
 }

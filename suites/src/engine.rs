@@ -31,6 +31,12 @@ pub trait Engine {
     /// position `t` the engine's top-`top_k` `(id, logit)` of the next-token distribution after
     /// `seq[..=t]` (rows `[len(seq)]`, each descending by logit).
     fn score(&mut self, seqs: &[Vec<u32>], top_k: usize) -> Result<Vec<Scores>, EngineError>;
+    /// Per-request failures of the last [`Engine::generate`] call as `(request id, message)`:
+    /// the runner judges those requests `error` with the message and the others normally
+    /// (an external engine whose server fails on one request). Default: none.
+    fn request_errors(&mut self) -> Vec<(String, String)> {
+        Vec::new()
+    }
 }
 
 /// A decoding mode (conformance §2), written `prefill`, `plain`, `batch:N`, `spec:K`.

@@ -6,16 +6,20 @@
 //! - [`rule`]: the tie-budget rule (§3) and the cross-mode comparison (§4), pure functions.
 //! - [`oracle`]: the oracle and codec interfaces, the scoring cache (§3).
 //! - [`golden`]: insta snapshots + full-precision sidecars (§9).
-//! - [`budgets`]: `goldens/<model>/budgets.toml` (§6, §9).
+//! - [`budgets`]: `goldens/<model>/budgets.toml` (§6, §9); [`calibrate`]: measuring τ (§6).
 //! - [`runner`]: runs an engine on a suite and judges it (§2–§4).
 //! - [`report`], [`plot`]: `report.json`, `report.md`, margin SVGs (§8).
 //! - [`reference_engine`]: the oracle as engine (`reference-f64`/`-f32`), arbiter and codec.
 //! - [`mock`]: a toy model, codec and a perturbing wrapper engine for tests.
+//! - `http` (feature `http`, default on): external engines over HTTP (llama-server, OpenAI).
 
 pub mod budgets;
+pub mod calibrate;
 pub mod conformance;
 pub mod engine;
 pub mod golden;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod mock;
 pub mod oracle;
 pub mod plot;

@@ -330,7 +330,22 @@ impl<E: Engine> Engine for Perturbed<E> {
         }
         reqs.iter().map(|r| self.one(r)).collect()
     }
+    /// The inner engine's scores; under [`Perturbation::Noise`] every logit gets the same
+    /// deterministic noise as in generation (keyed by position and id) and rows are re-sorted.
     fn score(&mut self, seqs: &[Vec<u32>], top_k: usize) -> Result<Vec<Scores>, EngineError> {
-        self.inner.score(seqs, top_k)
+        let mut out = self.inner.score(seqs, top_k)?;
+        if let Perturbation::Noise { amp } = self.how {
+            for sc in &mut out {
+                for (t, row) in sc.rows.iter_mut().enumerate() {
+                    for (id, l) in row.iter_mut() {
+                        let u = (hash3(t as u64, u64::from(*id), 7) >> 11) as f64
+                            / (1u64 << 53) as f64;
+                        *l += amp * (2.0 * u - 1.0);
+                    }
+                    row.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                }
+            }
+        }
+        Ok(out)
     }
 }

@@ -364,6 +364,7 @@ pub fn run_suite(
             engine.generate(&reqs, mode)
         };
         engine_s += t0.elapsed().as_secs_f64();
+        let req_errors: BTreeMap<String, String> = engine.request_errors().into_iter().collect();
         let trajs: Vec<Result<Trajectory, String>> = match result {
             Ok(t) if t.len() == reqs.len() => t.into_iter().map(Ok).collect(),
             Ok(t) => vec![
@@ -380,7 +381,10 @@ pub fn run_suite(
             let golden = goldens.and_then(|g| g.get(&req.id));
             let t1 = Instant::now();
             let (traj, engine_err) = match traj {
-                Ok(t) => (t, None),
+                Ok(t) => {
+                    let err = req_errors.get(&req.id).cloned();
+                    (t, err)
+                }
                 Err(msg) => (
                     Trajectory {
                         id: req.id.clone(),

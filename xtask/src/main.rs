@@ -3,9 +3,11 @@
 //! `Args` (clap derive) and `run(&Args)`, one variant in [`Command`], one line in `main`.
 
 mod bless;
+mod calibrate;
 mod conformance;
 mod fixtures;
 mod inspect;
+mod score;
 
 use clap::{Parser, Subcommand};
 
@@ -28,6 +30,10 @@ enum Command {
     Conformance(conformance::Args),
     /// Write goldens (insta snapshots + full-precision sidecars) from the f64 oracle.
     Bless(bless::Args),
+    /// Teacher-forced scoring of a token sequence: per position top-k logits and the next token's logit.
+    Score(score::Args),
+    /// Measure an engine's rounding error against the oracle and write its tie budget τ.
+    Calibrate(calibrate::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -36,5 +42,7 @@ fn main() -> anyhow::Result<()> {
         Command::Fixtures(a) => fixtures::run(&a),
         Command::Conformance(a) => std::process::exit(conformance::run(&a)),
         Command::Bless(a) => std::process::exit(bless::run(&a)),
+        Command::Score(a) => score::run(&a),
+        Command::Calibrate(a) => std::process::exit(calibrate::run(&a)),
     }
 }

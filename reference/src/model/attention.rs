@@ -99,39 +99,55 @@ impl<F: Float> Attention<F> {
         }
 
         // Row t of the output is computed by one task, heads and keys in a fixed order.
-        let seg_of: Vec<usize> = segs.iter().enumerate().flat_map(|(i, s)| std::iter::repeat_n(i, s.len)).collect();
+        let seg_of: Vec<usize> = segs
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| std::iter::repeat_n(i, s.len))
+            .collect();
         let views: Vec<&KvCache<F>> = caches.iter().map(|c| &**c).collect();
-        let group = nh / nkv;
         let mut out = vec![F::ZERO; t_n * nh * d];
         out.par_chunks_mut(nh * d).enumerate().for_each(|(t, row)| {
             let (keys, values) = views[seg_of[t]].slot_rows(self.kv_source);
-            let p = pos[t];
-            let lo = self.window.map_or(0, |w| (p + 1).saturating_sub(w));
-            let mut scores = vec![F::ZERO; p + 1 - lo];
-            for hh in 0..nh {
-                let g = hh / group;
-                let qh = &q[(t * nh + hh) * d..(t * nh + hh + 1) * d];
-                let at = |u: usize| (u * nkv + g) * d..(u * nkv + g + 1) * d;
-                for (i, u) in (lo..=p).enumerate() {
-                    scores[i] = dot(qh, &keys[at(u)]);
-                }
-                softmax_in_place(&mut scores);
-                let o = &mut row[hh * d..(hh + 1) * d];
-                for (i, u) in (lo..=p).enumerate() {
-                    let vu = &values[at(u)];
-                    for (oj, &vj) in o.iter_mut().zip(vu) {
-                        *oj += scores[i] * vj;
-                    }
-                }
-            }
+            self.attend_row(&q[t * nh * d..(t + 1) * nh * d], keys, values, pos[t], row);
         });
         linear(&out, t_n, self.attn_output.view(file))
     }
 }
 
+impl<F: Float> Attention<F> {
+    /// Attention output of one query row at absolute position `p`: `q` `[nh, d]` (normed,
+    /// rotated), `keys`/`values` `[U, nkv, d]` with `U > p`, `out` `[nh, d]` (zeroed). Visible keys
+    /// `lo ..= p`, `lo = p + 1 − W` on sliding layers (clamped at 0); query head `h` reads KV head
+    /// `h / (nh / nkv)`; `q·k` by [`dot`], softmax in key order, `o = Σ_u prob_u · v_u` in key order.
+    fn attend_row(&self, q: &[F], keys: &[F], values: &[F], p: usize, out: &mut [F]) {
+        let (nh, nkv, d) = (self.n_head, self.n_kv, self.head_dim);
+        let group = nh / nkv;
+        let lo = self.window.map_or(0, |w| (p + 1).saturating_sub(w));
+        let mut scores = vec![F::ZERO; p + 1 - lo];
+        for hh in 0..nh {
+            let g = hh / group;
+            let qh = &q[hh * d..(hh + 1) * d];
+            let at = |u: usize| (u * nkv + g) * d..(u * nkv + g + 1) * d;
+            for (i, u) in (lo..=p).enumerate() {
+                scores[i] = dot(qh, &keys[at(u)]);
+            }
+            softmax_in_place(&mut scores);
+            let o = &mut out[hh * d..(hh + 1) * d];
+            for (i, u) in (lo..=p).enumerate() {
+                for (oj, &vj) in o.iter_mut().zip(&values[at(u)]) {
+                    *oj += scores[i] * vj;
+                }
+            }
+        }
+    }
+}
+
 /// `x ← softmax(x)`: `exp(x_i − max) / Σ_j exp(x_j − max)`, sum in index order (§4.5).
 pub fn softmax_in_place<F: Float>(x: &mut [F]) {
-    let m = x.iter().copied().fold(x[0], |a, b| if b > a { b } else { a });
+    let m = x
+        .iter()
+        .copied()
+        .fold(x[0], |a, b| if b > a { b } else { a });
     let mut s = F::ZERO;
     for v in x.iter_mut() {
         *v = (*v - m).exp();

@@ -19,7 +19,11 @@ pub(crate) fn load_vec<F: Float>(file: &GgufFile, name: &str) -> Result<Vec<F>, 
 }
 
 /// Loads a norm weight; with the `norm_one_plus_w` fault it becomes `1 + w` (the Gemma-2/3 rule).
-pub(crate) fn load_norm<F: Float>(file: &GgufFile, name: &str, faults: &Faults) -> Result<Vec<F>, ModelError> {
+pub(crate) fn load_norm<F: Float>(
+    file: &GgufFile,
+    name: &str,
+    faults: &Faults,
+) -> Result<Vec<F>, ModelError> {
     let mut w = load_vec::<F>(file, name)?;
     if faults.norm_one_plus_w {
         for v in w.iter_mut() {
@@ -67,7 +71,12 @@ impl<F: Float> Layer<F> {
     /// Loads layer `l` by its tensor names (§6); `kv_source` is the slot it attends to (the
     /// store layer for reuse layers, itself otherwise, or itself under the
     /// `reuse_layers_own_kv` fault, which then projects K/V with the store layer's weights).
-    pub fn load(cfg: &Config, file: &GgufFile, l: usize, faults: &Faults) -> Result<Layer<F>, ModelError> {
+    pub fn load(
+        cfg: &Config,
+        file: &GgufFile,
+        l: usize,
+        faults: &Faults,
+    ) -> Result<Layer<F>, ModelError> {
         let norm = |s: &str| load_norm::<F>(file, &blk(l, s), faults);
         let mat = |s: &str| Mat::load(file, &blk(l, s));
         let d = cfg.head_dim(l);
@@ -79,7 +88,11 @@ impl<F: Float> Layer<F> {
             Some(KvProj {
                 attn_k: Mat::load(file, &blk(s, "attn_k.weight"))?,
                 attn_k_norm: load_norm(file, &blk(s, "attn_k_norm.weight"), faults)?,
-                attn_v: if cfg.k_eq_v[s] { None } else { Some(Mat::load(file, &blk(s, "attn_v.weight"))?) },
+                attn_v: if cfg.k_eq_v[s] {
+                    None
+                } else {
+                    Some(Mat::load(file, &blk(s, "attn_v.weight"))?)
+                },
             })
         } else {
             None
@@ -96,7 +109,8 @@ impl<F: Float> Layer<F> {
         } else {
             Pairing::HalfSplit
         };
-        let window = sliding.then_some(cfg.sliding_window + usize::from(faults.sliding_window_off_by_one));
+        let window =
+            sliding.then_some(cfg.sliding_window + usize::from(faults.sliding_window_off_by_one));
         let attn = Attention {
             layer: l,
             n_head: cfg.n_head[l],
@@ -106,7 +120,11 @@ impl<F: Float> Layer<F> {
             attn_q_norm: norm("attn_q_norm.weight")?,
             kv,
             attn_output: mat("attn_output.weight")?,
-            kv_source: if faults.reuse_layers_own_kv { l } else { cfg.kv_source[l] },
+            kv_source: if faults.reuse_layers_own_kv {
+                l
+            } else {
+                cfg.kv_source[l]
+            },
             inv_freq: inv_freq(theta, d, pairs),
             pairing,
             window,
@@ -115,10 +133,14 @@ impl<F: Float> Layer<F> {
             let (e_n, fx, h) = (cfg.n_expert, cfg.n_ff_exp, cfg.n_embd);
             let gate_up = if cfg.moe_fused_gate_up {
                 let m = mat("ffn_gate_up_exps.weight")?;
-                (0..e_n).map(|e| ExpertGateUp::Fused(m.sub_rows(e * 2 * fx, 2 * fx))).collect()
+                (0..e_n)
+                    .map(|e| ExpertGateUp::Fused(m.sub_rows(e * 2 * fx, 2 * fx)))
+                    .collect()
             } else {
                 let (g, u) = (mat("ffn_gate_exps.weight")?, mat("ffn_up_exps.weight")?);
-                (0..e_n).map(|e| ExpertGateUp::Split(g.sub_rows(e * fx, fx), u.sub_rows(e * fx, fx))).collect()
+                (0..e_n)
+                    .map(|e| ExpertGateUp::Split(g.sub_rows(e * fx, fx), u.sub_rows(e * fx, fx)))
+                    .collect()
             };
             let down = mat("ffn_down_exps.weight")?;
             Some(MoeBranch {
@@ -148,7 +170,10 @@ impl<F: Float> Layer<F> {
         };
         let scale_name = blk(l, "layer_output_scale.weight");
         let layer_output_scale = if file.tensor(&scale_name).is_ok() {
-            load_vec::<F>(file, &scale_name)?.first().copied().unwrap_or(F::ONE)
+            load_vec::<F>(file, &scale_name)?
+                .first()
+                .copied()
+                .unwrap_or(F::ONE)
         } else {
             F::ONE
         };

@@ -64,14 +64,19 @@ impl Mat {
             .tensors()
             .iter()
             .position(|t| t.name == name)
-            .ok_or_else(|| ModelError::MissingTensor { name: name.to_string() })?;
+            .ok_or_else(|| ModelError::MissingTensor {
+                name: name.to_string(),
+            })?;
         let t = &file.tensors()[idx];
         let cols = t.dims.first().copied().unwrap_or(1) as usize;
         let rows = t.dims.iter().skip(1).product::<u64>() as usize;
         if t.ggml_type.bytes_for(cols as u64).is_none() {
             return Err(ModelError::Shape {
                 tensor: name.to_string(),
-                problem: format!("row length {cols} is not a multiple of the {} block size", t.ggml_type),
+                problem: format!(
+                    "row length {cols} is not a multiple of the {} block size",
+                    t.ggml_type
+                ),
             });
         }
         Ok(Mat {
@@ -195,27 +200,38 @@ pub fn linear<F: Float>(x: &[F], t_n: usize, w: MatRef<'_>) -> Result<Vec<F>, Mo
     let rows = tile_rows(k);
     let xt = transpose(x, t_n, k);
     let mut out_t = vec![F::ZERO; n * t_n];
-    out_t
-        .par_chunks_mut(rows * t_n)
-        .enumerate()
-        .try_for_each(|(i, chunk)| -> Result<(), ModelError> {
+    out_t.par_chunks_mut(rows * t_n).enumerate().try_for_each(
+        |(i, chunk)| -> Result<(), ModelError> {
             let r0 = i * rows;
             let nr = chunk.len() / t_n;
             let mut buf = vec![F::ZERO; nr * k];
             w.rows_into(r0, &mut buf)?;
             tile_product(&xt, t_n, &buf, k, chunk);
             Ok(())
-        })?;
+        },
+    )?;
     Ok(transpose(&out_t, n, t_n))
 }
 
-/// `[a, b]` → `[b, a]` (row-major).
+/// `[a, b]` → `[b, a]` (row-major). Parallel over blocks of 8 output rows; each task reads one
+/// cache line per input row.
 pub fn transpose<F: Float>(m: &[F], a: usize, b: usize) -> Vec<F> {
+    const BLOCK: usize = 8;
     let mut out = vec![F::ZERO; a * b];
-    for i in 0..a {
-        for j in 0..b {
-            out[j * a + i] = m[i * b + j];
-        }
+    if a == 0 || b == 0 {
+        return out;
     }
+    out.par_chunks_mut(BLOCK * a)
+        .enumerate()
+        .for_each(|(c, rows)| {
+            let j0 = c * BLOCK;
+            let nj = rows.len() / a;
+            for i in 0..a {
+                let src = &m[i * b + j0..i * b + j0 + nj];
+                for (jj, &v) in src.iter().enumerate() {
+                    rows[jj * a + i] = v;
+                }
+            }
+        });
     out
 }

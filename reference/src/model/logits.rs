@@ -3,18 +3,27 @@
 //! transformers `Gemma4ForCausalLM.forward` (`logits = lm_head(h)`, `tanh(x/c)·c`),
 //! `SuppressTokensLogitsProcessor` + `argmax` (lowest id on exact ties).
 
+use rayon::prelude::*;
+
 use super::linear::{linear, MatRef};
 use super::{Float, ModelError};
 
 /// Logits of final-normed hidden rows: `hN` `[T, H]` · `token_embdᵀ` (`[V, H]`, the raw tied
 /// embedding, not scaled) → `[T, V]`, then `c · tanh(logits / c)` when a soft-cap `c` is set.
-pub fn logits<F: Float>(hn: &[F], t: usize, token_embd: MatRef<'_>, softcap: Option<f64>) -> Result<Vec<F>, ModelError> {
+pub fn logits<F: Float>(
+    hn: &[F],
+    t: usize,
+    token_embd: MatRef<'_>,
+    softcap: Option<f64>,
+) -> Result<Vec<F>, ModelError> {
     let mut z = linear(hn, t, token_embd)?;
     if let Some(c) = softcap {
         let c = F::from_f64(c);
-        for v in z.iter_mut() {
-            *v = c * (*v / c).tanh();
-        }
+        z.par_chunks_mut(4096).for_each(|part| {
+            for v in part.iter_mut() {
+                *v = c * (*v / c).tanh();
+            }
+        });
     }
     Ok(z)
 }

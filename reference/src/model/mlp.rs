@@ -36,7 +36,12 @@ pub struct Mlp {
 
 impl Mlp {
     /// `mlp(h) = (gelu(h·W_gateᵀ) ⊙ (h·W_upᵀ)) · W_downᵀ`: `h` `[T, H]` → `[T, H]` (§5).
-    pub fn forward<F: Float>(&self, file: &GgufFile, h: &[F], t: usize) -> Result<Vec<F>, ModelError> {
+    pub fn forward<F: Float>(
+        &self,
+        file: &GgufFile,
+        h: &[F],
+        t: usize,
+    ) -> Result<Vec<F>, ModelError> {
         let mut g = linear(h, t, self.ffn_gate.view(file))?;
         let u = linear(h, t, self.ffn_up.view(file))?;
         geglu(&mut g, &u);

@@ -155,7 +155,10 @@ impl<F: Float> Model<F> {
 
     /// [`Model::load`] with planted faults (tests only).
     #[doc(hidden)]
-    pub fn load_with_faults(path: impl AsRef<Path>, faults: Faults) -> Result<Model<F>, ModelError> {
+    pub fn load_with_faults(
+        path: impl AsRef<Path>,
+        faults: Faults,
+    ) -> Result<Model<F>, ModelError> {
         Self::from_gguf(GgufFile::open(path)?, faults)
     }
 
@@ -231,7 +234,11 @@ impl<F: Float> Model<F> {
     /// sequences at once (every weight tile is read once for all rows), appends their K/V, and
     /// returns the final-normed hidden states `hN` `[T, H]` of all rows, sequence after sequence
     /// (§2–§9 up to the LM head). On error the caches are rolled back to their previous length.
-    pub fn forward_hidden_batch(&self, caches: &mut [&mut KvCache<F>], tokens: &[&[u32]]) -> Result<Vec<F>, ModelError> {
+    pub fn forward_hidden_batch(
+        &self,
+        caches: &mut [&mut KvCache<F>],
+        tokens: &[&[u32]],
+    ) -> Result<Vec<F>, ModelError> {
         if caches.len() != tokens.len() {
             return Err(ModelError::BatchMismatch {
                 caches: caches.len(),
@@ -248,7 +255,11 @@ impl<F: Float> Model<F> {
                     self.kv_source
                 )));
             }
-            if let Some((position, &token)) = toks.iter().enumerate().find(|(_, &id)| id as usize >= self.config.n_vocab) {
+            if let Some((position, &token)) = toks
+                .iter()
+                .enumerate()
+                .find(|(_, &id)| id as usize >= self.config.n_vocab)
+            {
                 return Err(ModelError::TokenOutOfRange {
                     sequence: s,
                     position,
@@ -275,17 +286,32 @@ impl<F: Float> Model<F> {
     }
 
     /// Embedding, PLE inputs, the layer loop and the final norm (§2, §7, §8, §9 first line).
-    fn run_layers(&self, caches: &mut [&mut KvCache<F>], tokens: &[&[u32]], segs: &[Segment]) -> Result<Vec<F>, ModelError> {
+    fn run_layers(
+        &self,
+        caches: &mut [&mut KvCache<F>],
+        tokens: &[&[u32]],
+        segs: &[Segment],
+    ) -> Result<Vec<F>, ModelError> {
         let cfg = &self.config;
         let eps = F::from_f64(cfg.rms_eps);
         let ids: Vec<u32> = tokens.iter().flat_map(|t| t.iter().copied()).collect();
         let mut x = self.embed(&ids)?;
         let ple = match &self.ple {
-            Some(p) => Some(p.forward(&self.file, &ids, &x, cfg.n_embd_per_layer, cfg.n_embd, eps)?),
+            Some(p) => {
+                Some(p.forward(&self.file, &ids, &x, cfg.n_embd_per_layer, cfg.n_embd, eps)?)
+            }
             None => None,
         };
         for layer in &self.layers {
-            layer.forward(&self.file, &mut x, segs, caches, ple.as_deref(), cfg.n_layer, eps)?;
+            layer.forward(
+                &self.file,
+                &mut x,
+                segs,
+                caches,
+                ple.as_deref(),
+                cfg.n_layer,
+                eps,
+            )?;
         }
         norm::rms_norm(&mut x, cfg.n_embd, Some(&self.output_norm), eps);
         Ok(x)
@@ -294,23 +320,41 @@ impl<F: Float> Model<F> {
     /// Logits of final-normed hidden rows: `hN` `[T, H]` → `[T, V]` in `F`, soft-capped (§9).
     pub fn logits_of_hidden(&self, hn: &[F]) -> Result<Vec<F>, ModelError> {
         let t = hn.len() / self.config.n_embd;
-        logits::logits(hn, t, self.token_embd.view(&self.file), self.config.final_softcap)
+        logits::logits(
+            hn,
+            t,
+            self.token_embd.view(&self.file),
+            self.config.final_softcap,
+        )
     }
 
     /// Runs `tokens` after what `cache` holds (chunked prefill or one decode step) and returns
     /// the logits rows `[tokens.len(), V]` as f64 (after final soft-capping, no suppression).
-    pub fn forward(&self, cache: &mut KvCache<F>, tokens: &[u32]) -> Result<Vec<Vec<f64>>, ModelError> {
+    pub fn forward(
+        &self,
+        cache: &mut KvCache<F>,
+        tokens: &[u32],
+    ) -> Result<Vec<Vec<f64>>, ModelError> {
         let mut out = self.forward_batch(&mut [cache], &[tokens])?;
         Ok(out.pop().unwrap_or_default())
     }
 
     /// [`Model::forward`] for several sequences sharing each weight read: returns, per sequence,
     /// its logits rows `[tokens[s].len(), V]` as f64.
-    pub fn forward_batch(&self, caches: &mut [&mut KvCache<F>], tokens: &[&[u32]]) -> Result<Vec<Vec<Vec<f64>>>, ModelError> {
+    pub fn forward_batch(
+        &self,
+        caches: &mut [&mut KvCache<F>],
+        tokens: &[&[u32]],
+    ) -> Result<Vec<Vec<Vec<f64>>>, ModelError> {
         let hn = self.forward_hidden_batch(caches, tokens)?;
         let z = self.logits_of_hidden(&hn)?;
         let v = self.config.n_vocab;
-        let mut rows = z.chunks_exact(v).map(|r| r.iter().map(|x| x.to_f64()).collect::<Vec<f64>>());
-        Ok(tokens.iter().map(|t| rows.by_ref().take(t.len()).collect()).collect())
+        let mut rows = z
+            .chunks_exact(v)
+            .map(|r| r.iter().map(|x| x.to_f64()).collect::<Vec<f64>>());
+        Ok(tokens
+            .iter()
+            .map(|t| rows.by_ref().take(t.len()).collect())
+            .collect())
     }
 }

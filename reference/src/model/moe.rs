@@ -43,7 +43,13 @@ impl<F: Float> Moe<F> {
     /// Router (§6): `z = rms(r) ⊙ scale · H^(-1/2)`, `prob = softmax(z · W_routerᵀ)` over all `E`,
     /// the `K` largest (ties → lower expert index first), renormalised to sum 1, then multiplied
     /// by `per_expert_scale`. `r` `[T, H]` → `T` routings.
-    pub fn route(&self, file: &GgufFile, r: &[F], t: usize, eps: F) -> Result<Vec<Routing<F>>, ModelError> {
+    pub fn route(
+        &self,
+        file: &GgufFile,
+        r: &[F],
+        t: usize,
+        eps: F,
+    ) -> Result<Vec<Routing<F>>, ModelError> {
         let h = self.ffn_gate_inp_scale.len();
         let root = F::from_f64((h as f64).powf(-0.5));
         let mut z = rms_normed(r, h, None, eps);
@@ -59,7 +65,12 @@ impl<F: Float> Moe<F> {
             .map(|row| {
                 let prob = softmax(row);
                 let mut idx: Vec<usize> = (0..e_n).collect();
-                idx.sort_by(|&a, &b| prob[b].partial_cmp(&prob[a]).unwrap_or(std::cmp::Ordering::Equal).then(a.cmp(&b)));
+                idx.sort_by(|&a, &b| {
+                    prob[b]
+                        .partial_cmp(&prob[a])
+                        .unwrap_or(std::cmp::Ordering::Equal)
+                        .then(a.cmp(&b))
+                });
                 idx.truncate(self.top_k);
                 let sum: F = idx.iter().map(|&e| prob[e]).sum();
                 idx.iter()
@@ -72,7 +83,13 @@ impl<F: Float> Moe<F> {
     /// Expert mixture (§6): `e_in = RMSNorm_{pre_ffw_norm_2}(r)`; for every token and selected
     /// expert `y_e = (gelu(g) ⊙ u) · W_down[e]ᵀ` with `[g | u] = e_in · W_gate_up[e]ᵀ`;
     /// `moe[t] = Σ_k w[t,k] · y_{e(t,k)}` summed in top-k order. `r` `[T, H]` → `[T, H]`.
-    pub fn forward(&self, file: &GgufFile, r: &[F], t: usize, eps: F) -> Result<Vec<F>, ModelError> {
+    pub fn forward(
+        &self,
+        file: &GgufFile,
+        r: &[F],
+        t: usize,
+        eps: F,
+    ) -> Result<Vec<F>, ModelError> {
         let h = self.pre_ffw_norm_2.len();
         let routing = self.route(file, r, t, eps)?;
         let e_in = rms_normed(r, h, Some(&self.pre_ffw_norm_2), eps);
@@ -82,7 +99,12 @@ impl<F: Float> Moe<F> {
             let picks: Vec<(usize, usize)> = routing
                 .iter()
                 .enumerate()
-                .flat_map(|(ti, rt)| rt.iter().enumerate().filter(|(_, (ex, _))| *ex == e).map(move |(k, _)| (ti, k)))
+                .flat_map(|(ti, rt)| {
+                    rt.iter()
+                        .enumerate()
+                        .filter(|(_, (ex, _))| *ex == e)
+                        .map(move |(k, _)| (ti, k))
+                })
                 .collect();
             if picks.is_empty() {
                 continue;
@@ -131,7 +153,10 @@ impl<F: Float> Moe<F> {
 
 /// `softmax(x)_i = exp(x_i − max) / Σ_j exp(x_j − max)` (sum in index order).
 pub fn softmax<F: Float>(x: &[F]) -> Vec<F> {
-    let m = x.iter().copied().fold(x[0], |a, b| if b > a { b } else { a });
+    let m = x
+        .iter()
+        .copied()
+        .fold(x[0], |a, b| if b > a { b } else { a });
     let e: Vec<F> = x.iter().map(|&v| (v - m).exp()).collect();
     let mut s = F::ZERO;
     for &v in &e {
@@ -139,4 +164,3 @@ pub fn softmax<F: Float>(x: &[F]) -> Vec<F> {
     }
     e.into_iter().map(|v| v / s).collect()
 }
-

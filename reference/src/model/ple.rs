@@ -26,9 +26,21 @@ impl<F: Float> PleInput<F> {
     /// layer slice, `ple = (ctx + tok) · 2^(-1/2)`.
     /// `ids` `[T]`, `x0` `[T, H]` (scaled embeddings); returns `[T, L, P]` (layer-major inside a
     /// token: layer `l` = columns `l·P … (l+1)·P − 1`).
-    pub fn forward(&self, file: &GgufFile, ids: &[u32], x0: &[F], p: usize, h: usize, eps: F) -> Result<Vec<F>, ModelError> {
+    pub fn forward(
+        &self,
+        file: &GgufFile,
+        ids: &[u32],
+        x0: &[F],
+        p: usize,
+        h: usize,
+        eps: F,
+    ) -> Result<Vec<F>, ModelError> {
         let t = ids.len();
-        let tok = embed(self.per_layer_token_embd.view(file), ids, F::from_usize(p).sqrt())?;
+        let tok = embed(
+            self.per_layer_token_embd.view(file),
+            ids,
+            F::from_usize(p).sqrt(),
+        )?;
         let mut ctx = linear(x0, t, self.per_layer_model_proj.view(file))?;
         let proj_scale = F::from_f64((h as f64).powf(-0.5));
         for v in ctx.iter_mut() {
@@ -58,7 +70,16 @@ impl<F: Float> PleLayer<F> {
     /// §8 step 7, in place on `x` `[T, H]`:
     /// `x ← x + RMSNorm_{post_norm}((gelu(x·W_gateᵀ) ⊙ ple_l) · W_projᵀ)`.
     /// `ple` `[T, L, P]` from [`PleInput::forward`]; `layer` selects the slice `ple[:, layer, :]`.
-    pub fn forward(&self, file: &GgufFile, x: &mut [F], t: usize, ple: &[F], layer: usize, n_layer: usize, eps: F) -> Result<(), ModelError> {
+    pub fn forward(
+        &self,
+        file: &GgufFile,
+        x: &mut [F],
+        t: usize,
+        ple: &[F],
+        layer: usize,
+        n_layer: usize,
+        eps: F,
+    ) -> Result<(), ModelError> {
         let p = self.inp_gate.rows;
         let h = self.proj.rows;
         let mut g = linear(x, t, self.inp_gate.view(file))?;

@@ -47,36 +47,74 @@ pub fn json_f64(v: &serde_json::Value) -> f64 {
 
 /// A JSON array of integers as token ids.
 pub fn json_ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array().expect("id array").iter().map(|x| x.as_u64().expect("id") as u32).collect()
+    v.as_array()
+        .expect("id array")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
 }
 
 /// Reads a little-endian float64 C-order `.npy` (format 1.0/2.0): `(shape, data)`.
 /// Panics with a message on any other dtype or layout.
 pub fn read_npy_f64(path: &Path) -> (Vec<usize>, Vec<f64>) {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert_eq!(&bytes[..6], b"\x93NUMPY", "{}: not an npy file", path.display());
+    assert_eq!(
+        &bytes[..6],
+        b"\x93NUMPY",
+        "{}: not an npy file",
+        path.display()
+    );
     let major = bytes[6];
     let (hlen, hstart) = if major == 1 {
         (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10)
     } else {
-        (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12)
+        (
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            12,
+        )
     };
     let header = std::str::from_utf8(&bytes[hstart..hstart + hlen]).expect("header utf8");
-    assert!(header.contains("'descr': '<f8'"), "{}: dtype is not <f8: {header}", path.display());
-    assert!(header.contains("'fortran_order': False"), "{}: Fortran order", path.display());
-    let shape_txt = header.split("'shape': (").nth(1).and_then(|s| s.split(')').next()).expect("shape");
-    let shape: Vec<usize> = shape_txt.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| s.parse().expect("dim")).collect();
+    assert!(
+        header.contains("'descr': '<f8'"),
+        "{}: dtype is not <f8: {header}",
+        path.display()
+    );
+    assert!(
+        header.contains("'fortran_order': False"),
+        "{}: Fortran order",
+        path.display()
+    );
+    let shape_txt = header
+        .split("'shape': (")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .expect("shape");
+    let shape: Vec<usize> = shape_txt
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().expect("dim"))
+        .collect();
     let data: Vec<f64> = bytes[hstart + hlen..]
         .chunks_exact(8)
         .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
         .collect();
-    assert_eq!(data.len(), shape.iter().product::<usize>(), "{}: size", path.display());
+    assert_eq!(
+        data.len(),
+        shape.iter().product::<usize>(),
+        "{}: size",
+        path.display()
+    );
     (shape, data)
 }
 
 /// `max_i |a_i − b_i| / max_i |b_i|` (b = reference row).
 pub fn rel_err(a: &[f64], b: &[f64]) -> f64 {
-    let num = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+    let num = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max);
     let den = b.iter().map(|y| y.abs()).fold(0.0, f64::max);
     num / den
 }

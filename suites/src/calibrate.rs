@@ -1,0 +1,300 @@
+//! Calibration of the tie budget τ (`design/conformance.md` §6): teacher-force the engine and the
+//! oracle on the same sequences (the suite's goldens, prompt ‖ continuation) and measure, per
+//! position and for every pair `i, j` of the oracle's top-8 candidates, the error of the logit
+//! *difference* `|(e_i − e_j) − (ℓ_i − ℓ_j)|`. τ = max error × safety factor, rounded up to a
+//! power of two ([`crate::budgets::propose_tau`]).
+
+use serde::{Deserialize, Serialize};
+
+use crate::budgets::{propose_tau, quantile, Budget};
+use crate::engine::{Engine, EngineError};
+use crate::oracle::Oracle;
+
+/// Oracle candidates per position whose pairwise differences are measured (§6).
+pub const CANDIDATES: usize = 8;
+
+/// Engine top-k asked for, so that the oracle's top-8 are found among the engine's candidates.
+pub const ENGINE_TOP_K: usize = 64;
+
+/// The quantiles printed and stored.
+pub const QUANTILES: [f64; 5] = [0.5, 0.9, 0.99, 0.999, 0.9999];
+
+/// Where the largest error was seen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Worst {
+    /// Sequence index (in the order given).
+    pub seq: usize,
+    /// Position in the sequence (row `t` predicts `seq[t+1]`).
+    pub position: usize,
+    /// Candidate ids `(i, j)`.
+    pub pair: (u32, u32),
+    /// Oracle difference `ℓ_i − ℓ_j`.
+    pub oracle_diff: f64,
+    /// Engine difference `e_i − e_j`.
+    pub engine_diff: f64,
+}
+
+/// Result of one calibration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// Engine name.
+    pub engine: String,
+    /// Sequences scored.
+    pub sequences: usize,
+    /// Positions measured.
+    pub positions: usize,
+    /// Candidate pairs measured.
+    pub pairs: usize,
+    /// Pairs whose candidate was missing from the engine's top-[`ENGINE_TOP_K`] (not measured;
+    /// a non-zero count means the engine is far from the oracle and τ is not trustworthy).
+    pub missing: usize,
+    /// `(q, error quantile)` for [`QUANTILES`].
+    pub quantiles: Vec<(f64, f64)>,
+    /// Largest error in logits.
+    pub max_error: f64,
+    /// Largest absolute error of a single logit `|e_i − ℓ_i|` (for comparison).
+    pub max_logit_error: f64,
+    /// Where the largest pair error was seen.
+    pub worst: Option<Worst>,
+    /// Safety factor.
+    pub safety_factor: f64,
+    /// Proposed τ.
+    pub tau: f64,
+}
+
+impl Calibration {
+    /// The `budgets.toml` entry for this calibration (`date` UTC `YYYY-MM-DD`, `suite` as given).
+    pub fn budget(&self, suite: &str, date: &str) -> Budget {
+        Budget {
+            tau: self.tau,
+            date: date.to_string(),
+            suite: suite.to_string(),
+            positions: self.positions,
+            pairs: self.pairs,
+            max_error: self.max_error,
+            quantile_999: self
+                .quantiles
+                .iter()
+                .find(|(q, _)| *q == 0.999)
+                .map_or(self.max_error, |x| x.1),
+            safety_factor: self.safety_factor,
+        }
+    }
+}
+
+/// Teacher-forces `engine` and `oracle` on `seqs` and measures the errors of logit differences
+/// over the oracle's top-8 at every position (§6); proposes τ with `safety`.
+///
+/// Errors: an engine or oracle failure, or a row count that does not match the sequence.
+pub fn calibrate(
+    engine: &mut dyn Engine,
+    oracle: &mut dyn Oracle,
+    seqs: &[Vec<u32>],
+    safety: f64,
+) -> Result<Calibration, EngineError> {
+    let mut errors = Vec::new();
+    let (mut positions, mut missing) = (0, 0);
+    let mut max_logit_error = 0f64;
+    let mut worst: Option<Worst> = None;
+    // one sequence at a time bounds memory (the f64 forward over 1000+ tokens is large)
+    for (s, seq) in seqs.iter().enumerate() {
+        let e = engine.score(std::slice::from_ref(seq), ENGINE_TOP_K)?;
+        let o = oracle.score(std::slice::from_ref(seq), CANDIDATES)?;
+        let (Some(e), Some(o)) = (e.first(), o.first()) else {
+            return Err(EngineError::Other(format!("sequence {s}: no scores")));
+        };
+        if e.rows.len() != seq.len() || o.len() != seq.len() {
+            return Err(EngineError::Other(format!(
+                "sequence {s}: {} engine rows and {} oracle rows for {} tokens",
+                e.rows.len(),
+                o.len(),
+                seq.len()
+            )));
+        }
+        for (t, (er, or)) in e.rows.iter().zip(o).enumerate() {
+            positions += 1;
+            let cand: Vec<(u32, f64, Option<f64>)> = or
+                .top_k
+                .iter()
+                .take(CANDIDATES)
+                .map(|&(id, l)| (id, l, er.iter().find(|x| x.0 == id).map(|x| x.1)))
+                .collect();
+            for &(_, l, e) in &cand {
+                if let Some(e) = e {
+                    max_logit_error = max_logit_error.max((e - l).abs());
+                }
+            }
+            for a in 0..cand.len() {
+                for b in a + 1..cand.len() {
+                    let (i, li, ei) = cand[a];
+                    let (j, lj, ej) = cand[b];
+                    let (Some(ei), Some(ej)) = (ei, ej) else {
+                        missing += 1;
+                        continue;
+                    };
+                    let err = ((ei - ej) - (li - lj)).abs();
+                    if worst.as_ref().is_none_or(|w| {
+                        err > (w.engine_diff - w.oracle_diff).abs()
+                    }) {
+                        worst = Some(Worst {
+                            seq: s,
+                            position: t,
+                            pair: (i, j),
+                            oracle_diff: li - lj,
+                            engine_diff: ei - ej,
+                        });
+                    }
+                    errors.push(err);
+                }
+            }
+        }
+    }
+    let max_error = errors.iter().copied().fold(0.0, f64::max);
+    Ok(Calibration {
+        engine: engine.name().to_string(),
+        sequences: seqs.len(),
+        positions,
+        pairs: errors.len(),
+        missing,
+        quantiles: QUANTILES.iter().map(|&q| (q, quantile(&errors, q))).collect(),
+        max_error,
+        max_logit_error,
+        worst,
+        safety_factor: safety,
+        tau: propose_tau(max_error, safety),
+    })
+}
+
+/// Today's UTC date as `YYYY-MM-DD` (civil-from-days, H. Hinnant's algorithm).
+pub fn utc_date_today() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    civil_date((secs / 86_400) as i64)
+}
+
+/// `YYYY-MM-DD` of the day `days` after 1970-01-01.
+pub fn civil_date(days: i64) -> String {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// One model's calibration as run by `cargo xtask calibrate`.
+#[derive(Debug, Clone)]
+pub struct ModelCalibration {
+    /// Model file stem (golden folder).
+    pub stem: String,
+    /// Suites whose goldens were used, joined with `+`.
+    pub suites: String,
+    /// The measurement.
+    pub calibration: Calibration,
+    /// `budgets.toml` written (when asked).
+    pub written: Option<std::path::PathBuf>,
+}
+
+/// `cargo xtask calibrate`: for every model of `opts`, teacher-forces `opts.engine` and the f64
+/// oracle on the golden sequences (prompt ‖ golden continuation) of every suite, proposes τ and,
+/// when `write`, stores it in `goldens/<model>/budgets.toml` under the engine's name.
+///
+/// Errors ([`crate::conformance::Fatal`]): unreadable model, missing goldens (run `bless`),
+/// golden pinned to another SHA-256, engine or oracle failure.
+pub fn calibrate_models(
+    opts: &crate::conformance::Options,
+    safety: f64,
+    write: bool,
+) -> Result<Vec<ModelCalibration>, crate::conformance::Fatal> {
+    use crate::conformance::{make_engine, Fatal};
+    use crate::golden;
+    use crate::reference_engine::ReferenceOracle;
+    let fatal = |e: &dyn std::fmt::Display| Fatal(e.to_string());
+    let mut out = Vec::new();
+    for m in &opts.models {
+        let mut oracle = ReferenceOracle::load(&m.path).map_err(|e| fatal(&e))?;
+        let sha = oracle.model_sha256().to_string();
+        let stem = golden::model_stem(&m.path);
+        let mut engine = make_engine(&opts.engine, m)?;
+        let mut seqs = Vec::new();
+        let mut names = Vec::new();
+        for suite_path in &opts.suites {
+            let mut suite = crate::suite::Suite::load(suite_path).map_err(|e| fatal(&e))?;
+            suite.retain_ids(&opts.prompts).map_err(|e| fatal(&e))?;
+            let dir = golden::golden_dir(&opts.goldens_root, &stem, &suite.settings.name);
+            let ids: Vec<String> = suite.prompts.iter().map(|p| p.id.clone()).collect();
+            let goldens = golden::load_goldens(&dir, &ids, &sha).map_err(|e| fatal(&e))?;
+            for g in goldens.values() {
+                let mut s = g.prompt.clone();
+                s.extend_from_slice(&g.tokens);
+                seqs.push(s);
+            }
+            names.push(suite.settings.name.clone());
+        }
+        let calibration =
+            calibrate(engine.as_mut(), &mut oracle, &seqs, safety).map_err(|e| fatal(&e))?;
+        let suites = names.join("+");
+        let written = if write {
+            let path = opts.goldens_root.join(&stem).join("budgets.toml");
+            let mut b = crate::budgets::Budgets::load(&path).map_err(|e| fatal(&e))?;
+            b.0.insert(
+                calibration.engine.clone(),
+                calibration.budget(&suites, &utc_date_today()),
+            );
+            b.save(&path).map_err(|e| fatal(&e))?;
+            Some(path)
+        } else {
+            None
+        };
+        out.push(ModelCalibration {
+            stem,
+            suites,
+            calibration,
+            written,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mock::{Perturbation, Perturbed, ToyModel};
+
+    #[test]
+    fn civil_dates_match_known_days() {
+        // 1970-01-01 is day 0; 2000-03-01 is day 11017; 2024-02-29 is day 19782 (date -d)
+        assert_eq!(civil_date(0), "1970-01-01");
+        assert_eq!(civil_date(11_017), "2000-03-01");
+        assert_eq!(civil_date(19_782), "2024-02-29");
+    }
+
+    #[test]
+    fn exact_engine_has_zero_error_and_the_floor_tau() {
+        let toy = ToyModel::new(50);
+        let mut engine = toy.clone();
+        let mut oracle = toy;
+        let c = calibrate(&mut engine, &mut oracle, &[vec![1, 2, 3, 9]], 2.0).unwrap();
+        assert_eq!(c.positions, 4);
+        assert_eq!(c.pairs, 4 * 28);
+        assert_eq!(c.max_error, 0.0);
+        assert_eq!(c.tau, 2f64.powi(-40));
+    }
+
+    #[test]
+    fn noisy_engine_error_is_bounded_by_twice_the_noise() {
+        // each logit moves by at most `amp`, so a difference moves by at most 2·amp
+        let amp = 1e-4;
+        let toy = ToyModel::new(50);
+        let mut engine = Perturbed::new(toy.clone(), Perturbation::Noise { amp });
+        let mut oracle = toy;
+        let c = calibrate(&mut engine, &mut oracle, &[vec![1, 2, 3, 9, 4, 4]], 2.0).unwrap();
+        assert!(c.max_error > 0.0 && c.max_error <= 2.0 * amp, "{}", c.max_error);
+        assert!(c.tau >= 2.0 * c.max_error && c.tau <= 4.0 * c.max_error, "{}", c.tau);
+    }
+}

@@ -1,0 +1,762 @@
+//! External engines over HTTP (`design/conformance.md` §1 "any engine a user wraps", §9): a
+//! running inference server judged against the f64 oracle like any other [`Engine`].
+//!
+//! Engine specs (the `--engine` value of `cargo xtask conformance`):
+//!
+//! - `llama-server=http://127.0.0.1:8080` — llama.cpp's `llama-server`, native
+//!   `POST /completion`: prompt sent as token ids, greedy (`temperature` 0, `top_k` 1, sampler
+//!   chain `["top_k"]`, every penalty off), `cache_prompt` false, `n_probs` = top-k,
+//!   `return_tokens` true, raw (pre-sampling) log-probabilities.
+//! - `openai=http://127.0.0.1:8000/v1` — an OpenAI-compatible `POST /v1/completions` (vLLM,
+//!   llama.cpp, …): token-id prompt, `logprobs` = top-k, token ids through llama.cpp's
+//!   `logprobs.content[].id` or vLLM's `return_token_ids` / `return_tokens_as_token_ids`.
+//!   `prefill` is declared when the server returns prompt log-probs (`echo`).
+//!
+//! Options follow the URL, comma-separated: `allow-remote` (a non-loopback URL is refused
+//! without it), `sha256=HEX` (the served model file's SHA-256), `spec=K` (the server was
+//! started with an MTP drafter drafting K tokens; the engine then declares only `spec:K`),
+//! `timeout=SECONDS` (per request, default 600), `retries=N` (connection errors only, default
+//! 4), `concurrency=N` (largest `batch:N`, default: the server's slots, else 16), `top-k=K`
+//! (default 16), `model=NAME` (OpenAI `model` field; default: the first of `/v1/models`).
+//!
+//! **Log-probabilities, not logits.** Servers return `log p = logit − logsumexp(logits)`: per
+//! position every candidate is shifted by the same constant, so differences — the engine's
+//! top-2 gap in reports, margins — are logit differences (up to the server's `f32` softmax
+//! rounding), while absolute values are not logits. The tie-budget rule (§3) uses the oracle's
+//! logits only; the engine's values appear only as gaps and top-5 lists.
+//!
+//! Checks before judging ([`HttpEngine::connect`], failures are fatal: exit 2): the served model
+//! is the file the oracle reads (same path or same SHA-256 through `/props` `model_path`, or
+//! the user's `sha256=`), and one probe request proves that the server counts our prompt tokens
+//! as we do (no BOS added to a token-id prompt) and returns ids and log-probabilities. Every
+//! later request is checked the same way; a failing request becomes an `error` verdict with the
+//! server's message while the others are judged ([`Engine::request_errors`]).
+//!
+//! Stops: the server stops at its own end-of-generation ids; the client cuts the output after the
+//! first of the suite's stop ids (the stop id kept), so a server that does not stop there is
+//! judged on the same tokens as one that does.
+
+pub mod client;
+pub mod parse;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::engine::{
+    Engine, EngineError, Mode, Request, Scores, SpecStats, Step, StepKind, Trajectory,
+};
+use client::Client;
+use parse::Completion;
+
+/// An HTTP engine failure before or outside judging (fatal, exit 2) or of one request (its
+/// message becomes the `error` verdict).
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// The engine spec or URL is malformed.
+    #[error("bad engine spec {spec:?}: {message}")]
+    Spec {
+        /// The spec text.
+        spec: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A non-loopback URL without `allow-remote`.
+    #[error("{url} is not a loopback address: pass --allow-remote (engine option `allow-remote`) to judge a remote server")]
+    Remote {
+        /// The URL.
+        url: String,
+    },
+    /// The server could not be reached.
+    #[error("{url}: cannot connect ({attempts} attempts): {message} — is the server running?")]
+    Connect {
+        /// The URL.
+        url: String,
+        /// Attempts made.
+        attempts: u32,
+        /// Transport error.
+        message: String,
+    },
+    /// The request exceeded its timeout.
+    #[error("{url}: no complete response within {secs} s (engine option timeout=SECONDS)")]
+    Timeout {
+        /// The URL.
+        url: String,
+        /// The timeout in seconds.
+        secs: f64,
+    },
+    /// A non-2xx HTTP status.
+    #[error("{url}: HTTP {status}: {body}")]
+    Status {
+        /// The URL.
+        url: String,
+        /// HTTP status.
+        status: u16,
+        /// Start of the body.
+        body: String,
+    },
+    /// A response that does not have what the judge needs.
+    #[error("{url}: {message}")]
+    Response {
+        /// The URL.
+        url: String,
+        /// What is missing or wrong.
+        message: String,
+    },
+    /// The served model is not (or cannot be shown to be) the oracle's model file.
+    #[error("served model check failed: {0}")]
+    Model(String),
+    /// The server counts the prompt differently (e.g. adds a BOS to a token-id prompt).
+    #[error("prompt check failed: {0}")]
+    PromptCount(String),
+}
+
+/// Which wire API the server speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// llama.cpp `llama-server`, native `POST /completion`.
+    LlamaServer,
+    /// OpenAI-compatible `POST /v1/completions`.
+    OpenAi,
+}
+
+/// A parsed engine spec (see the module docs for the syntax).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpSpec {
+    /// Wire API.
+    pub api: Api,
+    /// Base URL without trailing `/` (`http://host:port` or `http://host:port/v1`).
+    pub url: String,
+    /// Allow a non-loopback host.
+    pub allow_remote: bool,
+    /// The served model file's SHA-256 (lowercase hex), as stated by the user.
+    pub sha256: Option<String>,
+    /// `Some(K)`: the server runs MTP speculative decoding with K draft tokens.
+    pub spec_k: Option<usize>,
+    /// Per-request timeout.
+    pub timeout: Duration,
+    /// Retries on connection errors.
+    pub retries: u32,
+    /// Largest concurrency (`batch:N`); `None` = the server's slot count, else 16.
+    pub concurrency: Option<usize>,
+    /// Top-k log-probabilities asked per token.
+    pub top_k: usize,
+    /// OpenAI `model` field.
+    pub model: Option<String>,
+}
+
+/// Whether `spec` names an HTTP engine (`llama-server=…` or `openai=…`).
+pub fn is_http_spec(spec: &str) -> bool {
+    spec.starts_with("llama-server=") || spec.starts_with("openai=")
+}
+
+impl HttpSpec {
+    /// Parses `llama-server=URL[,opt…]` / `openai=URL[,opt…]`.
+    ///
+    /// Errors: [`HttpError::Spec`] naming the bad part.
+    pub fn parse(spec: &str) -> Result<HttpSpec, HttpError> {
+        let bad = |message: String| HttpError::Spec {
+            spec: spec.to_string(),
+            message,
+        };
+        let (kind, rest) = spec
+            .split_once('=')
+            .ok_or_else(|| bad("expected llama-server=URL or openai=URL".into()))?;
+        let api = match kind {
+            "llama-server" => Api::LlamaServer,
+            "openai" => Api::OpenAi,
+            k => return Err(bad(format!("unknown HTTP engine {k:?}"))),
+        };
+        let mut parts = rest.split(',');
+        let url = parts.next().unwrap_or("").trim_end_matches('/').to_string();
+        client::url_host(&url)?;
+        let mut s = HttpSpec {
+            api,
+            url,
+            allow_remote: false,
+            sha256: None,
+            spec_k: None,
+            timeout: Duration::from_secs(600),
+            retries: 4,
+            concurrency: None,
+            top_k: 16,
+            model: None,
+        };
+        for opt in parts.map(str::trim).filter(|o| !o.is_empty()) {
+            let (k, v) = opt.split_once('=').unwrap_or((opt, ""));
+            let num = |v: &str| -> Result<usize, HttpError> {
+                v.parse::<usize>()
+                    .ok()
+                    .filter(|&n| n >= 1)
+                    .ok_or_else(|| bad(format!("option {k}: {v:?} is not a positive integer")))
+            };
+            match k {
+                "allow-remote" => s.allow_remote = true,
+                "sha256" => {
+                    if v.len() != 64 || !v.bytes().all(|b| b.is_ascii_hexdigit()) {
+                        return Err(bad(format!("sha256={v:?} is not 64 hex digits")));
+                    }
+                    s.sha256 = Some(v.to_ascii_lowercase());
+                }
+                "spec" => s.spec_k = Some(num(v)?),
+                "timeout" => s.timeout = Duration::from_secs(num(v)? as u64),
+                "retries" => s.retries = v.parse().map_err(|_| bad(format!("retries={v:?}")))?,
+                "concurrency" => s.concurrency = Some(num(v)?),
+                "top-k" => s.top_k = num(v)?,
+                "model" if !v.is_empty() => s.model = Some(v.to_string()),
+                _ => return Err(bad(format!("unknown option {opt:?}"))),
+            }
+        }
+        Ok(s)
+    }
+
+    /// The server root (`url` without a trailing `/v1`), where llama.cpp serves `/props`.
+    pub fn root(&self) -> &str {
+        self.url.strip_suffix("/v1").unwrap_or(&self.url)
+    }
+}
+
+/// An external engine behind HTTP (see the module docs).
+pub struct HttpEngine {
+    spec: HttpSpec,
+    name: String,
+    client: Client,
+    modes: Vec<Mode>,
+    model_name: Option<String>,
+    errors: Vec<(String, String)>,
+    /// What the checks found (printed by the caller).
+    pub notes: Vec<String>,
+}
+
+/// Builds an HTTP engine from an `--engine` spec for the oracle's model at `model` (fatal
+/// errors: exit 2). See [`HttpEngine::connect`].
+pub fn engine_from_spec(spec: &str, model: &Path) -> Result<Box<dyn Engine>, HttpError> {
+    let e = HttpEngine::connect(HttpSpec::parse(spec)?, model)?;
+    for n in &e.notes {
+        eprintln!("{}: {n}", e.name);
+    }
+    Ok(Box::new(e))
+}
+
+fn sha256_of(path: &Path) -> Result<String, HttpError> {
+    reference::gguf::sha256_file(path)
+        .map_err(|e| HttpError::Model(format!("{}: {e}", path.display())))
+}
+
+impl HttpEngine {
+    /// Connects and checks the server (module docs, "Checks before judging"): loopback rule,
+    /// model identity, a probe request for prompt count, ids and log-probabilities, modes.
+    ///
+    /// Errors: any [`HttpError`]; all are fatal for the run (exit 2).
+    pub fn connect(spec: HttpSpec, model: &Path) -> Result<HttpEngine, HttpError> {
+        if !spec.allow_remote && !client::is_loopback(&spec.url)? {
+            return Err(HttpError::Remote {
+                url: spec.url.clone(),
+            });
+        }
+        let client = Client::new(spec.timeout, spec.retries, Duration::from_millis(500));
+        let name = match spec.api {
+            Api::LlamaServer => "llama-server",
+            Api::OpenAi => "openai",
+        }
+        .to_string();
+        let mut notes = Vec::new();
+        let props_url = format!("{}/props", spec.root());
+        let props = match client.get_json(&props_url) {
+            Ok(p) => p,
+            Err(e @ HttpError::Connect { .. }) => return Err(e),
+            Err(e) if spec.api == Api::LlamaServer => return Err(e),
+            Err(_) => None,
+        };
+        // model identity
+        let served_path = props
+            .as_ref()
+            .and_then(|p| p.get("model_path"))
+            .and_then(Value::as_str)
+            .map(PathBuf::from);
+        check_model(&spec, model, served_path.as_deref(), &mut notes)?;
+        let slots = props
+            .as_ref()
+            .and_then(|p| p.get("total_slots"))
+            .and_then(Value::as_u64)
+            .map(|n| n as usize);
+        let mut engine = HttpEngine {
+            name,
+            client,
+            modes: Vec::new(),
+            model_name: spec.model.clone(),
+            errors: Vec::new(),
+            notes,
+            spec,
+        };
+        if engine.spec.api == Api::OpenAi && engine.model_name.is_none() {
+            let url = format!("{}/models", engine.spec.url);
+            engine.model_name = engine
+                .client
+                .get_json(&url)?
+                .and_then(|m| m.pointer("/data/0/id").and_then(Value::as_str).map(String::from));
+        }
+        // probe: our tokenizer's ids for a short text, BOS included
+        let probe = probe_prompt(model)?;
+        let req = Request {
+            id: "probe".into(),
+            prompt: probe.clone(),
+            max_tokens: 2,
+            stop: Vec::new(),
+        };
+        let c = engine.complete(&req, false).map_err(|e| match e {
+            RequestError::Http(h) => h,
+            RequestError::Check(m) => HttpError::PromptCount(m),
+        })?;
+        if c.tokens.is_empty() {
+            return Err(HttpError::Response {
+                url: engine.spec.url.clone(),
+                message: "the probe request returned no tokens".into(),
+            });
+        }
+        engine.notes.push(format!(
+            "probe: {} prompt tokens counted as sent, ids and {} log-probs per token returned",
+            probe.len(),
+            c.top_k.first().map_or(0, Vec::len)
+        ));
+        let max_n = engine.spec.concurrency.or(slots).unwrap_or(16).max(1);
+        engine.modes = match engine.spec.spec_k {
+            Some(k) => vec![Mode::Spec { k }],
+            None => std::iter::once(Mode::Plain)
+                .chain((1..=max_n).map(|n| Mode::Batch { n }))
+                .collect(),
+        };
+        if engine.spec.api == Api::OpenAi {
+            match engine.echo(&probe) {
+                Ok(_) => engine.modes.insert(0, Mode::Prefill),
+                Err(e) => engine
+                    .notes
+                    .push(format!("prefill not declared: no prompt log-probs ({e})")),
+            }
+        } else {
+            engine.notes.push(
+                "prefill not declared: llama-server's /completion returns no prompt log-probs"
+                    .into(),
+            );
+        }
+        if let Some(n) = slots {
+            engine.notes.push(format!(
+                "server has {n} slots: batch:1..{max_n} declared"
+            ));
+        }
+        Ok(engine)
+    }
+
+    /// The wire API.
+    pub fn api(&self) -> Api {
+        self.spec.api
+    }
+
+    fn body(&self, req: &Request, echo: bool) -> (String, Value) {
+        let k = self.spec.top_k;
+        match self.spec.api {
+            Api::LlamaServer => (
+                format!("{}/completion", self.spec.url),
+                json!({
+                    "prompt": req.prompt,
+                    "n_predict": req.max_tokens,
+                    "temperature": 0.0,
+                    "top_k": 1,
+                    "top_p": 1.0,
+                    "min_p": 0.0,
+                    "typical_p": 1.0,
+                    "repeat_penalty": 1.0,
+                    "repeat_last_n": 0,
+                    "presence_penalty": 0.0,
+                    "frequency_penalty": 0.0,
+                    "dry_multiplier": 0.0,
+                    "xtc_probability": 0.0,
+                    "mirostat": 0,
+                    "samplers": ["top_k"],
+                    "n_probs": k,
+                    "post_sampling_probs": false,
+                    "return_tokens": true,
+                    "cache_prompt": false,
+                    "stream": false,
+                    "seed": 0,
+                }),
+            ),
+            Api::OpenAi => {
+                let mut b = json!({
+                    "prompt": req.prompt,
+                    "max_tokens": req.max_tokens,
+                    "temperature": 0.0,
+                    "top_p": 1.0,
+                    "top_k": 1,
+                    "n": 1,
+                    "stream": false,
+                    "seed": 0,
+                    "logprobs": k,
+                    "return_tokens_as_token_ids": true,
+                    "return_token_ids": true,
+                    "cache_prompt": false,
+                });
+                if !req.stop.is_empty() {
+                    b["stop_token_ids"] = json!(req.stop);
+                }
+                if echo {
+                    b["echo"] = json!(true);
+                }
+                if let Some(m) = &self.model_name {
+                    b["model"] = json!(m);
+                }
+                (format!("{}/completions", self.spec.url), b)
+            }
+        }
+    }
+
+    /// One completion request; checks the prompt count and (`check_ids`) the shape.
+    fn complete(&self, req: &Request, echo: bool) -> Result<Completion, RequestError> {
+        let (url, body) = self.body(req, echo);
+        let v = self.client.post_json(&url, &body)?;
+        let c = match self.spec.api {
+            Api::LlamaServer => parse::parse_llama_completion(&v),
+            Api::OpenAi => parse::parse_openai_completion(&v, echo.then_some(req.prompt.len())),
+        }
+        .map_err(|message| HttpError::Response {
+            url: url.clone(),
+            message,
+        })?;
+        match c.prompt_tokens {
+            Some(n) if n == req.prompt.len() => {}
+            Some(n) => {
+                return Err(RequestError::Check(format!(
+                    "the server counted {n} prompt tokens, we sent {} (does it add a BOS to a \
+                     token-id prompt, or truncate to its context size?)",
+                    req.prompt.len()
+                )))
+            }
+            None => {
+                return Err(RequestError::Check(
+                    "the server does not report its prompt token count (tokens_evaluated / \
+                     usage.prompt_tokens)"
+                        .into(),
+                ))
+            }
+        }
+        Ok(c)
+    }
+
+    fn echo(&self, prompt: &[u32]) -> Result<Completion, RequestError> {
+        let req = Request {
+            id: "echo".into(),
+            prompt: prompt.to_vec(),
+            max_tokens: 1,
+            stop: Vec::new(),
+        };
+        let c = self.complete(&req, true)?;
+        match &c.prompt_top_k {
+            Some(p) if p.len() + 1 == prompt.len() && p.iter().all(|r| !r.is_empty()) => Ok(c),
+            _ => Err(RequestError::Check(
+                "echo gave no top log-probs for the prompt positions".into(),
+            )),
+        }
+    }
+
+    fn trajectory(&self, req: &Request, mode: &Mode) -> Result<Trajectory, String> {
+        let t0 = Instant::now();
+        let c = self.complete(req, false).map_err(|e| e.to_string())?;
+        let mut n = c.tokens.len();
+        if let Some(i) = c.tokens.iter().position(|t| req.stop.contains(t)) {
+            n = i + 1;
+        }
+        let drafted = c.drafted.unwrap_or(0);
+        let spec = match mode {
+            Mode::Spec { k } => {
+                if drafted == 0 && n > 2 {
+                    return Err(format!(
+                        "spec:{k}: the server drafted no tokens (start it with --spec-type \
+                         draft-mtp --model-draft DRAFTER --spec-draft-n-max {k})"
+                    ));
+                }
+                let accepted = c.accepted.unwrap_or(0);
+                Some(SpecStats {
+                    rounds: c.tokens.len().saturating_sub(1 + accepted),
+                    drafted,
+                    accepted,
+                    per_round: Vec::new(),
+                })
+            }
+            _ => {
+                if drafted > 0 {
+                    return Err(format!(
+                        "{mode}: the server drafted {drafted} tokens — it runs speculative \
+                         decoding; judge it with engine option spec=K"
+                    ));
+                }
+                None
+            }
+        };
+        let steps = c
+            .tokens
+            .into_iter()
+            .zip(c.top_k)
+            .take(n)
+            .enumerate()
+            .map(|(i, (token, top))| Step {
+                token,
+                top_k: (!top.is_empty()).then_some(top),
+                kind: if i == 0 {
+                    StepKind::Prefill
+                } else {
+                    StepKind::Decode
+                },
+            })
+            .collect();
+        Ok(Trajectory {
+            id: req.id.clone(),
+            steps,
+            spec,
+            wall: t0.elapsed(),
+        })
+    }
+}
+
+/// A failed request: transport/format error or a failed check.
+#[derive(Debug, thiserror::Error)]
+enum RequestError {
+    #[error(transparent)]
+    Http(#[from] HttpError),
+    #[error("{0}")]
+    Check(String),
+}
+
+/// Runs `f(i)` for `i in 0..n` on at most `conc` threads; results in index order.
+fn run_pool<T: Send>(n: usize, conc: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let next = AtomicUsize::new(0);
+    let out: Mutex<Vec<Option<T>>> = Mutex::new((0..n).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..conc.clamp(1, n.max(1)) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                if i >= n {
+                    break;
+                }
+                let r = f(i);
+                if let Ok(mut o) = out.lock() {
+                    o[i] = Some(r);
+                }
+            });
+        }
+    });
+    out.into_inner()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|x| x.expect("every index ran"))
+        .collect()
+}
+
+fn check_model(
+    spec: &HttpSpec,
+    model: &Path,
+    served: Option<&Path>,
+    notes: &mut Vec<String>,
+) -> Result<(), HttpError> {
+    if let Some(want) = &spec.sha256 {
+        let ours = sha256_of(model)?;
+        if &ours != want {
+            return Err(HttpError::Model(format!(
+                "the served model's SHA-256 is {want} (sha256=), the oracle's {} is {ours}",
+                model.display()
+            )));
+        }
+        notes.push(format!("served model SHA-256 {want} = oracle model (given by the user)"));
+        return Ok(());
+    }
+    let Some(served) = served else {
+        return Err(HttpError::Model(format!(
+            "the server does not say which file it serves (no /props model_path); pass the served \
+             file's SHA-256 as engine option sha256=HEX (sha256sum FILE) to judge it against {}",
+            model.display()
+        )));
+    };
+    let same_path = match (served.canonicalize(), model.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if same_path {
+        notes.push(format!("server serves {} (same file)", served.display()));
+        return Ok(());
+    }
+    if !served.exists() {
+        return Err(HttpError::Model(format!(
+            "the server serves {}, which is not readable here; pass engine option sha256=HEX \
+             of that file to judge it against {}",
+            served.display(),
+            model.display()
+        )));
+    }
+    let (a, b) = (sha256_of(served)?, sha256_of(model)?);
+    if a != b {
+        return Err(HttpError::Model(format!(
+            "the server serves {} (SHA-256 {a}), the oracle reads {} (SHA-256 {b}): not the same \
+             weights",
+            served.display(),
+            model.display()
+        )));
+    }
+    notes.push(format!(
+        "server serves {} (same SHA-256 {a})",
+        served.display()
+    ));
+    Ok(())
+}
+
+fn probe_prompt(model: &Path) -> Result<Vec<u32>, HttpError> {
+    let f = reference::gguf::GgufFile::open(model)
+        .map_err(|e| HttpError::Model(format!("{}: {e}", model.display())))?;
+    let tok = reference::tokenizer::GemmaTokenizer::from_gguf(&f)
+        .map_err(|e| HttpError::Model(format!("{}: tokenizer: {e}", model.display())))?;
+    tok.encode("The quick brown fox jumps over the lazy dog.", true)
+        .map_err(|e| HttpError::Model(format!("{}: tokenizer: {e}", model.display())))
+}
+
+impl Engine for HttpEngine {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn modes(&self) -> Vec<Mode> {
+        self.modes.clone()
+    }
+
+    fn generate(&mut self, reqs: &[Request], mode: &Mode) -> Result<Vec<Trajectory>, EngineError> {
+        if !self.modes.contains(mode) || *mode == Mode::Prefill {
+            return Err(EngineError::UnsupportedMode {
+                engine: self.name.clone(),
+                mode: *mode,
+            });
+        }
+        let conc = match mode {
+            Mode::Batch { n } => *n,
+            _ => 1,
+        };
+        let t0 = Instant::now();
+        let this = &*self;
+        let results = run_pool(reqs.len(), conc, |i| this.trajectory(&reqs[i], mode));
+        let batch_wall = t0.elapsed();
+        self.errors.clear();
+        let mut out = Vec::with_capacity(reqs.len());
+        for (req, r) in reqs.iter().zip(results) {
+            match r {
+                Ok(mut t) => {
+                    if conc > 1 {
+                        t.wall = batch_wall;
+                    }
+                    out.push(t);
+                }
+                Err(message) => {
+                    self.errors.push((req.id.clone(), message));
+                    out.push(Trajectory {
+                        id: req.id.clone(),
+                        steps: Vec::new(),
+                        spec: None,
+                        wall: Duration::ZERO,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn score(&mut self, seqs: &[Vec<u32>], top_k: usize) -> Result<Vec<Scores>, EngineError> {
+        if !self.modes.contains(&Mode::Prefill) {
+            return Err(EngineError::UnsupportedMode {
+                engine: self.name.clone(),
+                mode: Mode::Prefill,
+            });
+        }
+        let this = &*self;
+        let results = run_pool(seqs.len(), 1, |i| this.echo(&seqs[i]));
+        let mut out = Vec::with_capacity(seqs.len());
+        for (i, r) in results.into_iter().enumerate() {
+            let c = r.map_err(|e| EngineError::Request {
+                id: format!("sequence {i}"),
+                message: e.to_string(),
+            })?;
+            let mut rows = c.prompt_top_k.unwrap_or_default();
+            rows.push(c.top_k.into_iter().next().unwrap_or_default());
+            for r in &mut rows {
+                r.truncate(top_k);
+            }
+            out.push(Scores { rows });
+        }
+        Ok(out)
+    }
+
+    fn request_errors(&mut self) -> Vec<(String, String)> {
+        std::mem::take(&mut self.errors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_parsing() {
+        let s = HttpSpec::parse("llama-server=http://127.0.0.1:8080/,spec=4,timeout=30,top-k=8")
+            .unwrap();
+        assert_eq!(s.api, Api::LlamaServer);
+        assert_eq!(s.url, "http://127.0.0.1:8080");
+        assert_eq!((s.spec_k, s.top_k), (Some(4), 8));
+        assert_eq!(s.timeout, Duration::from_secs(30));
+        let o = HttpSpec::parse("openai=http://localhost:8000/v1,model=gemma,allow-remote").unwrap();
+        assert_eq!(o.root(), "http://localhost:8000");
+        assert!(o.allow_remote);
+        for bad in [
+            "llama-server",
+            "vllm=http://x",
+            "openai=https://x/v1",
+            "llama-server=http://h:1,spec=0",
+            "llama-server=http://h:1,sha256=abc",
+            "llama-server=http://h:1,bogus",
+        ] {
+            assert!(HttpSpec::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn remote_urls_need_allow_remote() {
+        let s = HttpSpec::parse("llama-server=http://10.1.2.3:8080").unwrap();
+        let e = HttpEngine::connect(s, Path::new("/nonexistent.gguf")).err().unwrap();
+        assert!(matches!(e, HttpError::Remote { .. }), "{e}");
+    }
+
+    #[test]
+    fn connection_refused_is_a_clear_error() {
+        // a free port: bind, read the number, release
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let s = HttpSpec::parse(&format!("llama-server=http://127.0.0.1:{port},retries=1"))
+            .unwrap();
+        let e = HttpEngine::connect(s, Path::new("/nonexistent.gguf")).err().unwrap();
+        assert!(matches!(e, HttpError::Connect { attempts: 2, .. }), "{e}");
+    }
+
+    #[test]
+    fn pool_keeps_order_and_bounds_concurrency() {
+        let live = AtomicUsize::new(0);
+        let peak = AtomicUsize::new(0);
+        let r = run_pool(12, 3, |i| {
+            let now = live.fetch_add(1, Ordering::SeqCst) + 1;
+            peak.fetch_max(now, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(5));
+            live.fetch_sub(1, Ordering::SeqCst);
+            i * 2
+        });
+        assert_eq!(r, (0..12).map(|i| i * 2).collect::<Vec<_>>());
+        assert!(peak.load(Ordering::SeqCst) <= 3);
+    }
+}

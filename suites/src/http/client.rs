@@ -1,0 +1,197 @@
+//! The blocking HTTP transport of the external engines (`design/conformance.md` §9, "a wrapped
+//! external engine"): one `ureq` agent with a per-request timeout, retries with exponential
+//! backoff on connection errors only (never on HTTP errors or timeouts, which would repeat a
+//! generation), and the loopback-only rule for base URLs.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::HttpError;
+
+/// Largest response body read (bytes). A 1024-token completion with 16 top log-probs per token
+/// is about 2 MB of JSON; prompt log-probs of a long prefill a few times that.
+pub const MAX_BODY: u64 = 256 << 20;
+
+/// A blocking JSON-over-HTTP client (cheap to clone; clones share the connection pool).
+#[derive(Debug, Clone)]
+pub struct Client {
+    agent: ureq::Agent,
+    timeout: Duration,
+    retries: u32,
+    backoff: Duration,
+}
+
+impl Client {
+    /// A client whose requests time out after `timeout` (whole request, connect to last byte)
+    /// and are retried `retries` times on connection errors, waiting `backoff`, `2·backoff`, …
+    pub fn new(timeout: Duration, retries: u32, backoff: Duration) -> Client {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(timeout))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        Client {
+            agent,
+            timeout,
+            retries,
+            backoff,
+        }
+    }
+
+    /// `GET url` → JSON. `Ok(None)` for HTTP 404 (endpoint not offered by this server).
+    ///
+    /// Errors: [`HttpError::Connect`], [`HttpError::Timeout`], [`HttpError::Status`] (other
+    /// non-2xx), [`HttpError::Response`] (body is not JSON).
+    pub fn get_json(&self, url: &str) -> Result<Option<Value>, HttpError> {
+        match self.call(url, None) {
+            Ok(v) => Ok(Some(v)),
+            Err(HttpError::Status { status: 404, .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `POST url` with a JSON body → JSON. Errors as [`Client::get_json`] (404 included).
+    pub fn post_json(&self, url: &str, body: &Value) -> Result<Value, HttpError> {
+        self.call(url, Some(body))
+    }
+
+    fn call(&self, url: &str, body: Option<&Value>) -> Result<Value, HttpError> {
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let result = match body {
+                None => self.agent.get(url).call(),
+                Some(b) => self
+                    .agent
+                    .post(url)
+                    .header("content-type", "application/json")
+                    .send(b.to_string()),
+            };
+            let mut resp = match result {
+                Ok(r) => r,
+                Err(e) if is_connection_error(&e) && attempt <= self.retries => {
+                    std::thread::sleep(self.backoff * 2u32.saturating_pow(attempt - 1));
+                    continue;
+                }
+                Err(ureq::Error::Timeout(_)) => {
+                    return Err(HttpError::Timeout {
+                        url: url.to_string(),
+                        secs: self.timeout.as_secs_f64(),
+                    })
+                }
+                Err(e) => {
+                    return Err(HttpError::Connect {
+                        url: url.to_string(),
+                        attempts: attempt,
+                        message: e.to_string(),
+                    })
+                }
+            };
+            let status = resp.status().as_u16();
+            let text = resp
+                .body_mut()
+                .with_config()
+                .limit(MAX_BODY)
+                .read_to_string()
+                .map_err(|e| match e {
+                    ureq::Error::Timeout(_) => HttpError::Timeout {
+                        url: url.to_string(),
+                        secs: self.timeout.as_secs_f64(),
+                    },
+                    e => HttpError::Response {
+                        url: url.to_string(),
+                        message: format!("reading the body: {e}"),
+                    },
+                })?;
+            if !(200..300).contains(&status) {
+                let mut body = text;
+                body.truncate(2000);
+                return Err(HttpError::Status {
+                    url: url.to_string(),
+                    status,
+                    body,
+                });
+            }
+            return serde_json::from_str(&text).map_err(|e| HttpError::Response {
+                url: url.to_string(),
+                message: format!("not JSON ({e}): {}", text.chars().take(200).collect::<String>()),
+            });
+        }
+    }
+}
+
+/// Connection-level failures worth a retry: refused/reset/aborted connections and failed
+/// connects. A timeout or an HTTP status is never retried.
+fn is_connection_error(e: &ureq::Error) -> bool {
+    use std::io::ErrorKind as K;
+    match e {
+        ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => true,
+        ureq::Error::Io(io) => matches!(
+            io.kind(),
+            K::ConnectionRefused
+                | K::ConnectionReset
+                | K::ConnectionAborted
+                | K::BrokenPipe
+                | K::NotConnected
+                | K::UnexpectedEof
+        ),
+        _ => false,
+    }
+}
+
+/// The host part of an `http://host[:port][/path]` URL (IPv6 without brackets).
+///
+/// Errors: [`HttpError::Spec`] for another scheme (no TLS in this build) or an empty host.
+pub fn url_host(url: &str) -> Result<String, HttpError> {
+    let bad = |message: &str| HttpError::Spec {
+        spec: url.to_string(),
+        message: message.to_string(),
+    };
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| bad("the URL must start with http:// (this client has no TLS)"))?;
+    let authority = rest.split('/').next().unwrap_or("");
+    let authority = authority.rsplit('@').next().unwrap_or("");
+    let host = if let Some(v6) = authority.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        authority.split(':').next().unwrap_or("")
+    };
+    if host.is_empty() {
+        return Err(bad("no host in the URL"));
+    }
+    Ok(host.to_string())
+}
+
+/// Whether `url` names this machine: `localhost` or a loopback IP (127.0.0.0/8, ::1).
+pub fn is_loopback(url: &str) -> Result<bool, HttpError> {
+    let host = url_host(url)?;
+    if host.eq_ignore_ascii_case("localhost") {
+        return Ok(true);
+    }
+    Ok(host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts() {
+        for (url, lo) in [
+            ("http://127.0.0.1:8080", true),
+            ("http://127.1.2.3:1/x", true),
+            ("http://localhost:8080/v1", true),
+            ("http://[::1]:8080/v1", true),
+            ("http://10.0.0.5:8080", false),
+            ("http://example.com/v1", false),
+            ("http://user@192.168.1.2:80", false),
+        ] {
+            assert_eq!(is_loopback(url).unwrap(), lo, "{url}");
+        }
+        assert!(is_loopback("https://127.0.0.1:8080").is_err());
+        assert!(is_loopback("http://:8080").is_err());
+    }
+}

@@ -1,0 +1,363 @@
+//! Parsing of completion responses into token ids and per-token top-k log-probabilities
+//! (pure functions over `serde_json::Value`, tested against recorded responses in
+//! `suites/tests/data/`).
+//!
+//! Two wire formats:
+//!
+//! - llama.cpp server, native `POST /completion` (`tools/server/README.md` of the vendored
+//!   llama.cpp): `tokens` (with `"return_tokens": true`), `completion_probabilities[i]` =
+//!   `{id, token, bytes, logprob, top_logprobs: [{id, token, bytes, logprob}]}` (with
+//!   `n_probs > 0` and `post_sampling_probs` false), `tokens_evaluated` (prompt tokens),
+//!   `timings.draft_n` / `timings.draft_n_accepted` (speculative decoding).
+//! - OpenAI-compatible `POST /v1/completions`: `choices[0].logprobs` either in llama.cpp's form
+//!   (`{content: [{id, logprob, top_logprobs: [{id, logprob}]}]}`) or in the OpenAI form
+//!   (`{tokens, token_logprobs, top_logprobs: [{token: logprob}]}`) where ids come from
+//!   `choices[0].token_ids` (vLLM `return_token_ids`) or from tokens spelled `token_id:N`
+//!   (vLLM `return_tokens_as_token_ids`); `usage.prompt_tokens`.
+//!
+//! Log-probabilities are `logit − logsumexp(logits)`: per position they differ from the logits
+//! by one constant, so differences (margins, top-2 gaps) are logit differences up to the
+//! server's rounding of the softmax. A probability that underflowed to 0 (llama.cpp writes
+//! `-3.4e38`, the most negative `f32`) is dropped from the top-k.
+
+use serde_json::Value;
+
+/// One completion: generated ids with the server's top-k `(id, logprob)` per generated token.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completion {
+    /// Generated token ids `[n]`.
+    pub tokens: Vec<u32>,
+    /// Per generated token, the top-k `(id, logprob)`, descending.
+    pub top_k: Vec<Vec<(u32, f64)>>,
+    /// Prompt tokens as counted by the server (`tokens_evaluated` / `usage.prompt_tokens`).
+    pub prompt_tokens: Option<usize>,
+    /// Draft tokens proposed (`timings.draft_n`; absent = none).
+    pub drafted: Option<usize>,
+    /// Draft tokens accepted (`timings.draft_n_accepted`).
+    pub accepted: Option<usize>,
+    /// Per prompt position `t ≥ 1`, the top-k of the distribution that predicted prompt token
+    /// `t` (OpenAI `echo` responses only; `[P − 1]`).
+    pub prompt_top_k: Option<Vec<Vec<(u32, f64)>>>,
+}
+
+/// Below this a log-probability is llama.cpp's stand-in for `log(0)`.
+const LOG_ZERO: f64 = -1e30;
+
+fn as_id(v: &Value) -> Option<u32> {
+    v.as_u64().and_then(|x| u32::try_from(x).ok())
+}
+
+fn token_id_from_str(s: &str) -> Option<u32> {
+    s.strip_prefix("token_id:")?.parse().ok()
+}
+
+fn usize_at(v: &Value, path: &[&str]) -> Option<usize> {
+    let mut cur = v;
+    for p in path {
+        cur = cur.get(p)?;
+    }
+    cur.as_u64().map(|x| x as usize)
+}
+
+/// Top-k list of llama.cpp's `[{id, logprob}]`, sorted descending (stable: server order among
+/// equal values), log(0) entries dropped.
+fn llama_top(list: &Value, what: &str) -> Result<Vec<(u32, f64)>, String> {
+    let arr = list
+        .as_array()
+        .ok_or_else(|| format!("{what}: top_logprobs is not an array"))?;
+    let mut out = Vec::with_capacity(arr.len());
+    for (j, e) in arr.iter().enumerate() {
+        let id = e
+            .get("id")
+            .and_then(as_id)
+            .ok_or_else(|| format!("{what}: top_logprobs[{j}] has no integer id"))?;
+        let lp = match e.get("logprob") {
+            Some(v) => v.as_f64(),
+            None if e.get("prob").is_some() => {
+                return Err(format!(
+                    "{what}: got post-sampling probabilities (`prob`), need raw log-probabilities \
+                     (`post_sampling_probs` must be false)"
+                ))
+            }
+            None => None,
+        }
+        .ok_or_else(|| format!("{what}: top_logprobs[{j}] has no logprob"))?;
+        if lp > LOG_ZERO {
+            out.push((id, lp));
+        }
+    }
+    out.sort_by(|a, b| b.1.total_cmp(&a.1));
+    Ok(out)
+}
+
+/// Parses llama.cpp's per-token probability list (`completion_probabilities` or OpenAI-mode
+/// `logprobs.content`): `(id, top-k)` per generated token.
+fn llama_probs(list: &Value, field: &str) -> Result<Vec<(u32, Vec<(u32, f64)>)>, String> {
+    let arr = list
+        .as_array()
+        .ok_or_else(|| format!("{field} is not an array"))?;
+    arr.iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let what = format!("{field}[{i}]");
+            let id = e
+                .get("id")
+                .and_then(as_id)
+                .ok_or_else(|| format!("{what} has no integer id"))?;
+            let top = e
+                .get("top_logprobs")
+                .ok_or_else(|| {
+                    if e.get("top_probs").is_some() {
+                        format!("{what}: got post-sampling `top_probs`, need `top_logprobs`")
+                    } else {
+                        format!("{what} has no top_logprobs")
+                    }
+                })?;
+            Ok((id, llama_top(top, &what)?))
+        })
+        .collect()
+}
+
+/// Parses a llama.cpp server `POST /completion` response (non-streaming).
+///
+/// Errors (message for the `error` verdict): no token ids (neither `tokens` nor ids in
+/// `completion_probabilities` — the server needs `"return_tokens": true`), no log-probabilities
+/// (`n_probs` ignored or `post_sampling_probs` set), or `tokens` and the probability list
+/// disagreeing in length or ids.
+pub fn parse_llama_completion(v: &Value) -> Result<Completion, String> {
+    let tokens: Option<Vec<u32>> = match v.get("tokens") {
+        Some(Value::Array(a)) if !a.is_empty() => Some(
+            a.iter()
+                .enumerate()
+                .map(|(i, t)| as_id(t).ok_or_else(|| format!("tokens[{i}] is not a token id")))
+                .collect::<Result<_, _>>()?,
+        ),
+        _ => None,
+    };
+    let probs = match v.get("completion_probabilities") {
+        Some(p) => Some(llama_probs(p, "completion_probabilities")?),
+        None => None,
+    };
+    let predicted = usize_at(v, &["tokens_predicted"]);
+    let (tokens, top_k) = match (tokens, probs) {
+        (_, None) if predicted == Some(0) => (Vec::new(), Vec::new()),
+        (_, None) => {
+            return Err(
+                "the server returned no log-probabilities (no `completion_probabilities`: it \
+                 ignored `n_probs`)"
+                    .into(),
+            )
+        }
+        (None, Some(p)) if p.is_empty() && predicted.unwrap_or(0) > 0 => {
+            return Err(
+                "the server returned no token ids (empty `tokens`: it ignored `return_tokens`)"
+                    .into(),
+            )
+        }
+        (None, Some(p)) => p.into_iter().unzip(),
+        (Some(t), Some(p)) => {
+            if t.len() != p.len() {
+                return Err(format!(
+                    "`tokens` has {} ids but `completion_probabilities` {} entries",
+                    t.len(),
+                    p.len()
+                ));
+            }
+            if let Some(i) = (0..t.len()).find(|&i| t[i] != p[i].0) {
+                return Err(format!(
+                    "tokens[{i}] = {} but completion_probabilities[{i}].id = {}",
+                    t[i], p[i].0
+                ));
+            }
+            (t, p.into_iter().map(|x| x.1).collect())
+        }
+    };
+    Ok(Completion {
+        tokens,
+        top_k,
+        prompt_tokens: usize_at(v, &["tokens_evaluated"]),
+        drafted: usize_at(v, &["timings", "draft_n"]),
+        accepted: usize_at(v, &["timings", "draft_n_accepted"]),
+        prompt_top_k: None,
+    })
+}
+
+/// Parses an OpenAI-compatible `POST /v1/completions` response (non-streaming, `n = 1`).
+/// With `echo_len = Some(P)` the request had `echo: true`: the first `P` logprob entries belong
+/// to the prompt and become [`Completion::prompt_top_k`] (entry 0, which has no distribution,
+/// is skipped).
+///
+/// Errors: no `choices[0]`, no `logprobs` (the server ignores `logprobs`), token strings without
+/// ids (name the vLLM flags that give ids), top-logprob lists missing.
+pub fn parse_openai_completion(v: &Value, echo_len: Option<usize>) -> Result<Completion, String> {
+    let choice = v
+        .get("choices")
+        .and_then(|c| c.get(0))
+        .ok_or("no choices[0] in the response")?;
+    let lp = choice.get("logprobs").filter(|l| !l.is_null()).ok_or(
+        "the server returned no log-probabilities (choices[0].logprobs is missing or null: it \
+         ignores `logprobs`)",
+    )?;
+    let mut entries: Vec<(u32, Vec<(u32, f64)>)> = if let Some(content) = lp.get("content") {
+        llama_probs(content, "choices[0].logprobs.content")?
+    } else {
+        openai_classic(choice, lp)?
+    };
+    let prompt_top_k = match echo_len {
+        None => None,
+        Some(p) => {
+            if entries.len() < p {
+                return Err(format!(
+                    "echo: {} logprob entries for a {p}-token prompt",
+                    entries.len()
+                ));
+            }
+            let prompt: Vec<_> = entries.drain(..p).collect();
+            Some(prompt.into_iter().skip(1).map(|x| x.1).collect())
+        }
+    };
+    let (tokens, top_k): (Vec<u32>, Vec<Vec<(u32, f64)>>) = entries.into_iter().unzip();
+    Ok(Completion {
+        tokens,
+        top_k,
+        prompt_tokens: usize_at(v, &["usage", "prompt_tokens"]),
+        drafted: None,
+        accepted: None,
+        prompt_top_k,
+    })
+}
+
+/// The OpenAI `{tokens, token_logprobs, top_logprobs}` form.
+fn openai_classic(choice: &Value, lp: &Value) -> Result<Vec<(u32, Vec<(u32, f64)>)>, String> {
+    let toks = lp
+        .get("tokens")
+        .and_then(Value::as_array)
+        .ok_or("choices[0].logprobs has neither `content` (llama.cpp) nor `tokens` (OpenAI)")?;
+    let explicit: Option<Vec<u32>> = choice
+        .get("prompt_token_ids")
+        .and_then(Value::as_array)
+        .zip(choice.get("token_ids").and_then(Value::as_array))
+        .map(|(p, t)| p.iter().chain(t).filter_map(as_id).collect())
+        .filter(|ids: &Vec<u32>| ids.len() == toks.len())
+        .or_else(|| {
+            choice
+                .get("token_ids")
+                .and_then(Value::as_array)
+                .map(|t| t.iter().filter_map(as_id).collect())
+                .filter(|ids: &Vec<u32>| ids.len() == toks.len())
+        });
+    let ids: Vec<u32> = match explicit {
+        Some(ids) => ids,
+        None => toks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                t.as_str().and_then(token_id_from_str).ok_or_else(|| {
+                    format!(
+                        "choices[0].logprobs.tokens[{i}] = {t} is a token string, not an id: the \
+                         server must return ids (vLLM: `return_tokens_as_token_ids` or \
+                         `return_token_ids`; llama.cpp: `logprobs.content[].id`)"
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let tops = lp
+        .get("top_logprobs")
+        .and_then(Value::as_array)
+        .ok_or("choices[0].logprobs.top_logprobs is missing")?;
+    if tops.len() != ids.len() {
+        return Err(format!(
+            "{} tokens but {} top_logprobs entries",
+            ids.len(),
+            tops.len()
+        ));
+    }
+    let mut out = Vec::with_capacity(ids.len());
+    for (i, (id, top)) in ids.into_iter().zip(tops).enumerate() {
+        let mut row = Vec::new();
+        if let Some(obj) = top.as_object() {
+            for (k, lpv) in obj {
+                let tid = token_id_from_str(k).ok_or_else(|| {
+                    format!(
+                        "top_logprobs[{i}] key {k:?} is a token string, not `token_id:N` (vLLM: \
+                         `return_tokens_as_token_ids`)"
+                    )
+                })?;
+                let x = lpv
+                    .as_f64()
+                    .ok_or_else(|| format!("top_logprobs[{i}][{k:?}] is not a number"))?;
+                if x > LOG_ZERO {
+                    row.push((tid, x));
+                }
+            }
+        } else if !top.is_null() {
+            return Err(format!("top_logprobs[{i}] is not an object"));
+        }
+        row.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        out.push((id, row));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn llama_native_minimal() {
+        let v = json!({
+            "tokens": [5, 7], "tokens_evaluated": 3, "tokens_predicted": 2,
+            "timings": {"draft_n": 4, "draft_n_accepted": 3},
+            "completion_probabilities": [
+                {"id": 5, "logprob": -0.1, "top_logprobs": [{"id": 5, "logprob": -0.1}, {"id": 9, "logprob": -2.5}]},
+                {"id": 7, "logprob": -0.2, "top_logprobs": [{"id": 3, "logprob": -3.0e38}, {"id": 7, "logprob": -0.2}]}
+            ]
+        });
+        let c = parse_llama_completion(&v).unwrap();
+        assert_eq!(c.tokens, vec![5, 7]);
+        assert_eq!(c.top_k[0], vec![(5, -0.1), (9, -2.5)]);
+        assert_eq!(c.top_k[1], vec![(7, -0.2)]); // log(0) dropped
+        assert_eq!((c.prompt_tokens, c.drafted, c.accepted), (Some(3), Some(4), Some(3)));
+    }
+
+    #[test]
+    fn llama_native_errors_are_named() {
+        let no_probs = json!({"tokens": [1], "tokens_predicted": 1});
+        assert!(parse_llama_completion(&no_probs)
+            .unwrap_err()
+            .contains("no log-probabilities"));
+        let mismatch = json!({"tokens": [1], "completion_probabilities": [{"id": 2, "top_logprobs": []}]});
+        assert!(parse_llama_completion(&mismatch)
+            .unwrap_err()
+            .contains("tokens[0] = 1"));
+        let post = json!({"tokens": [1], "completion_probabilities": [{"id": 1, "prob": 1.0, "top_probs": []}]});
+        assert!(parse_llama_completion(&post)
+            .unwrap_err()
+            .contains("top_probs"));
+    }
+
+    #[test]
+    fn openai_classic_with_token_id_strings_and_echo() {
+        let v = json!({
+            "usage": {"prompt_tokens": 2},
+            "choices": [{"logprobs": {
+                "tokens": ["token_id:2", "token_id:10", "token_id:11"],
+                "token_logprobs": [null, -1.0, -0.5],
+                "top_logprobs": [null, {"token_id:10": -1.0, "token_id:12": -0.7}, {"token_id:11": -0.5}]
+            }}]
+        });
+        let c = parse_openai_completion(&v, Some(2)).unwrap();
+        assert_eq!(c.tokens, vec![11]);
+        assert_eq!(c.prompt_top_k.unwrap(), vec![vec![(12, -0.7), (10, -1.0)]]);
+        assert_eq!(c.prompt_tokens, Some(2));
+        let strings = json!({"choices": [{"logprobs": {"tokens": ["Hello"], "top_logprobs": [{"Hello": -0.1}]}}]});
+        let e = parse_openai_completion(&strings, None).unwrap_err();
+        assert!(e.contains("return_tokens_as_token_ids"), "{e}");
+        let none = json!({"choices": [{"text": "x", "logprobs": null}]});
+        assert!(parse_openai_completion(&none, None)
+            .unwrap_err()
+            .contains("no log-probabilities"));
+    }
+}

@@ -1,0 +1,145 @@
+//! `cargo xtask score`: teacher-forced scoring of one token sequence with the oracle
+//! (`reference::score::score`, `design/conformance.md` §3 "Scoring the engine's own trajectory").
+//! Per position `t` it prints the top-k `(id, logit)` of the next-token logits after `seq[..=t]`
+//! and the logit of `seq[t+1]`, every logit as the shortest decimal that round-trips to the same
+//! f64 (Rust `{}` / serde_json with `float_roundtrip`).
+//!
+//! JSON shape (`--json`, schema `score/1`):
+//!
+//! ```json
+//! { "schema": "score/1", "model": "path", "float": "f64", "top_k": 16,
+//!   "tokens": [2, 818, ...],
+//!   "positions": [ { "position": 0, "token": 2, "next": 818, "next_logit": 12.25,
+//!                    "top_k": [[818, 12.25], [651, 11.5], ...] }, ... ] }
+//! ```
+//!
+//! `next`/`next_logit` are `null` at the last position; `top_k` excludes suppressed ids.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use reference::gguf::GgufFile;
+use reference::model::{Float, Model};
+use reference::score::{score, PositionScore};
+use reference::tokenizer::{ChatMessage, GemmaTokenizer};
+use serde::Serialize;
+
+/// Flags of `score`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Model GGUF (default: $GEMMA4_FIXTURES/models/dense-target.Q4_K_M.gguf).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Token ids, comma-separated (e.g. `2,818,5279`).
+    #[arg(long, conflicts_with = "text")]
+    pub tokens: Option<String>,
+    /// Text to tokenize (BOS added); with `--chat`, the user message of a chat prompt.
+    #[arg(long)]
+    pub text: Option<String>,
+    /// Apply the chat template to `--text` as one user message (generation prompt added).
+    #[arg(long, requires = "text")]
+    pub chat: bool,
+    /// Candidates per position.
+    #[arg(long, default_value_t = 16)]
+    pub topk: usize,
+    /// Score with the f32 engine instead of the f64 oracle.
+    #[arg(long)]
+    pub f32: bool,
+    /// Print JSON (schema `score/1`) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One position of the JSON output.
+#[derive(Debug, Serialize)]
+struct Position {
+    position: usize,
+    token: u32,
+    next: Option<u32>,
+    next_logit: Option<f64>,
+    top_k: Vec<(u32, f64)>,
+}
+
+/// The JSON output.
+#[derive(Debug, Serialize)]
+struct Output {
+    schema: &'static str,
+    model: String,
+    float: &'static str,
+    top_k: usize,
+    tokens: Vec<u32>,
+    positions: Vec<Position>,
+}
+
+fn run_score<F: Float>(model: &PathBuf, ids: &[u32], k: usize) -> Result<Vec<PositionScore>> {
+    let m = Model::<F>::load(model).with_context(|| format!("loading {}", model.display()))?;
+    let mut s = score(&m, &[ids.to_vec()], k)?;
+    s.pop().context("oracle returned no scores")
+}
+
+/// Runs the verb.
+pub fn run(a: &Args) -> Result<()> {
+    let model = a.model.clone().unwrap_or_else(|| {
+        crate::conformance::fixtures_dir().join("models/dense-target.Q4_K_M.gguf")
+    });
+    let file = GgufFile::open(&model).with_context(|| format!("opening {}", model.display()))?;
+    let tok = GemmaTokenizer::from_gguf(&file)?;
+    let ids: Vec<u32> = match (&a.tokens, &a.text) {
+        (Some(t), _) => t
+            .split(',')
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| s.trim().parse::<u32>().with_context(|| format!("bad token id {s:?}")))
+            .collect::<Result<_>>()?,
+        (None, Some(text)) if a.chat => {
+            tok.encode_chat(&[ChatMessage::new("user", text.as_str())], true, false)?
+        }
+        (None, Some(text)) => tok.encode(text, true)?,
+        (None, None) => bail!("give --tokens or --text"),
+    };
+    if ids.is_empty() {
+        bail!("empty token sequence");
+    }
+    drop(file);
+    let rows = if a.f32 {
+        run_score::<f32>(&model, &ids, a.topk)?
+    } else {
+        run_score::<f64>(&model, &ids, a.topk)?
+    };
+    let positions: Vec<Position> = rows
+        .into_iter()
+        .enumerate()
+        .map(|(t, r)| Position {
+            position: t,
+            token: ids[t],
+            next: ids.get(t + 1).copied(),
+            next_logit: r.next_logit,
+            top_k: r.top_k,
+        })
+        .collect();
+    let float = if a.f32 { "f32" } else { "f64" };
+    if a.json {
+        let out = Output {
+            schema: "score/1",
+            model: model.display().to_string(),
+            float,
+            top_k: a.topk,
+            tokens: ids,
+            positions,
+        };
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!("model {} ({float}), {} tokens", model.display(), ids.len());
+    for p in &positions {
+        let piece = |id: u32| format!("{:?}", tok.token_piece(id).unwrap_or("?"));
+        let next = match (p.next, p.next_logit) {
+            (Some(n), Some(l)) => format!("next {n} {} logit {l}", piece(n)),
+            _ => "next -".into(),
+        };
+        println!("[{}] token {} {} · {next}", p.position, p.token, piece(p.token));
+        for (id, l) in &p.top_k {
+            println!("    {id:>7} {l:<24} {}", piece(*id));
+        }
+    }
+    Ok(())
+}
