@@ -514,8 +514,7 @@ impl Config {
                 kv_source.push(src);
             }
         }
-        for l in first_reuse..l_n {
-            let s = kv_source[l];
+        for (l, &s) in kv_source.iter().enumerate().skip(first_reuse) {
             if c.n_head_kv[l] != c.n_head_kv[s] {
                 return Err(ConfigError::Inconsistent(format!(
                     "reuse layer {l} has head_count_kv {} but its store layer {s} has {}",

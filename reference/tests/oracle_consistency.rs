@@ -64,7 +64,7 @@ fn kv_cache_decode_and_chunked_prefill_equal_full_recompute() {
         let e_chunk = max_rel(&chunked, &full);
 
         // Teacher-forced scoring (top-k values and next-token logits) vs the full rows.
-        let sc = score(&m, &[ids.clone()], 16).expect("score");
+        let sc = score(&m, std::slice::from_ref(&ids), 16).expect("score");
         let mut e_score: f64 = 0.0;
         for (t, ps) in sc[0].iter().enumerate() {
             let mx = full[t].iter().map(|x| x.abs()).fold(0.0, f64::max);

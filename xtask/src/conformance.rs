@@ -34,6 +34,12 @@ pub struct Args {
     /// No progress bars.
     #[arg(long)]
     pub quiet: bool,
+    /// Name this run: the report goes to target/conformance/runs/LABEL (for `cargo xtask compare`).
+    #[arg(long)]
+    pub label: Option<String>,
+    /// Allow an HTTP engine on a non-loopback address.
+    #[arg(long)]
+    pub allow_remote: bool,
 }
 
 /// The workspace root (the folder above `xtask/`).
@@ -122,6 +128,12 @@ pub fn run(a: &Args) -> i32 {
     o.progress = !a.quiet;
     if let Some(out) = &a.out {
         o.out_dir.clone_from(out);
+    }
+    if let Some(label) = &a.label {
+        o.out_dir = workspace_root().join("target/conformance/runs").join(label);
+    }
+    if a.allow_remote && o.engine.contains('=') {
+        o.engine.push_str(",allow-remote");
     }
     if let Some(m) = &a.modes {
         match Mode::parse_list(m) {

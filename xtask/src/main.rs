@@ -3,10 +3,12 @@
 //! `Args` (clap derive) and `run(&Args)`, one variant in [`Command`], one line in `main`.
 
 mod bless;
+mod compare;
 mod calibrate;
 mod conformance;
 mod fixtures;
 mod inspect;
+mod llama_server;
 mod score;
 
 use clap::{Parser, Subcommand};
@@ -34,6 +36,10 @@ enum Command {
     Score(score::Args),
     /// Measure an engine's rounding error against the oracle and write its tie budget τ.
     Calibrate(calibrate::Args),
+    /// Build llama.cpp's llama-server (CPU) under target/ext and start it on a loopback port.
+    LlamaServer(llama_server::Args),
+    /// Compare two saved conformance runs (labels or report.json), forks measured against the oracle.
+    Compare(compare::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -42,6 +48,8 @@ fn main() -> anyhow::Result<()> {
         Command::Fixtures(a) => fixtures::run(&a),
         Command::Conformance(a) => std::process::exit(conformance::run(&a)),
         Command::Bless(a) => std::process::exit(bless::run(&a)),
+        Command::LlamaServer(a) => llama_server::run(&a),
+        Command::Compare(a) => std::process::exit(compare::run(&a)),
         Command::Score(a) => score::run(&a),
         Command::Calibrate(a) => std::process::exit(calibrate::run(&a)),
     }

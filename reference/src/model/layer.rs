@@ -231,7 +231,7 @@ impl<F: Float> Layer<F> {
         add_into(x, &f);
 
         if let (Some(p), Some(ple)) = (&self.ple, ple) {
-            p.forward(file, x, t, ple, self.attn.layer, n_layer, eps)?;
+            p.forward(file, x, ple, self.attn.layer, n_layer, eps)?;
         }
         for v in x.iter_mut() {
             *v *= self.layer_output_scale;

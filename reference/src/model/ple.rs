@@ -67,14 +67,13 @@ pub struct PleLayer<F> {
 }
 
 impl<F: Float> PleLayer<F> {
-    /// §8 step 7, in place on `x` `[T, H]`:
+    /// §8 step 7, in place on the residual stream `x` `[T, H]`:
     /// `x ← x + RMSNorm_{post_norm}((gelu(x·W_gateᵀ) ⊙ ple_l) · W_projᵀ)`.
     /// `ple` `[T, L, P]` from [`PleInput::forward`]; `layer` selects the slice `ple[:, layer, :]`.
     pub fn forward(
         &self,
         file: &GgufFile,
         x: &mut [F],
-        t: usize,
         ple: &[F],
         layer: usize,
         n_layer: usize,
@@ -82,6 +81,7 @@ impl<F: Float> PleLayer<F> {
     ) -> Result<(), ModelError> {
         let p = self.inp_gate.rows;
         let h = self.proj.rows;
+        let t = x.len() / h;
         let mut g = linear(x, t, self.inp_gate.view(file))?;
         for (ti, row) in g.chunks_exact_mut(p).enumerate() {
             let base = (ti * n_layer + layer) * p;

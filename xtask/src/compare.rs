@@ -1,0 +1,241 @@
+//! `cargo xtask compare RUN_A RUN_B`: compares two saved conformance runs (`report.json` of
+//! two `cargo xtask conformance --label …` runs, e.g. a server in plain mode and the same server
+//! with MTP speculative decoding) with every fork measured against the oracle
+//! (`design/conformance.md` §4, through `suites::rule::compare_modes`).
+//!
+//! For each (model, suite, prompt) present in both runs and each pair of modes (one from A, one
+//! from B), the first differing output index is found; each side's oracle margin there is the
+//! one its own run measured on the shared prefix (0 where that run agreed with the oracle's
+//! argmax), and the fork is classified `tie-split`, `<side> wrong` or `both wrong`.
+//! Exit code 0: no side wrong; 1: some side diverges from the oracle at a fork; 2: unreadable
+//! or incompatible runs.
+
+use std::path::{Path, PathBuf};
+
+use suites::report::{Entry, Report, Run};
+use suites::rule::{
+    compare_modes, Fork, ForkClass, Judgement, PositionJudgement, PositionVerdict, Verdict,
+};
+use suites::{Step, StepKind};
+
+use crate::conformance::workspace_root;
+
+/// Flags of `compare`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Run A: a label (target/conformance/runs/LABEL), a folder with report.json, or a file.
+    pub run_a: String,
+    /// Run B: as run A.
+    pub run_b: String,
+}
+
+/// Where a run label or path points: `report.json` inside.
+pub fn report_path(run: &str) -> PathBuf {
+    let p = Path::new(run);
+    if p.is_file() {
+        return p.to_path_buf();
+    }
+    if p.is_dir() {
+        return p.join("report.json");
+    }
+    workspace_root()
+        .join("target/conformance/runs")
+        .join(run)
+        .join("report.json")
+}
+
+fn load(run: &str) -> Result<Report, String> {
+    let path = report_path(run);
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Rebuilds the steps and the per-position judgement of a saved entry: positions listed in its
+/// events carry their verdict and margin, every other judged position agreed (margin 0).
+pub fn entry_judgement(e: &Entry) -> (Vec<Step>, Judgement) {
+    let mut steps: Vec<Step> = e
+        .tokens
+        .iter()
+        .map(|&token| Step {
+            token,
+            top_k: None,
+            kind: StepKind::Decode,
+        })
+        .collect();
+    let mut positions: Vec<PositionJudgement> = (0..e.judged.min(e.tokens.len()))
+        .map(|i| PositionJudgement {
+            index: i,
+            token: e.tokens[i],
+            oracle_top: e.tokens[i],
+            margin: 0.0,
+            margin_is_bound: false,
+            oracle_top2: e
+                .margins
+                .get(i)
+                .copied()
+                .flatten()
+                .unwrap_or(f64::INFINITY),
+            oracle_tie: false,
+            verdict: PositionVerdict::Agree,
+        })
+        .collect();
+    for ev in e.events.iter().chain(e.first_divergence.iter()) {
+        if let Some(p) = positions.get_mut(ev.index) {
+            p.oracle_top = ev.oracle_top.id;
+            p.margin = ev.margin.unwrap_or(f64::INFINITY);
+            p.margin_is_bound = ev.margin_is_bound;
+            p.verdict = ev.kind;
+        }
+        if let (Some(s), Some(top)) = (steps.get_mut(ev.index), &ev.engine_top5) {
+            s.top_k = Some(top.iter().map(|c| (c.id, c.logit)).collect());
+        }
+    }
+    let j = Judgement {
+        verdict: e.verdict,
+        first_divergence: e.first_divergence.as_ref().map(|d| d.index),
+        tie_flips: e.tie_flips,
+        oracle_tie_flips: e.oracle_tie_flips,
+        needs_rescore: None,
+        error: e.error.clone(),
+        positions,
+    };
+    (steps, j)
+}
+
+/// One compared pair.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// Prompt id.
+    pub prompt: String,
+    /// `A:<mode>`, `B:<mode>`.
+    pub modes: (String, String),
+    /// Verdicts of each side.
+    pub verdicts: (Verdict, Verdict),
+    /// The fork (`None`: identical outputs).
+    pub fork: Option<Fork>,
+    /// Absolute position of the fork.
+    pub position: Option<usize>,
+}
+
+/// Compares every (prompt, mode of A, mode of B) of two runs of the same model and suite.
+pub fn compare_runs(a: &Run, b: &Run) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for ea in &a.entries {
+        for eb in b.entries.iter().filter(|e| e.prompt == ea.prompt) {
+            let (sa, ja) = entry_judgement(ea);
+            let (sb, jb) = entry_judgement(eb);
+            let (ma, mb) = (format!("A:{}", ea.mode), format!("B:{}", eb.mode));
+            let tau = a.tau.min(b.tau);
+            let fork = if ea.verdict == Verdict::Error || eb.verdict == Verdict::Error {
+                None
+            } else {
+                compare_modes((&ma, &sa, &ja), (&mb, &sb, &jb), tau)
+            };
+            rows.push(Row {
+                prompt: ea.prompt.clone(),
+                position: fork.as_ref().map(|f| ea.prompt_tokens + f.index),
+                modes: (ma, mb),
+                verdicts: (ea.verdict, eb.verdict),
+                fork,
+            });
+        }
+    }
+    rows
+}
+
+fn fmt_m(m: Option<f64>) -> String {
+    match m {
+        None => "–".into(),
+        Some(x) if x.is_infinite() => "∞".into(),
+        Some(x) => format!("{x:.4}"),
+    }
+}
+
+/// Runs the verb; returns the exit code.
+pub fn run(a: &Args) -> i32 {
+    let (ra, rb) = match (load(&a.run_a), load(&a.run_b)) {
+        (Ok(x), Ok(y)) => (x, y),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    let mut any_wrong = false;
+    let mut compared = 0;
+    println!("A = {} · B = {}\n", a.run_a, a.run_b);
+    println!("| model | suite | prompt | A | B | verdicts | fork at | tokens (A / B) | oracle m (A / B) | engine gap (A / B) | class |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for run_a in &ra.runs {
+        for run_b in rb
+            .runs
+            .iter()
+            .filter(|r| r.suite == run_a.suite && r.model.stem == run_a.model.stem)
+        {
+            if run_a.model.sha256 != run_b.model.sha256 {
+                eprintln!(
+                    "error: {} / {}: runs judged different model files ({} vs {})",
+                    run_a.model.stem, run_a.suite, run_a.model.sha256, run_b.model.sha256
+                );
+                return 2;
+            }
+            for row in compare_runs(run_a, run_b) {
+                compared += 1;
+                let (fork_at, toks, margins, gaps, class) = match &row.fork {
+                    None => ("identical".to_string(), String::new(), String::new(), String::new(), String::new()),
+                    Some(f) => {
+                        let text = |r: &Run, mode: &str, t: Option<u32>| {
+                            let e = r.entries.iter().find(|e| e.prompt == row.prompt && e.mode == mode);
+                            match (t, e) {
+                                (Some(id), Some(e)) => {
+                                    let piece = e
+                                        .events
+                                        .iter()
+                                        .find(|ev| ev.index == f.index)
+                                        .map(|ev| ev.token.text.clone())
+                                        .unwrap_or_default();
+                                    format!("{id} {piece:?}")
+                                }
+                                (Some(id), None) => id.to_string(),
+                                (None, _) => "(end)".into(),
+                            }
+                        };
+                        if matches!(f.class, ForkClass::Wrong(_) | ForkClass::BothWrong) {
+                            any_wrong = true;
+                        }
+                        (
+                            format!("{} (index {})", row.position.unwrap_or(0), f.index),
+                            format!(
+                                "{} / {}",
+                                text(run_a, &row.modes.0[2..], f.tokens.0),
+                                text(run_b, &row.modes.1[2..], f.tokens.1)
+                            ),
+                            format!("{} / {}", fmt_m(f.margins.0), fmt_m(f.margins.1)),
+                            format!("{} / {}", fmt_m(f.engine_gaps.0), fmt_m(f.engine_gaps.1)),
+                            f.class.to_string(),
+                        )
+                    }
+                };
+                println!(
+                    "| {} | {} | {} | {} | {} | {} / {} | {fork_at} | {toks} | {margins} | {gaps} | {class} |",
+                    run_a.model.stem,
+                    run_a.suite,
+                    row.prompt,
+                    &row.modes.0[2..],
+                    &row.modes.1[2..],
+                    row.verdicts.0.as_str(),
+                    row.verdicts.1.as_str(),
+                );
+            }
+        }
+    }
+    if compared == 0 {
+        eprintln!("error: the two runs share no (model, suite, prompt)");
+        return 2;
+    }
+    println!(
+        "\nτ = {} (A) / {} (B); oracle m = ℓ[argmax] − ℓ[token] on the shared prefix (0: that side took the oracle's argmax).",
+        ra.runs.first().map_or(f64::NAN, |r| r.tau),
+        rb.runs.first().map_or(f64::NAN, |r| r.tau)
+    );
+    i32::from(any_wrong)
+}
