@@ -100,3 +100,21 @@ static __device__ __forceinline__ void matvec_body(const uint8_t* __restrict__ W
     MATVEC_KERNEL_NC(NAME, F, 7) MATVEC_KERNEL_NC(NAME, F, 8)
 
 FOR_EACH_FORMAT(MATVEC_KERNELS)
+
+// matvec_ids_<fmt>(W, expert_bytes, ids, x, x_div, y, rows, K, row_bytes): one matvec per
+// (token, expert) pair j (MoE experts, spec/gemma4-text.md §6): the weights are expert ids[j]
+// of a 3-D expert tensor (expert e starts at W + e·expert_bytes, `rows` rows of row_bytes),
+// the input is column j / x_div of x (f32 [·, K]) and the output row j of y (f32 [J, rows]).
+// Launch: block (MV_THREADS,1,1); grid (ceil(rows / 4), J, 1). Same summation as matvec_<fmt>_1.
+#define MATVEC_IDS_KERNEL(NAME, F)                                                           \
+    extern "C" __global__ void __launch_bounds__(MV_THREADS) matvec_ids_##NAME(              \
+        const uint8_t* __restrict__ W, uint64_t expert_bytes, const int* __restrict__ ids,   \
+        const float* __restrict__ x, int x_div, float* __restrict__ y, int rows, int K,      \
+        uint64_t row_bytes) {                                                                \
+        const int j = blockIdx.y;                                                            \
+        matvec_body<1, F>(W + (uint64_t)ids[j] * expert_bytes,                               \
+                          x + (uint64_t)(j / x_div) * K, y + (uint64_t)j * rows, rows, K,    \
+                          row_bytes);                                                        \
+    }
+
+FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)

@@ -316,9 +316,13 @@ struct FmtIQ4_XS {
     }
 };
 
-// X-macro over every supported format: (kernel-name suffix, struct).
+// X-macro over every supported format: (kernel-name suffix, struct). A per-format compile
+// (kernels::compile_ptx_format) defines FORMAT_FILTER and its own one-entry FOR_EACH_FORMAT
+// before this file, so only that format's kernels are instantiated (short NVRTC time).
+#ifndef FORMAT_FILTER
 #define FOR_EACH_FORMAT(X) \
     X(f32, FmtF32) X(f16, FmtF16) X(bf16, FmtBF16) \
     X(q4_0, FmtQ4_0) X(q4_1, FmtQ4_1) X(q5_0, FmtQ5_0) X(q5_1, FmtQ5_1) X(q8_0, FmtQ8_0) \
     X(q2_k, FmtQ2_K) X(q3_k, FmtQ3_K) X(q4_k, FmtQ4_K) X(q5_k, FmtQ5_K) X(q6_k, FmtQ6_K) \
     X(q8_k, FmtQ8_K) X(iq4_nl, FmtIQ4_NL) X(iq4_xs, FmtIQ4_XS)
+#endif

@@ -33,6 +33,12 @@ pub const FORMATS: [&str; 16] = [
     "q6_k", "q8_k", "iq4_nl", "iq4_xs",
 ];
 
+/// The `quant.cuh` struct of each entry of [`FORMATS`] (same order).
+const FORMAT_STRUCTS: [&str; 16] = [
+    "FmtF32", "FmtF16", "FmtBF16", "FmtQ4_0", "FmtQ4_1", "FmtQ5_0", "FmtQ5_1", "FmtQ8_0",
+    "FmtQ2_K", "FmtQ3_K", "FmtQ4_K", "FmtQ5_K", "FmtQ6_K", "FmtQ8_K", "FmtIQ4_NL", "FmtIQ4_XS",
+];
+
 /// Largest number of activation columns a single `matvec_<fmt>_<nc>` launch handles.
 pub const MATVEC_MAX_COLS: usize = 8;
 /// Threads of one `matvec` thread block (`MV_THREADS` in `matvec.cu`).
@@ -63,17 +69,26 @@ pub enum Family {
     Activation,
     /// `reduce.cu`: `argmax_f32`, `sum_f32x4`, `fill_u32`, `spin_ns`.
     Reduce,
+    /// `embed.cu`: `embed_<fmt>` (scaled embedding-row lookup) for every format.
+    Embed,
+    /// `attention.cu`: `attention_f32` (causal / sliding GQA attention over the KV cache).
+    Attention,
+    /// `layer.cu`: residual RMSNorm-add, scales, PLE/MoE helpers, KV store, row gather.
+    Layer,
 }
 
 impl Family {
     /// Every family, in a fixed order.
-    pub const ALL: [Family; 6] = [
+    pub const ALL: [Family; 9] = [
         Family::Dequant,
         Family::Matvec,
         Family::Norm,
         Family::Rope,
         Family::Activation,
         Family::Reduce,
+        Family::Embed,
+        Family::Attention,
+        Family::Layer,
     ];
 
     /// The `.cu` file name of this family (relative to the `kernels/` crate root).
@@ -85,6 +100,9 @@ impl Family {
             Family::Rope => "rope.cu",
             Family::Activation => "activation.cu",
             Family::Reduce => "reduce.cu",
+            Family::Embed => "embed.cu",
+            Family::Attention => "attention.cu",
+            Family::Layer => "layer.cu",
         }
     }
 
@@ -96,6 +114,9 @@ impl Family {
             Family::Rope => include_str!("../rope.cu"),
             Family::Activation => include_str!("../activation.cu"),
             Family::Reduce => include_str!("../reduce.cu"),
+            Family::Embed => include_str!("../embed.cu"),
+            Family::Attention => include_str!("../attention.cu"),
+            Family::Layer => include_str!("../layer.cu"),
         }
     }
 
@@ -103,11 +124,35 @@ impl Family {
     /// then the family's `.cu` file.
     pub fn source(self) -> String {
         let mut s = String::from(COMMON);
-        if matches!(self, Family::Dequant | Family::Matvec) {
+        if self.reads_blocks() {
             s.push_str(QUANT);
         }
         s.push_str(self.body());
         s
+    }
+
+    /// Whether the family decodes GGUF blocks (gets `quant.cuh`; can be compiled per format).
+    pub fn reads_blocks(self) -> bool {
+        matches!(self, Family::Dequant | Family::Matvec | Family::Embed)
+    }
+
+    /// The NVRTC program text of a block-reading family restricted to one format (`fmt` an
+    /// entry of [`FORMATS`]): `FORMAT_FILTER` plus a one-entry `FOR_EACH_FORMAT` before
+    /// `quant.cuh`, so only that format's kernels are instantiated (much shorter compile).
+    /// `None` for an unknown format or a family that does not read blocks.
+    pub fn source_for_format(self, fmt: &str) -> Option<String> {
+        let i = FORMATS.iter().position(|f| *f == fmt)?;
+        if !self.reads_blocks() {
+            return None;
+        }
+        let mut s = String::from(COMMON);
+        s.push_str(&format!(
+            "#define FORMAT_FILTER\n#define FOR_EACH_FORMAT(X) X({fmt}, {})\n",
+            FORMAT_STRUCTS[i]
+        ));
+        s.push_str(QUANT);
+        s.push_str(self.body());
+        Some(s)
     }
 
     /// Every `extern "C"` kernel this family defines (used by tests to check the PTX).
@@ -116,8 +161,27 @@ impl Family {
             Family::Dequant => FORMATS.iter().map(|f| dequant_kernel(f)).collect(),
             Family::Matvec => FORMATS
                 .iter()
-                .flat_map(|f| (1..=MATVEC_MAX_COLS).map(move |nc| matvec_kernel(f, nc)))
+                .flat_map(|f| {
+                    (1..=MATVEC_MAX_COLS)
+                        .map(move |nc| matvec_kernel(f, nc))
+                        .chain(std::iter::once(format!("matvec_ids_{f}")))
+                })
                 .collect(),
+            Family::Embed => FORMATS.iter().map(|f| format!("embed_{f}")).collect(),
+            Family::Attention => vec!["attention_f32".into()],
+            Family::Layer => [
+                "rmsnorm_add_f32",
+                "scale_f32",
+                "add_scale_f32",
+                "gelu_mul_ple_f32",
+                "geglu_split_f32",
+                "moe_route_f32",
+                "moe_combine_f32",
+                "kv_write_f32",
+                "gather_rows_f32",
+            ]
+            .map(String::from)
+            .to_vec(),
             Family::Norm => vec!["rmsnorm_f32".into()],
             Family::Rope => vec!["rope_neox_f32".into()],
             Family::Activation => vec!["geglu_f32".into(), "softcap_f32".into()],
@@ -206,7 +270,7 @@ pub fn arch_option(cc: (i32, i32)) -> String {
 }
 
 /// PTX text per (family, architecture option).
-type PtxMap = HashMap<(Family, String), Arc<str>>;
+type PtxMap = HashMap<(Family, String, String), Arc<str>>;
 
 /// Process-wide PTX cache, keyed by family and architecture option.
 fn ptx_cache() -> &'static Mutex<PtxMap> {
@@ -224,8 +288,28 @@ fn ptx_cache() -> &'static Mutex<PtxMap> {
 ///
 /// Errors: [`KernelError::NvrtcUnavailable`], [`KernelError::Compile`] with the NVRTC log.
 pub fn compile_ptx(family: Family, cc: (i32, i32)) -> Result<Arc<str>, KernelError> {
+    compile_keyed(family, None, cc)
+}
+
+/// [`compile_ptx`] of `family` restricted to format `fmt` ([`Family::source_for_format`]);
+/// cached per process like the whole family.
+///
+/// Errors: as [`compile_ptx`]; [`KernelError::Compile`] for an unknown format.
+pub fn compile_ptx_format(
+    family: Family,
+    fmt: &str,
+    cc: (i32, i32),
+) -> Result<Arc<str>, KernelError> {
+    compile_keyed(family, Some(fmt), cc)
+}
+
+fn compile_keyed(
+    family: Family,
+    fmt: Option<&str>,
+    cc: (i32, i32),
+) -> Result<Arc<str>, KernelError> {
     let arch = arch_option(cc);
-    let key = (family, arch.clone());
+    let key = (family, fmt.unwrap_or("").to_string(), arch.clone());
     if let Some(p) = ptx_cache()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -243,7 +327,17 @@ pub fn compile_ptx(family: Family, cc: (i32, i32)) -> Result<Arc<str>, KernelErr
         name: Some(family.file().to_string()),
         ..Default::default()
     };
-    let ptx = cudarc::nvrtc::compile_ptx_with_opts(family.source(), opts).map_err(|e| {
+    let src = match fmt {
+        None => family.source(),
+        Some(f) => family
+            .source_for_format(f)
+            .ok_or_else(|| KernelError::Compile {
+                file: family.file(),
+                arch: arch.clone(),
+                log: format!("no per-format source for format {f:?}"),
+            })?,
+    };
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(src, opts).map_err(|e| {
         let log = match &e {
             cudarc::nvrtc::CompileError::CompileError { log, .. } => {
                 log.to_string_lossy().into_owned()
@@ -271,6 +365,7 @@ pub struct ModuleCache {
     cc: (i32, i32),
     modules: Mutex<HashMap<Family, Arc<CudaModule>>>,
     functions: Mutex<HashMap<String, CudaFunction>>,
+    format_modules: Mutex<HashMap<(Family, String), Arc<CudaModule>>>,
 }
 
 impl ModuleCache {
@@ -289,6 +384,7 @@ impl ModuleCache {
             cc,
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
+            format_modules: Mutex::new(HashMap::new()),
         })
     }
 
@@ -343,6 +439,61 @@ impl ModuleCache {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(name.to_string(), f.clone());
+        Ok(f)
+    }
+
+    /// Kernel `name` from the per-format module of `family` for format `fmt`
+    /// ([`compile_ptx_format`]): only that format is compiled, on first use.
+    pub fn function_fmt(
+        &self,
+        family: Family,
+        fmt: &str,
+        name: &str,
+    ) -> Result<CudaFunction, KernelError> {
+        let key = format!("{fmt}/{name}");
+        if let Some(f) = self
+            .functions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return Ok(f.clone());
+        }
+        let mkey = (family, fmt.to_string());
+        let cached = self
+            .format_modules
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&mkey)
+            .cloned();
+        let m = match cached {
+            Some(m) => m,
+            None => {
+                let ptx = compile_ptx_format(family, fmt, self.cc)?;
+                let m = self
+                    .ctx
+                    .load_module(Ptx::from_src(ptx.to_string()))
+                    .map_err(|source| KernelError::Driver {
+                        what: format!("{} ({fmt})", family.file()),
+                        source,
+                    })?;
+                self.format_modules
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(mkey, m.clone());
+                m
+            }
+        };
+        let f = m
+            .load_function(name)
+            .map_err(|source| KernelError::Driver {
+                what: format!("{}::{name}", family.file()),
+                source,
+            })?;
+        self.functions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, f.clone());
         Ok(f)
     }
 

@@ -12,7 +12,7 @@ use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_main, Criterion, Throughput};
 use reference::config::Config;
 use reference::model::Model;
 use reference::score::score;
@@ -142,5 +142,8 @@ fn bench(cr: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
-criterion_main!(benches);
+#[allow(missing_docs)] // the macro generates an undocumented fn
+mod group {
+    criterion::criterion_group!(benches, super::bench);
+}
+criterion_main!(group::benches);

@@ -36,6 +36,33 @@ pub enum RuntimeError {
         /// What does not fit.
         detail: String,
     },
+    /// The model file cannot be used (GGUF, metadata, missing tensor); names the path or tensor.
+    #[error("model {what}: {detail}")]
+    Model {
+        /// The file or tensor.
+        what: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A token id is not below the vocabulary size.
+    #[error("token id {token} at row {row} is out of range (vocabulary {vocab})")]
+    TokenOutOfRange {
+        /// Row of the forward call.
+        row: usize,
+        /// The id.
+        token: u32,
+        /// `V`.
+        vocab: usize,
+    },
+    /// A request does not fit the engine's KV cache (slots or context length).
+    #[error("KV cache capacity: {0}")]
+    Capacity(String),
+    /// The engine produced NaN/Inf logits (row named).
+    #[error("non-finite logits in row {row}")]
+    NonFinite {
+        /// Row index of the result.
+        row: usize,
+    },
     /// A CPU-side quantization error (reference dequantizer).
     #[error("tensor {name}: {source}")]
     Quant {

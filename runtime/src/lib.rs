@@ -9,10 +9,15 @@
 
 pub mod check;
 pub mod device;
+pub mod engine;
 pub mod error;
+pub mod forward;
+pub mod loader;
+pub mod modelcheck;
 pub mod ops;
 pub mod weights;
 
 pub use device::Gpu;
 pub use error::RuntimeError;
+pub use engine::{CudaEngine, EngineOptions, GenRequest, GenStep};
 pub use weights::DeviceTensor;

@@ -30,11 +30,57 @@ enum Cmd {
         #[arg(long, default_value_t = 0x6765_6d6d_6134)]
         seed: u64,
     },
+    /// CUDA forward vs the f64 oracle (max |logit diff|) and self-consistency, per model.
+    ModelCheck {
+        /// Model GGUF files.
+        #[arg(required = true)]
+        models: Vec<PathBuf>,
+        /// Output folder for model-check.json (default: $OUT, else target/model-check).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Oracle greedy tokens appended to each prompt.
+        #[arg(long, default_value_t = 16)]
+        gen: usize,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
+        Cmd::ModelCheck { models, out, gen } => {
+            let out_dir = out
+                .or_else(|| std::env::var_os("OUT").map(PathBuf::from))
+                .unwrap_or_else(|| PathBuf::from("target/model-check"));
+            if let Some(why) = runtime::device::unavailable_reason() {
+                eprintln!("skipped: {why}");
+                return ExitCode::from(2);
+            }
+            let mut all = Vec::new();
+            let mut ok = true;
+            for m in &models {
+                match runtime::modelcheck::check_model(m, gen) {
+                    Ok(v) => {
+                        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                        all.push(v);
+                    }
+                    Err(e) => {
+                        ok = false;
+                        eprintln!("model-check {}: {e}", m.display());
+                        all.push(serde_json::json!({"model": m.display().to_string(), "error": e.to_string()}));
+                    }
+                }
+            }
+            let _ = std::fs::create_dir_all(&out_dir);
+            let _ = std::fs::write(
+                out_dir.join("model-check.json"),
+                serde_json::to_string_pretty(&all).unwrap_or_default(),
+            );
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
         Cmd::GpuCheck { out, quick, seed } => {
             let out_dir = out
                 .or_else(|| std::env::var_os("OUT").map(PathBuf::from))

@@ -133,9 +133,10 @@ pub fn calibrate(
                         continue;
                     };
                     let err = ((ei - ej) - (li - lj)).abs();
-                    if worst.as_ref().is_none_or(|w| {
-                        err > (w.engine_diff - w.oracle_diff).abs()
-                    }) {
+                    if worst
+                        .as_ref()
+                        .is_none_or(|w| err > (w.engine_diff - w.oracle_diff).abs())
+                    {
                         worst = Some(Worst {
                             seq: s,
                             position: t,
@@ -156,7 +157,10 @@ pub fn calibrate(
         positions,
         pairs: errors.len(),
         missing,
-        quantiles: QUANTILES.iter().map(|&q| (q, quantile(&errors, q))).collect(),
+        quantiles: QUANTILES
+            .iter()
+            .map(|&q| (q, quantile(&errors, q)))
+            .collect(),
         max_error,
         max_logit_error,
         worst,
@@ -294,7 +298,15 @@ mod tests {
         let mut engine = Perturbed::new(toy.clone(), Perturbation::Noise { amp });
         let mut oracle = toy;
         let c = calibrate(&mut engine, &mut oracle, &[vec![1, 2, 3, 9, 4, 4]], 2.0).unwrap();
-        assert!(c.max_error > 0.0 && c.max_error <= 2.0 * amp, "{}", c.max_error);
-        assert!(c.tau >= 2.0 * c.max_error && c.tau <= 4.0 * c.max_error, "{}", c.tau);
+        assert!(
+            c.max_error > 0.0 && c.max_error <= 2.0 * amp,
+            "{}",
+            c.max_error
+        );
+        assert!(
+            c.tau >= 2.0 * c.max_error && c.tau <= 4.0 * c.max_error,
+            "{}",
+            c.tau
+        );
     }
 }

@@ -63,6 +63,10 @@ pub fn make_engine(name: &str, model: &ModelSpec) -> Result<Box<dyn Engine>, Fat
         "reference-f64" => Ok(Box::new(
             ReferenceEngine::<f64>::load(&model.path).map_err(fatal)?.with_draft(model.draft.clone()),
         )),
+        #[cfg(feature = "cuda")]
+        "cuda" => Ok(Box::new(
+            crate::cuda_engine::CudaEngineAdapter::load(&model.path).map_err(fatal)?,
+        )),
         #[cfg(feature = "http")]
         other if crate::http::is_http_spec(other) => {
             crate::http::engine_from_spec(other, &model.path).map_err(fatal)

@@ -294,10 +294,11 @@ impl HttpEngine {
         };
         if engine.spec.api == Api::OpenAi && engine.model_name.is_none() {
             let url = format!("{}/models", engine.spec.url);
-            engine.model_name = engine
-                .client
-                .get_json(&url)?
-                .and_then(|m| m.pointer("/data/0/id").and_then(Value::as_str).map(String::from));
+            engine.model_name = engine.client.get_json(&url)?.and_then(|m| {
+                m.pointer("/data/0/id")
+                    .and_then(Value::as_str)
+                    .map(String::from)
+            });
         }
         // probe: our tokenizer's ids for a short text, BOS included
         let probe = probe_prompt(model)?;
@@ -343,9 +344,9 @@ impl HttpEngine {
             );
         }
         if let Some(n) = slots {
-            engine.notes.push(format!(
-                "server has {n} slots: batch:1..{max_n} declared"
-            ));
+            engine
+                .notes
+                .push(format!("server has {n} slots: batch:1..{max_n} declared"));
         }
         Ok(engine)
     }
@@ -568,7 +569,9 @@ fn check_model(
                 model.display()
             )));
         }
-        notes.push(format!("served model SHA-256 {want} = oracle model (given by the user)"));
+        notes.push(format!(
+            "served model SHA-256 {want} = oracle model (given by the user)"
+        ));
         return Ok(());
     }
     let Some(served) = served else {
@@ -709,7 +712,8 @@ mod tests {
         assert_eq!(s.url, "http://127.0.0.1:8080");
         assert_eq!((s.spec_k, s.top_k), (Some(4), 8));
         assert_eq!(s.timeout, Duration::from_secs(30));
-        let o = HttpSpec::parse("openai=http://localhost:8000/v1,model=gemma,allow-remote").unwrap();
+        let o =
+            HttpSpec::parse("openai=http://localhost:8000/v1,model=gemma,allow-remote").unwrap();
         assert_eq!(o.root(), "http://localhost:8000");
         assert!(o.allow_remote);
         for bad in [
@@ -727,7 +731,9 @@ mod tests {
     #[test]
     fn remote_urls_need_allow_remote() {
         let s = HttpSpec::parse("llama-server=http://10.1.2.3:8080").unwrap();
-        let e = HttpEngine::connect(s, Path::new("/nonexistent.gguf")).err().unwrap();
+        let e = HttpEngine::connect(s, Path::new("/nonexistent.gguf"))
+            .err()
+            .unwrap();
         assert!(matches!(e, HttpError::Remote { .. }), "{e}");
     }
 
@@ -739,9 +745,11 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        let s = HttpSpec::parse(&format!("llama-server=http://127.0.0.1:{port},retries=1"))
+        let s =
+            HttpSpec::parse(&format!("llama-server=http://127.0.0.1:{port},retries=1")).unwrap();
+        let e = HttpEngine::connect(s, Path::new("/nonexistent.gguf"))
+            .err()
             .unwrap();
-        let e = HttpEngine::connect(s, Path::new("/nonexistent.gguf")).err().unwrap();
         assert!(matches!(e, HttpError::Connect { attempts: 2, .. }), "{e}");
     }
 

@@ -10,13 +10,18 @@
 //! - [`runner`]: runs an engine on a suite and judges it (§2–§4).
 //! - [`report`], [`plot`]: `report.json`, `report.md`, margin SVGs (§8).
 //! - [`reference_engine`]: the oracle as engine (`reference-f64`/`-f32`), arbiter and codec.
+//! - [`spec_engine`]: `spec:K` of the reference engines with per-row logits (§2, §7).
+//! - [`explain`]: the four experiments at the first fork between two modes (§5).
 //! - [`mock`]: a toy model, codec and a perturbing wrapper engine for tests.
 //! - `http` (feature `http`, default on): external engines over HTTP (llama-server, OpenAI).
 
 pub mod budgets;
 pub mod calibrate;
 pub mod conformance;
+#[cfg(feature = "cuda")]
+pub mod cuda_engine;
 pub mod engine;
+pub mod explain;
 pub mod golden;
 #[cfg(feature = "http")]
 pub mod http;
@@ -27,6 +32,7 @@ pub mod reference_engine;
 pub mod report;
 pub mod rule;
 pub mod runner;
+pub mod spec_engine;
 pub mod suite;
 
 pub use engine::{

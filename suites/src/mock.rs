@@ -338,8 +338,8 @@ impl<E: Engine> Engine for Perturbed<E> {
             for sc in &mut out {
                 for (t, row) in sc.rows.iter_mut().enumerate() {
                     for (id, l) in row.iter_mut() {
-                        let u = (hash3(t as u64, u64::from(*id), 7) >> 11) as f64
-                            / (1u64 << 53) as f64;
+                        let u =
+                            (hash3(t as u64, u64::from(*id), 7) >> 11) as f64 / (1u64 << 53) as f64;
                         *l += amp * (2.0 * u - 1.0);
                     }
                     row.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));

@@ -15,15 +15,16 @@ use reference::model::logits::top_k as select_top_k;
 use reference::model::{Float, Model};
 use reference::tokenizer::{ChatMessage, GemmaTokenizer};
 
+use reference::spec::Assistant;
+
 use crate::engine::{Engine, EngineError, Mode, Request, Scores, Step, StepKind, Trajectory};
 use crate::oracle::{Codec, Oracle};
 use crate::rule::OracleRow;
+use crate::spec_engine::spec_generate;
 use crate::suite::PromptInput;
 
-/// Whether `spec:K` is wired to `reference::spec` (HOOK: set to true when the generate arm below
-/// runs the MTP loop). While false, spec modes are not declared even with a drafter, so runs list
-/// them as skipped instead of failing.
-pub const SPEC_WIRED: bool = false;
+/// Whether `spec:K` is wired to `reference::spec` (the MTP loop of [`crate::spec_engine`]).
+pub const SPEC_WIRED: bool = true;
 
 /// Top-k recorded per emitted token by the reference engine.
 pub const ENGINE_TOP_K: usize = 16;
@@ -34,6 +35,7 @@ pub struct ReferenceEngine<F: Float> {
     model: Model<F>,
     name: String,
     draft: Option<PathBuf>,
+    assistant: Option<Assistant<F>>,
 }
 
 fn model_err(id: &str, e: impl std::fmt::Display) -> EngineError {
@@ -62,16 +64,78 @@ impl<F: Float> ReferenceEngine<F> {
             model,
             name: name.into(),
             draft: None,
+            assistant: None,
         }
     }
 
     /// Declares `spec:K` modes with this MTP drafter.
     ///
-    /// HOOK (spec:K): `reference::spec` (MTP draft/verify/rollback) is written separately; until
-    /// it is wired into [`Engine::generate`] below, spec modes return an error naming the hook.
+    /// The assistant is loaded on the first `spec:K` request (`reference::spec::Assistant`);
+    /// a load or pairing failure is an engine error of that request.
     pub fn with_draft(mut self, draft: Option<PathBuf>) -> Self {
         self.draft = draft;
+        self.assistant = None;
         self
+    }
+
+    /// `spec:K` over every request with the MTP assistant ([`crate::spec_engine`]).
+    fn spec(&mut self, reqs: &[Request], k: usize) -> Result<Vec<Trajectory>, EngineError> {
+        if self.assistant.is_none() {
+            let path = self
+                .draft
+                .as_ref()
+                .ok_or_else(|| EngineError::UnsupportedMode {
+                    engine: self.name.clone(),
+                    mode: Mode::Spec { k },
+                })?;
+            let a = Assistant::<F>::load(path)
+                .map_err(|e| EngineError::Other(format!("{}: {e}", path.display())))?;
+            a.check_target(self.model.config())
+                .map_err(|e| EngineError::Other(format!("{}: {e}", path.display())))?;
+            self.assistant = Some(a);
+        }
+        let Some(a) = self.assistant.as_ref() else {
+            return Err(EngineError::Other("assistant not loaded".into()));
+        };
+        let mut drafter = a;
+        reqs.iter()
+            .map(|r| spec_generate(&self.model, &mut drafter, r, k, ENGINE_TOP_K))
+            .collect()
+    }
+
+    /// Plain decode rows for a given continuation (`--strict-invariance`, §7): prefill `prompt`
+    /// (its last row predicts `tokens[0]`), then feed `tokens` one per forward; returns the
+    /// top-`top_k` of every row `[tokens.len()]`, row `t` on the prefix `prompt ‖ tokens[..t]`.
+    pub fn decode_rows(
+        &self,
+        prompt: &[u32],
+        tokens: &[u32],
+        top_k: usize,
+    ) -> Result<Vec<Vec<(u32, f64)>>, EngineError> {
+        let mut cache = self.model.new_cache();
+        let sup = self.model.suppressed_ids().to_vec();
+        let mut out = Vec::with_capacity(tokens.len());
+        if tokens.is_empty() {
+            return Ok(out);
+        }
+        let rows = self
+            .model
+            .forward(&mut cache, prompt)
+            .map_err(|e| model_err("*", e))?;
+        let mut last = rows.into_iter().last().unwrap_or_default();
+        for (t, &tok) in tokens.iter().enumerate() {
+            out.push(select_top_k(&last, top_k, &sup));
+            if t + 1 == tokens.len() {
+                break;
+            }
+            last = self
+                .model
+                .forward(&mut cache, &[tok])
+                .map_err(|e| model_err("*", e))?
+                .pop()
+                .unwrap_or_default();
+        }
+        Ok(out)
     }
 
     /// The wrapped model.
@@ -209,12 +273,7 @@ impl<F: Float> Engine for ReferenceEngine<F> {
         match *mode {
             Mode::Plain => reqs.iter().map(|r| self.plain(r)).collect(),
             Mode::Batch { n } => self.batch(reqs, n),
-            // HOOK (spec:K): wire reference::spec here (draft with self.draft, verify K+1 rows,
-            // StepKind::VerifyAccepted / VerifyBonus, SpecStats per round).
-            Mode::Spec { .. } if self.draft.is_some() && SPEC_WIRED => Err(EngineError::Other(
-                "spec:K is not wired yet: reference::spec hook in suites/src/reference_engine.rs"
-                    .into(),
-            )),
+            Mode::Spec { k } if self.draft.is_some() && SPEC_WIRED => self.spec(reqs, k),
             _ => Err(EngineError::UnsupportedMode {
                 engine: self.name.clone(),
                 mode: *mode,

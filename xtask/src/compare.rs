@@ -69,12 +69,7 @@ pub fn entry_judgement(e: &Entry) -> (Vec<Step>, Judgement) {
             oracle_top: e.tokens[i],
             margin: 0.0,
             margin_is_bound: false,
-            oracle_top2: e
-                .margins
-                .get(i)
-                .copied()
-                .flatten()
-                .unwrap_or(f64::INFINITY),
+            oracle_top2: e.margins.get(i).copied().flatten().unwrap_or(f64::INFINITY),
             oracle_tie: false,
             verdict: PositionVerdict::Agree,
         })
@@ -181,10 +176,19 @@ pub fn run(a: &Args) -> i32 {
             for row in compare_runs(run_a, run_b) {
                 compared += 1;
                 let (fork_at, toks, margins, gaps, class) = match &row.fork {
-                    None => ("identical".to_string(), String::new(), String::new(), String::new(), String::new()),
+                    None => (
+                        "identical".to_string(),
+                        String::new(),
+                        String::new(),
+                        String::new(),
+                        String::new(),
+                    ),
                     Some(f) => {
                         let text = |r: &Run, mode: &str, t: Option<u32>| {
-                            let e = r.entries.iter().find(|e| e.prompt == row.prompt && e.mode == mode);
+                            let e = r
+                                .entries
+                                .iter()
+                                .find(|e| e.prompt == row.prompt && e.mode == mode);
                             match (t, e) {
                                 (Some(id), Some(e)) => {
                                     let piece = e

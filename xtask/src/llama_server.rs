@@ -91,7 +91,10 @@ fn resolve_url(base: &str, rel: &str) -> String {
     if rel.starts_with("http://") || rel.starts_with("https://") {
         return rel.to_string();
     }
-    let (scheme_host, path) = match base.find("://").and_then(|i| base[i + 3..].find('/').map(|j| i + 3 + j)) {
+    let (scheme_host, path) = match base
+        .find("://")
+        .and_then(|i| base[i + 3..].find('/').map(|j| i + 3 + j))
+    {
         Some(k) => (&base[..k], &base[k..]),
         None => (base, "/"),
     };
@@ -115,7 +118,9 @@ fn resolve_url(base: &str, rel: &str) -> String {
 fn fetch_sdist() -> Result<PathBuf> {
     let dl = ext_dir().join("dl");
     std::fs::create_dir_all(&dl)?;
-    let file = dl.join(format!("llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}.tar.gz"));
+    let file = dl.join(format!(
+        "llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}.tar.gz"
+    ));
     if !file.exists() {
         let api = "https://pypi.org/pypi/llama-cpp-python/json";
         let out = Command::new("curl")
@@ -134,11 +139,18 @@ fn fetch_sdist() -> Result<PathBuf> {
                     .find(|f| f["packagetype"] == "sdist")
                     .and_then(|f| f["url"].as_str())
             })
-            .with_context(|| format!("no sdist of llama-cpp-python {LLAMA_CPP_PYTHON_VERSION} on PyPI"))?;
+            .with_context(|| {
+                format!("no sdist of llama-cpp-python {LLAMA_CPP_PYTHON_VERSION} on PyPI")
+            })?;
         let url = resolve_url(api, rel);
         eprintln!("fetching {url}");
         let part = file.with_extension("part");
-        run_cmd(Command::new("curl").args(["-sSfL", "-o"]).arg(&part).arg(&url))?;
+        run_cmd(
+            Command::new("curl")
+                .args(["-sSfL", "-o"])
+                .arg(&part)
+                .arg(&url),
+        )?;
         std::fs::rename(&part, &file)?;
     }
     let sha = reference::gguf::sha256_file(&file)?;
@@ -161,11 +173,20 @@ pub fn build(jobs: usize) -> Result<PathBuf> {
     let src = source_dir();
     if !src.join("CMakeLists.txt").exists() {
         let sdist = fetch_sdist()?;
-        run_cmd(Command::new("tar").arg("xzf").arg(&sdist).arg("-C").arg(ext_dir()))?;
+        run_cmd(
+            Command::new("tar")
+                .arg("xzf")
+                .arg(&sdist)
+                .arg("-C")
+                .arg(ext_dir()),
+        )?;
     }
     let arch = std::fs::read_to_string(src.join("src/llama-arch.cpp")).unwrap_or_default();
     if !arch.contains("\"gemma4\"") {
-        bail!("{}: this llama.cpp does not know the gemma4 architecture", src.display());
+        bail!(
+            "{}: this llama.cpp does not know the gemma4 architecture",
+            src.display()
+        );
     }
     if Command::new("cmake").arg("--version").output().is_err() {
         bail!("cmake not found: `pip install cmake` or `apt-get install cmake`");
@@ -230,7 +251,12 @@ pub fn server_command(
     if let Some((d, k)) = draft {
         c.args(["--spec-type", "draft-mtp", "--model-draft"])
             .arg(d)
-            .args(["--spec-draft-n-max", &k.to_string(), "--spec-draft-p-min", "0"]);
+            .args([
+                "--spec-draft-n-max",
+                &k.to_string(),
+                "--spec-draft-p-min",
+                "0",
+            ]);
     }
     c
 }
@@ -286,8 +312,11 @@ pub fn run(a: &Args) -> Result<()> {
     };
     let log = ext_dir().join(format!("llama-server-{port}.log"));
     let logf = std::fs::File::create(&log)?;
-    cmd.stdout(Stdio::from(logf.try_clone()?)).stderr(Stdio::from(logf));
-    let mut child = cmd.spawn().with_context(|| format!("cannot start {}", bin.display()))?;
+    cmd.stdout(Stdio::from(logf.try_clone()?))
+        .stderr(Stdio::from(logf));
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot start {}", bin.display()))?;
     if let Err(e) = wait_healthy(port, Duration::from_secs(180)) {
         let _ = child.kill();
         let tail: Vec<String> = BufReader::new(std::fs::File::open(&log)?)
@@ -307,7 +336,10 @@ pub fn run(a: &Args) -> Result<()> {
         model.display()
     );
     if a.detach {
-        std::fs::write(ext_dir().join(format!("llama-server-{port}.pid")), child.id().to_string())?;
+        std::fs::write(
+            ext_dir().join(format!("llama-server-{port}.pid")),
+            child.id().to_string(),
+        )?;
         return Ok(());
     }
     let status = child.wait()?;

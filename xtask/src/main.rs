@@ -3,12 +3,15 @@
 //! `Args` (clap derive) and `run(&Args)`, one variant in [`Command`], one line in `main`.
 
 mod bless;
-mod compare;
 mod calibrate;
+mod compare;
 mod conformance;
+mod explain;
 mod fixtures;
 mod inspect;
 mod llama_server;
+#[cfg(feature = "cuda")]
+mod run;
 mod score;
 
 use clap::{Parser, Subcommand};
@@ -36,10 +39,15 @@ enum Command {
     Score(score::Args),
     /// Measure an engine's rounding error against the oracle and write its tie budget τ.
     Calibrate(calibrate::Args),
+    /// The four experiments for the first fork between two modes on one prompt, and a verdict.
+    Explain(explain::Args),
     /// Build llama.cpp's llama-server (CPU) under target/ext and start it on a loopback port.
     LlamaServer(llama_server::Args),
     /// Compare two saved conformance runs (labels or report.json), forks measured against the oracle.
     Compare(compare::Args),
+    /// Greedy generation with the CUDA engine, streaming tokens, then tokens/s (feature `cuda`).
+    #[cfg(feature = "cuda")]
+    Run(run::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -52,5 +60,8 @@ fn main() -> anyhow::Result<()> {
         Command::Compare(a) => std::process::exit(compare::run(&a)),
         Command::Score(a) => score::run(&a),
         Command::Calibrate(a) => std::process::exit(calibrate::run(&a)),
+        #[cfg(feature = "cuda")]
+        Command::Run(a) => run::run(&a),
+        Command::Explain(a) => std::process::exit(explain::run(&a)),
     }
 }

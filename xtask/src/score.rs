@@ -88,7 +88,11 @@ pub fn run(a: &Args) -> Result<()> {
         (Some(t), _) => t
             .split(',')
             .filter(|s| !s.trim().is_empty())
-            .map(|s| s.trim().parse::<u32>().with_context(|| format!("bad token id {s:?}")))
+            .map(|s| {
+                s.trim()
+                    .parse::<u32>()
+                    .with_context(|| format!("bad token id {s:?}"))
+            })
             .collect::<Result<_>>()?,
         (None, Some(text)) if a.chat => {
             tok.encode_chat(&[ChatMessage::new("user", text.as_str())], true, false)?
@@ -136,7 +140,12 @@ pub fn run(a: &Args) -> Result<()> {
             (Some(n), Some(l)) => format!("next {n} {} logit {l}", piece(n)),
             _ => "next -".into(),
         };
-        println!("[{}] token {} {} · {next}", p.position, p.token, piece(p.token));
+        println!(
+            "[{}] token {} {} · {next}",
+            p.position,
+            p.token,
+            piece(p.token)
+        );
         for (id, l) in &p.top_k {
             println!("    {id:>7} {l:<24} {}", piece(*id));
         }

@@ -235,3 +235,52 @@ pub fn transpose<F: Float>(m: &[F], a: usize, b: usize) -> Vec<F> {
         });
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An F32 matrix view over little-endian bytes.
+    fn f32_bytes(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn linear_equals_ordered_dot_for_every_batch_size_and_thread_count() {
+        let (n, k) = (37, 70);
+        let w: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 7919) % 1013) as f32 / 97.0 - 5.0)
+            .collect();
+        let bytes = f32_bytes(&w);
+        let m = MatRef {
+            name: "w",
+            ty: GgmlType::F32,
+            rows: n,
+            cols: k,
+            bytes: &bytes,
+        };
+        let t_n = 71;
+        let x: Vec<f64> = (0..t_n * k)
+            .map(|i| ((i * 104729) % 977) as f64 / 31.0 - 15.0)
+            .collect();
+        let full = linear(&x, t_n, m).expect("linear");
+        for t in [0, 1, 64, 70] {
+            let one = linear(&x[t * k..(t + 1) * k], 1, m).expect("row");
+            for r in 0..n {
+                let wr: Vec<f64> = w[r * k..(r + 1) * k].iter().map(|&v| v as f64).collect();
+                let want = dot(&x[t * k..(t + 1) * k], &wr);
+                assert_eq!(full[t * n + r].to_bits(), want.to_bits());
+                assert_eq!(one[r].to_bits(), want.to_bits());
+            }
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .expect("pool");
+        let three = pool.install(|| linear(&x, t_n, m).expect("linear"));
+        assert!(three
+            .iter()
+            .zip(&full)
+            .all(|(a, b)| a.to_bits() == b.to_bits()));
+    }
+}

@@ -71,3 +71,25 @@ pub fn top_k(row: &[f64], k: usize, excluded: &[u32]) -> Vec<(u32, f64)> {
     }
     best
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn top_k_orders_by_logit_then_lower_id_and_skips_suppressed() {
+        let row = [1.0, 5.0, 3.0, 5.0, f64::NAN, 4.0];
+        assert_eq!(top_k(&row, 3, &[]), vec![(1, 5.0), (3, 5.0), (5, 4.0)]);
+        assert_eq!(top_k(&row, 3, &[1, 5]), vec![(3, 5.0), (2, 3.0), (0, 1.0)]);
+        assert_eq!(top_k(&row, 10, &[]).len(), 5);
+    }
+
+    #[test]
+    fn argmax_takes_lowest_id_on_ties_and_never_a_suppressed_id() {
+        let row = [1.0, 5.0, 3.0, 5.0];
+        assert_eq!(argmax(&row, &[]), Some(1));
+        assert_eq!(argmax(&row, &[1]), Some(3));
+        assert_eq!(argmax(&row, &[1, 3]), Some(2));
+        assert_eq!(argmax(&row, &[0, 1, 2, 3]), None);
+    }
+}

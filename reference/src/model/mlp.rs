@@ -48,3 +48,16 @@ impl Mlp {
         linear(&g, t, self.ffn_down.view(file))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gelu_tanh_matches_the_formula_values() {
+        // 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))) evaluated with Python's math module.
+        assert_eq!(gelu(0.0f64), 0.0);
+        assert!((gelu(1.0f64) - 0.8411919906082768).abs() < 1e-16);
+        assert!((gelu(-2.0f64) - -0.04540230591222494).abs() < 1e-16);
+    }
+}

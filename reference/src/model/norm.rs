@@ -36,3 +36,19 @@ pub fn rms_normed<F: Float>(x: &[F], n: usize, w: Option<&[F]>, eps: F) -> Vec<F
     rms_norm(&mut y, n, w, eps);
     y
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rms_norm_multiplies_by_the_stored_weight() {
+        // x = [3, 4]: mean square 12.5; eps 0; weight [2, 1] (not 1 + w).
+        let mut x = vec![3.0f64, 4.0];
+        rms_norm(&mut x, 2, Some(&[2.0, 1.0]), 0.0);
+        let r = 12.5f64.powf(-0.5);
+        assert_eq!(x, vec![3.0 * r * 2.0, 4.0 * r]);
+        let y = rms_normed(&[3.0f64, 4.0], 2, None, 0.5);
+        assert_eq!(y, vec![3.0 * 13f64.powf(-0.5), 4.0 * 13f64.powf(-0.5)]);
+    }
+}

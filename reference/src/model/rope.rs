@@ -74,3 +74,26 @@ fn rotate<F: Float>(
         head[ib] = b * cos[i] + a * sin[i];
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inverse_frequencies_follow_the_full_head_dim_and_zero_unrotated_pairs() {
+        // d = 8, 2 rotated pairs: θ^(0/8) = 1, θ^(−2/8) = 10000^(−1/4) = 0.1, then zeros.
+        let f: Vec<f64> = inv_freq(1e4, 8, 2);
+        assert_eq!(f[0], 1.0);
+        assert!((f[1] - 0.1).abs() < 1e-16);
+        assert_eq!(&f[2..], &[0.0, 0.0]);
+    }
+
+    #[test]
+    fn half_split_pairs_dimension_i_with_i_plus_half() {
+        // d = 4, inv = [1, 0], position 1: pair (0, 2) turns by 1 rad, pair (1, 3) stays.
+        let mut x = vec![1.0f64, 2.0, 3.0, 4.0];
+        rope(&mut x, 1, 4, &[1], &[1.0, 0.0], Pairing::HalfSplit);
+        let (c, s) = (1f64.cos(), 1f64.sin());
+        assert_eq!(x, vec![1.0 * c - 3.0 * s, 2.0, 3.0 * c + 1.0 * s, 4.0]);
+    }
+}

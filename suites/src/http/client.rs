@@ -116,7 +116,10 @@ impl Client {
             }
             return serde_json::from_str(&text).map_err(|e| HttpError::Response {
                 url: url.to_string(),
-                message: format!("not JSON ({e}): {}", text.chars().take(200).collect::<String>()),
+                message: format!(
+                    "not JSON ({e}): {}",
+                    text.chars().take(200).collect::<String>()
+                ),
             });
         }
     }

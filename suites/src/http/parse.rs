@@ -40,6 +40,9 @@ pub struct Completion {
     pub prompt_top_k: Option<Vec<Vec<(u32, f64)>>>,
 }
 
+/// Per generated token: its id and the server's top-k `(id, logprob)`.
+type TokenProbs = Vec<(u32, Vec<(u32, f64)>)>;
+
 /// Below this a log-probability is llama.cpp's stand-in for `log(0)`.
 const LOG_ZERO: f64 = -1e30;
 
@@ -92,7 +95,7 @@ fn llama_top(list: &Value, what: &str) -> Result<Vec<(u32, f64)>, String> {
 
 /// Parses llama.cpp's per-token probability list (`completion_probabilities` or OpenAI-mode
 /// `logprobs.content`): `(id, top-k)` per generated token.
-fn llama_probs(list: &Value, field: &str) -> Result<Vec<(u32, Vec<(u32, f64)>)>, String> {
+fn llama_probs(list: &Value, field: &str) -> Result<TokenProbs, String> {
     let arr = list
         .as_array()
         .ok_or_else(|| format!("{field} is not an array"))?;
@@ -104,15 +107,13 @@ fn llama_probs(list: &Value, field: &str) -> Result<Vec<(u32, Vec<(u32, f64)>)>,
                 .get("id")
                 .and_then(as_id)
                 .ok_or_else(|| format!("{what} has no integer id"))?;
-            let top = e
-                .get("top_logprobs")
-                .ok_or_else(|| {
-                    if e.get("top_probs").is_some() {
-                        format!("{what}: got post-sampling `top_probs`, need `top_logprobs`")
-                    } else {
-                        format!("{what} has no top_logprobs")
-                    }
-                })?;
+            let top = e.get("top_logprobs").ok_or_else(|| {
+                if e.get("top_probs").is_some() {
+                    format!("{what}: got post-sampling `top_probs`, need `top_logprobs`")
+                } else {
+                    format!("{what} has no top_logprobs")
+                }
+            })?;
             Ok((id, llama_top(top, &what)?))
         })
         .collect()
@@ -198,7 +199,7 @@ pub fn parse_openai_completion(v: &Value, echo_len: Option<usize>) -> Result<Com
         "the server returned no log-probabilities (choices[0].logprobs is missing or null: it \
          ignores `logprobs`)",
     )?;
-    let mut entries: Vec<(u32, Vec<(u32, f64)>)> = if let Some(content) = lp.get("content") {
+    let mut entries: TokenProbs = if let Some(content) = lp.get("content") {
         llama_probs(content, "choices[0].logprobs.content")?
     } else {
         openai_classic(choice, lp)?
@@ -228,7 +229,7 @@ pub fn parse_openai_completion(v: &Value, echo_len: Option<usize>) -> Result<Com
 }
 
 /// The OpenAI `{tokens, token_logprobs, top_logprobs}` form.
-fn openai_classic(choice: &Value, lp: &Value) -> Result<Vec<(u32, Vec<(u32, f64)>)>, String> {
+fn openai_classic(choice: &Value, lp: &Value) -> Result<TokenProbs, String> {
     let toks = lp
         .get("tokens")
         .and_then(Value::as_array)
@@ -319,7 +320,10 @@ mod tests {
         assert_eq!(c.tokens, vec![5, 7]);
         assert_eq!(c.top_k[0], vec![(5, -0.1), (9, -2.5)]);
         assert_eq!(c.top_k[1], vec![(7, -0.2)]); // log(0) dropped
-        assert_eq!((c.prompt_tokens, c.drafted, c.accepted), (Some(3), Some(4), Some(3)));
+        assert_eq!(
+            (c.prompt_tokens, c.drafted, c.accepted),
+            (Some(3), Some(4), Some(3))
+        );
     }
 
     #[test]
@@ -328,7 +332,8 @@ mod tests {
         assert!(parse_llama_completion(&no_probs)
             .unwrap_err()
             .contains("no log-probabilities"));
-        let mismatch = json!({"tokens": [1], "completion_probabilities": [{"id": 2, "top_logprobs": []}]});
+        let mismatch =
+            json!({"tokens": [1], "completion_probabilities": [{"id": 2, "top_logprobs": []}]});
         assert!(parse_llama_completion(&mismatch)
             .unwrap_err()
             .contains("tokens[0] = 1"));

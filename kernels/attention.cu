@@ -1,0 +1,82 @@
+// attention.cu — causal / sliding-window GQA attention over the per-layer KV cache.
+// Spec: spec/gemma4-text.md §4.5 (scores = q·k, scaling 1.0, softmax, o = Σ prob·v; query head
+// h reads KV head h / (nh / nkv)), §4.6 (allowed keys p_k ≤ p_q, and p_q − p_k < W on sliding
+// layers), §4.8 (reuse layers pass their store layer's cache).
+//
+// attention_f32(q, kc, vc, slot, pos, out, nh, nkv, d, ctx, window):
+//   q   f32 [T, nh, d] (normed, rotated queries);
+//   kc, vc f32 [S, ctx, nkv, d]: the cache of the layer attended to (slot-major, position rows);
+//   slot, pos i32 [T]: the cache slot and absolute position of each query row (its own K/V and
+//   every earlier position of that slot are already in the cache);
+//   out f32 [T, nh, d];  window: W on sliding layers, 0 = full causal.
+// Launch: grid (nh, T, 1), block (128,1,1), dynamic shared memory (max span + 1)·4 bytes where
+// span = number of visible keys of the widest row (host computes it).
+// Arithmetic (f32): each score is a warp dot product (lane-strided fma chain + butterfly);
+// softmax exp(s − max) with the block max, probabilities e/Σe (block-reduced Σ), then every
+// output dim is Σ_u prob_u·v_u in key order (one fma chain per dim).
+
+static __device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Block-wide reduction (sum if is_max false); every thread gets the result.
+static __device__ __forceinline__ float block_reduce(float v, bool is_max, float* red) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = is_max ? warp_max(v) : warp_sum(v);
+    __syncthreads();
+    if (lane == 0) red[wid] = v;
+    __syncthreads();
+    if (wid == 0) {
+        float r = lane < nw ? red[lane] : (is_max ? -__int_as_float(0x7f800000) : 0.0f);
+        r = is_max ? warp_max(r) : warp_sum(r);
+        if (lane == 0) red[0] = r;
+    }
+    __syncthreads();
+    return red[0];
+}
+
+extern "C" __global__ void attention_f32(const float* __restrict__ q, const float* __restrict__ kc,
+                                         const float* __restrict__ vc, const int* __restrict__ slot,
+                                         const int* __restrict__ pos, float* __restrict__ out,
+                                         int nh, int nkv, int d, int ctx, int window) {
+    extern __shared__ float sc[];
+    __shared__ float red[32];
+    const int h = blockIdx.x, t = blockIdx.y;
+    const int p = pos[t];
+    const int lo = (window > 0 && p + 1 > window) ? p + 1 - window : 0;
+    const int n = p + 1 - lo;
+    const int g = h / (nh / nkv);
+    const float* qh = q + ((uint64_t)t * nh + h) * d;
+    const uint64_t base = (uint64_t)slot[t] * ctx + lo;
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int i = wid; i < n; i += nw) {
+        const float* kr = kc + ((base + i) * nkv + g) * d;
+        float s = 0.0f;
+        for (int j = lane; j < d; j += 32) s = fmaf(qh[j], kr[j], s);
+        s = warp_sum(s);
+        if (lane == 0) sc[i] = s;
+    }
+    __syncthreads();
+    float m = -__int_as_float(0x7f800000);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, sc[i]);
+    m = block_reduce(m, true, red);
+    float sum = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float e = expf(sc[i] - m);
+        sc[i] = e;
+        sum += e;
+    }
+    sum = block_reduce(sum, false, red);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sc[i] = sc[i] / sum;
+    __syncthreads();
+    float* o = out + ((uint64_t)t * nh + h) * d;
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        float acc = 0.0f;
+        const float* vr = vc + (base * nkv + g) * d + j;
+        const uint64_t stride = (uint64_t)nkv * d;
+        for (int i = 0; i < n; ++i) acc = fmaf(sc[i], vr[i * stride], acc);
+        o[j] = acc;
+    }
+}

@@ -1,0 +1,686 @@
+//! The Gemma-4 forward pass on the GPU (`spec/gemma4-text.md` §2–§9, §13), op by op as the
+//! oracle (`reference/src/model/`), over a set of rows (token, KV slot, position) that may
+//! belong to several sequences (chunked prefill, decode and running batches are all this).
+//!
+//! Precision: f32 activations, f32 accumulation everywhere (matvec, norms, attention softmax);
+//! RoPE angles and rotation in f64 rounded once to f32; weights decoded bit-exactly from their
+//! GGUF blocks. Every row's numbers are independent of the other rows of the call and of the
+//! chunking (each output element is one fixed-order sum), so prefill rows, decode rows and
+//! batch rows of the same prefix are bitwise identical.
+//!
+//! KV cache ([`KvCache`]): per layer that computes K/V, `K`, `V` f32 `[S, C, nkv, d]` (S
+//! sequence slots, C positions each, every position kept, sliding layers included; the
+//! sliding mask is applied in the attention kernel). Reuse layers read their store layer's
+//! buffers (§4.8).
+#![allow(unsafe_code)]
+
+use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
+use kernels::{matvec_rows_per_block, Family, MATVEC_MAX_COLS, MATVEC_THREADS};
+
+use crate::error::{drv, RuntimeError};
+use crate::loader::{DeviceModel, ExpertsGateUp, Mat};
+use crate::Gpu;
+
+/// Rows processed per internal chunk of a forward (buffers are sized for this many rows).
+pub const CHUNK_ROWS: usize = 32;
+
+/// Largest context per slot (the attention kernel keeps one score per visible key in 48 KiB of
+/// shared memory).
+pub const MAX_CTX: usize = 12_000;
+
+/// The per-layer KV cache of `slots` sequences of up to `ctx` positions each.
+pub struct KvCache {
+    /// Per layer: `(K, V)` `[S, C, nkv, d]` for layers with own K/V, `None` for reuse layers.
+    pub layers: Vec<Option<(CudaSlice<f32>, CudaSlice<f32>)>>,
+    /// Slots `S`.
+    pub slots: usize,
+    /// Positions per slot `C`.
+    pub ctx: usize,
+    /// Committed positions per slot.
+    pub len: Vec<usize>,
+}
+
+impl KvCache {
+    /// Allocates the cache for `model` (zeroed). Errors: `ctx > MAX_CTX`, allocation failure.
+    pub fn new(
+        gpu: &Gpu,
+        model: &DeviceModel,
+        slots: usize,
+        ctx: usize,
+    ) -> Result<KvCache, RuntimeError> {
+        if ctx > MAX_CTX || slots == 0 || ctx == 0 {
+            return Err(RuntimeError::Capacity(format!(
+                "{slots} slots × {ctx} positions (1 ≤ ctx ≤ {MAX_CTX})"
+            )));
+        }
+        let mut layers = Vec::new();
+        for l in &model.layers {
+            if l.kv.is_some() {
+                let n = slots * ctx * l.n_kv * l.head_dim;
+                let k = gpu.stream.alloc_zeros::<f32>(n).map_err(drv("alloc K cache"))?;
+                let v = gpu.stream.alloc_zeros::<f32>(n).map_err(drv("alloc V cache"))?;
+                layers.push(Some((k, v)));
+            } else {
+                layers.push(None);
+            }
+        }
+        Ok(KvCache {
+            layers,
+            slots,
+            ctx,
+            len: vec![0; slots],
+        })
+    }
+
+    /// Bytes of device memory held.
+    pub fn bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.len() + v.len()) * 4)
+            .sum()
+    }
+}
+
+/// Device scratch buffers for [`CHUNK_ROWS`] rows.
+pub struct Workspace {
+    x: CudaSlice<f32>,
+    h: CudaSlice<f32>,
+    q: CudaSlice<f32>,
+    k: CudaSlice<f32>,
+    v: CudaSlice<f32>,
+    att: CudaSlice<f32>,
+    a: CudaSlice<f32>,
+    g: CudaSlice<f32>,
+    u: CudaSlice<f32>,
+    f: CudaSlice<f32>,
+    rl: CudaSlice<f32>,
+    mids: CudaSlice<i32>,
+    mw: CudaSlice<f32>,
+    gu: CudaSlice<f32>,
+    ue: CudaSlice<f32>,
+    act: CudaSlice<f32>,
+    ye: CudaSlice<f32>,
+    mo: CudaSlice<f32>,
+    ple: CudaSlice<f32>,
+    ptok: CudaSlice<f32>,
+    pg: CudaSlice<f32>,
+    hs: CudaSlice<f32>,
+    logits: CudaSlice<f32>,
+    ids: CudaSlice<i32>,
+    slot: CudaSlice<i32>,
+    pos: CudaSlice<i32>,
+    sel: CudaSlice<i32>,
+}
+
+impl Workspace {
+    /// Buffers sized for `model` and [`CHUNK_ROWS`] rows.
+    pub fn new(gpu: &Gpu, model: &DeviceModel) -> Result<Workspace, RuntimeError> {
+        let c = &model.config;
+        let t = CHUNK_ROWS;
+        let h = c.n_embd;
+        let qw = model
+            .layers
+            .iter()
+            .map(|l| l.n_head * l.head_dim)
+            .max()
+            .unwrap_or(1);
+        let kw = model
+            .layers
+            .iter()
+            .map(|l| l.n_kv * l.head_dim)
+            .max()
+            .unwrap_or(1);
+        let ff = c.n_ff.iter().copied().max().unwrap_or(1);
+        let (e, k, ie) = (c.n_expert.max(1), c.n_expert_used.max(1), c.n_ff_exp.max(1));
+        let lp = (c.n_layer * c.n_embd_per_layer).max(1);
+        let p = c.n_embd_per_layer.max(1);
+        let f32s = |n: usize| gpu.stream.alloc_zeros::<f32>(n).map_err(drv("alloc workspace"));
+        let i32s = |n: usize| gpu.stream.alloc_zeros::<i32>(n).map_err(drv("alloc workspace"));
+        Ok(Workspace {
+            x: f32s(t * h)?,
+            h: f32s(t * h)?,
+            q: f32s(t * qw)?,
+            k: f32s(t * kw)?,
+            v: f32s(t * kw)?,
+            att: f32s(t * qw)?,
+            a: f32s(t * h)?,
+            g: f32s(t * ff)?,
+            u: f32s(t * ff)?,
+            f: f32s(t * h)?,
+            rl: f32s(t * e)?,
+            mids: i32s(t * k)?,
+            mw: f32s(t * k)?,
+            gu: f32s(t * k * 2 * ie)?,
+            ue: f32s(t * k * ie)?,
+            act: f32s(t * k * ie)?,
+            ye: f32s(t * k * h)?,
+            mo: f32s(t * h)?,
+            ple: f32s(t * lp)?,
+            ptok: f32s(t * lp)?,
+            pg: f32s(t * p)?,
+            hs: f32s(t * h)?,
+            logits: f32s(t * c.n_vocab)?,
+            ids: i32s(t)?,
+            slot: i32s(t)?,
+            pos: i32s(t)?,
+            sel: i32s(t)?,
+        })
+    }
+}
+
+/// One row of a forward: which slot it extends and the token fed at the slot's next position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Row {
+    /// KV slot (sequence).
+    pub slot: usize,
+    /// Token id.
+    pub token: u32,
+    /// Whether the logits of this row are returned.
+    pub logits: bool,
+}
+
+/// A kernel argument (pointers are raw device addresses).
+enum Arg {
+    P(u64),
+    I(i32),
+    U(u64),
+    F(f32),
+}
+
+fn ptr<T>(gpu: &Gpu, s: &CudaSlice<T>) -> u64 {
+    let (p, _sync) = s.device_ptr(&gpu.stream);
+    p
+}
+
+fn lc(grid: (u32, u32, u32), block: u32, smem: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: grid,
+        block_dim: (block, 1, 1),
+        shared_mem_bytes: smem,
+    }
+}
+
+fn launch(
+    gpu: &Gpu,
+    f: &CudaFunction,
+    name: &str,
+    cfg: LaunchConfig,
+    args: &[Arg],
+) -> Result<(), RuntimeError> {
+    let mut b = gpu.stream.launch_builder(f);
+    for a in args {
+        match a {
+            Arg::P(p) => b.arg(p),
+            Arg::I(i) => b.arg(i),
+            Arg::U(u) => b.arg(u),
+            Arg::F(x) => b.arg(x),
+        };
+    }
+    // SAFETY: every call site passes the argument list of the named kernel's signature (stated
+    // in its .cu file) with device addresses of live buffers sized by the forward's shapes.
+    unsafe { b.launch(cfg) }.map_err(drv(name.to_string()))?;
+    Ok(())
+}
+
+fn n1d(n: usize) -> (u32, u32, u32) {
+    ((n.div_ceil(256)) as u32, 1, 1)
+}
+
+/// The forward executor: model, cache and workspace.
+pub struct Forward<'a> {
+    /// The GPU.
+    pub gpu: &'a Gpu,
+    /// Weights.
+    pub model: &'a DeviceModel,
+}
+
+impl Forward<'_> {
+    fn fl(&self, name: &str) -> Result<CudaFunction, RuntimeError> {
+        let fam = match name {
+            "attention_f32" => Family::Attention,
+            "rmsnorm_f32" => Family::Norm,
+            "rope_neox_f32" => Family::Rope,
+            "geglu_f32" | "softcap_f32" => Family::Activation,
+            _ => Family::Layer,
+        };
+        Ok(self.gpu.modules.function(fam, name)?)
+    }
+
+    fn call(
+        &self,
+        name: &str,
+        grid: (u32, u32, u32),
+        block: u32,
+        smem: u32,
+        args: &[Arg],
+    ) -> Result<(), RuntimeError> {
+        let f = self.fl(name)?;
+        launch(self.gpu, &f, name, lc(grid, block, smem), args)
+    }
+
+    /// `y[c, :] = W · x[c, :]` for `t` columns (groups of ≤ 8 per launch).
+    fn mv(&self, w: &Mat, x: u64, t: usize, y: u64) -> Result<(), RuntimeError> {
+        let mut c0 = 0;
+        while c0 < t {
+            let nc = (t - c0).min(MATVEC_MAX_COLS);
+            let name = kernels::matvec_kernel(w.fmt, nc);
+            let f = self.gpu.modules.function_fmt(Family::Matvec, w.fmt, &name)?;
+            let grid = ((w.rows as u32).div_ceil(matvec_rows_per_block(nc)), 1, 1);
+            launch(
+                self.gpu,
+                &f,
+                &name,
+                lc(grid, MATVEC_THREADS, 0),
+                &[
+                    Arg::P(ptr(self.gpu, &w.data)),
+                    Arg::P(x + (c0 * w.cols * 4) as u64),
+                    Arg::P(y + (c0 * w.rows * 4) as u64),
+                    Arg::I(w.rows as i32),
+                    Arg::I(w.cols as i32),
+                    Arg::U(w.row_bytes as u64),
+                ],
+            )?;
+            c0 += nc;
+        }
+        Ok(())
+    }
+
+    /// Expert matvec: pair `j < pairs` uses expert `ids[j]` (`rows_e` rows per expert) of `w`
+    /// and input column `j / x_div`.
+    #[allow(clippy::too_many_arguments)]
+    fn mv_ids(
+        &self,
+        w: &Mat,
+        rows_e: usize,
+        ids: u64,
+        x: u64,
+        x_div: usize,
+        pairs: usize,
+        y: u64,
+    ) -> Result<(), RuntimeError> {
+        let name = format!("matvec_ids_{}", w.fmt);
+        let f = self.gpu.modules.function_fmt(Family::Matvec, w.fmt, &name)?;
+        let grid = ((rows_e as u32).div_ceil(4), pairs as u32, 1);
+        launch(
+            self.gpu,
+            &f,
+            &name,
+            lc(grid, MATVEC_THREADS, 0),
+            &[
+                Arg::P(ptr(self.gpu, &w.data)),
+                Arg::U((rows_e * w.row_bytes) as u64),
+                Arg::P(ids),
+                Arg::P(x),
+                Arg::I(x_div as i32),
+                Arg::P(y),
+                Arg::I(rows_e as i32),
+                Arg::I(w.cols as i32),
+                Arg::U(w.row_bytes as u64),
+            ],
+        )
+    }
+
+    fn rmsnorm(&self, x: u64, w: Option<u64>, y: u64, rows: usize, n: usize) -> Result<(), RuntimeError> {
+        let eps = self.model.config.rms_eps as f32;
+        self.call(
+            "rmsnorm_f32",
+            (rows as u32, 1, 1),
+            256,
+            0,
+            &[Arg::P(x), Arg::P(w.unwrap_or(0)), Arg::P(y), Arg::I(n as i32), Arg::F(eps)],
+        )
+    }
+
+    fn rmsnorm_add(&self, y: u64, w: u64, x: u64, rows: usize, n: usize) -> Result<(), RuntimeError> {
+        let eps = self.model.config.rms_eps as f32;
+        self.call(
+            "rmsnorm_add_f32",
+            (rows as u32, 1, 1),
+            256,
+            0,
+            &[Arg::P(y), Arg::P(w), Arg::P(x), Arg::I(n as i32), Arg::F(eps)],
+        )
+    }
+
+    fn rope(&self, x: u64, pos: u64, inv: u64, t: usize, heads: usize, d: usize) -> Result<(), RuntimeError> {
+        let n = t * heads * d / 2;
+        self.call(
+            "rope_neox_f32",
+            n1d(n),
+            256,
+            0,
+            &[
+                Arg::P(x),
+                Arg::P(x),
+                Arg::P(pos),
+                Arg::P(inv),
+                Arg::I(t as i32),
+                Arg::I(heads as i32),
+                Arg::I(d as i32),
+            ],
+        )
+    }
+
+    fn embed(&self, w: &Mat, ids: u64, t: usize, out: u64, scale: f32) -> Result<(), RuntimeError> {
+        let name = format!("embed_{}", w.fmt);
+        let f = self.gpu.modules.function_fmt(Family::Embed, w.fmt, &name)?;
+        launch(
+            self.gpu,
+            &f,
+            &name,
+            lc((t as u32, 1, 1), 256, 0),
+            &[
+                Arg::P(ptr(self.gpu, &w.data)),
+                Arg::U(w.row_bytes as u64),
+                Arg::P(ids),
+                Arg::P(out),
+                Arg::I(w.cols as i32),
+                Arg::F(scale),
+            ],
+        )
+    }
+
+    /// Runs one chunk (≤ [`CHUNK_ROWS`] rows, positions given) and returns the logits of the
+    /// selected rows (`sel`, indices into the chunk) as `[sel.len(), V]` row-major on the host.
+    fn chunk(
+        &self,
+        ws: &mut Workspace,
+        cache: &KvCache,
+        ids: &[i32],
+        slots: &[i32],
+        pos: &[i32],
+        sel: &[i32],
+    ) -> Result<Vec<f32>, RuntimeError> {
+        let gpu = self.gpu;
+        let m = self.model;
+        let c = &m.config;
+        let t = ids.len();
+        let hh = c.n_embd;
+        let s = &gpu.stream;
+        s.memcpy_htod(ids, &mut ws.ids.slice_mut(0..t)).map_err(drv("upload ids"))?;
+        s.memcpy_htod(slots, &mut ws.slot.slice_mut(0..t)).map_err(drv("upload slots"))?;
+        s.memcpy_htod(pos, &mut ws.pos.slice_mut(0..t)).map_err(drv("upload pos"))?;
+        if !sel.is_empty() {
+            s.memcpy_htod(sel, &mut ws.sel.slice_mut(0..sel.len()))
+                .map_err(drv("upload sel"))?;
+        }
+        let p = |b: &CudaSlice<f32>| ptr(gpu, b);
+        let (x, h, q, k, v, att, a) = (p(&ws.x), p(&ws.h), p(&ws.q), p(&ws.k), p(&ws.v), p(&ws.att), p(&ws.a));
+        let (g, u, f) = (p(&ws.g), p(&ws.u), p(&ws.f));
+        let (idsp, slotp, posp) = (ptr(gpu, &ws.ids), ptr(gpu, &ws.slot), ptr(gpu, &ws.pos));
+
+        // §2 embedding, §7 PLE inputs.
+        self.embed(&m.token_embd, idsp, t, x, (hh as f32).sqrt())?;
+        if let Some(pl) = &m.ple {
+            let pp = c.n_embd_per_layer;
+            let lp = c.n_layer * pp;
+            let (ple, ptok) = (p(&ws.ple), p(&ws.ptok));
+            self.embed(&pl.token_embd, idsp, t, ptok, (pp as f32).sqrt())?;
+            self.mv(&pl.model_proj, x, t, ple)?;
+            let n = t * lp;
+            self.call("scale_f32", n1d(n), 256, 0, &[Arg::P(ple), Arg::U(n as u64), Arg::F((hh as f64).powf(-0.5) as f32)])?;
+            self.rmsnorm(ple, Some(ptr(gpu, &pl.proj_norm)), ple, t * c.n_layer, pp)?;
+            self.call(
+                "add_scale_f32",
+                n1d(n),
+                256,
+                0,
+                &[Arg::P(ple), Arg::P(ptok), Arg::P(ple), Arg::U(n as u64), Arg::F(0.5f64.sqrt() as f32)],
+            )?;
+        }
+
+        for (li, l) in m.layers.iter().enumerate() {
+            let (nh, nkv, d) = (l.n_head, l.n_kv, l.head_dim);
+            let inv = ptr(gpu, &l.inv_freq);
+            // §4 attention.
+            self.rmsnorm(x, Some(ptr(gpu, &l.attn_norm)), h, t, hh)?;
+            self.mv(&l.attn_q, h, t, q)?;
+            self.rmsnorm(q, Some(ptr(gpu, &l.attn_q_norm)), q, t * nh, d)?;
+            self.rope(q, posp, inv, t, nh, d)?;
+            if let Some((wk, kn, wv)) = &l.kv {
+                self.mv(wk, h, t, k)?;
+                match wv {
+                    Some(wv) => self.mv(wv, h, t, v)?,
+                    None => {
+                        // V = raw K projection (attention_k_eq_v, §4.2), before k_norm/RoPE.
+                        let bytes = t * nkv * d * 4;
+                        // SAFETY: k and v are distinct workspace buffers of ≥ t·nkv·d floats.
+                        unsafe {
+                            cudarc::driver::result::memcpy_dtod_async(v, k, bytes, s.cu_stream())
+                        }
+                        .map_err(drv("copy k→v"))?;
+                    }
+                }
+                self.rmsnorm(k, Some(ptr(gpu, kn)), k, t * nkv, d)?;
+                self.rope(k, posp, inv, t, nkv, d)?;
+                self.rmsnorm(v, None, v, t * nkv, d)?;
+                let (kc, vc) = cache.layers[li].as_ref().ok_or_else(|| {
+                    RuntimeError::Capacity(format!("layer {li} has no cache"))
+                })?;
+                let w = nkv * d;
+                self.call(
+                    "kv_write_f32",
+                    n1d(t * w),
+                    256,
+                    0,
+                    &[
+                        Arg::P(k),
+                        Arg::P(v),
+                        Arg::P(ptr(gpu, kc)),
+                        Arg::P(ptr(gpu, vc)),
+                        Arg::P(slotp),
+                        Arg::P(posp),
+                        Arg::I(t as i32),
+                        Arg::I(w as i32),
+                        Arg::I(cache.ctx as i32),
+                    ],
+                )?;
+            }
+            let src = l.kv_source;
+            let (kc, vc) = cache.layers[src].as_ref().ok_or_else(|| {
+                RuntimeError::Capacity(format!("layer {li} reads layer {src}, which has no cache"))
+            })?;
+            let src_kv = m.layers[src].n_kv;
+            let window = l.window.unwrap_or(0);
+            let span = pos
+                .iter()
+                .map(|&pp| {
+                    let pp = pp as usize;
+                    let lo = if window > 0 { (pp + 1).saturating_sub(window) } else { 0 };
+                    pp + 1 - lo
+                })
+                .max()
+                .unwrap_or(1);
+            self.call(
+                "attention_f32",
+                (nh as u32, t as u32, 1),
+                128,
+                (span * 4) as u32,
+                &[
+                    Arg::P(q),
+                    Arg::P(ptr(gpu, kc)),
+                    Arg::P(ptr(gpu, vc)),
+                    Arg::P(slotp),
+                    Arg::P(posp),
+                    Arg::P(att),
+                    Arg::I(nh as i32),
+                    Arg::I(src_kv as i32),
+                    Arg::I(d as i32),
+                    Arg::I(cache.ctx as i32),
+                    Arg::I(window as i32),
+                ],
+            )?;
+            self.mv(&l.attn_output, att, t, a)?;
+            self.rmsnorm_add(a, ptr(gpu, &l.post_attention_norm), x, t, hh)?;
+
+            // §5 dense MLP.
+            self.rmsnorm(x, Some(ptr(gpu, &l.ffn_norm)), h, t, hh)?;
+            self.mv(&l.ffn_gate, h, t, g)?;
+            self.mv(&l.ffn_up, h, t, u)?;
+            let n = t * l.n_ff;
+            self.call("geglu_f32", n1d(n), 256, 0, &[Arg::P(g), Arg::P(u), Arg::P(g), Arg::U(n as u64)])?;
+            self.mv(&l.ffn_down, g, t, f)?;
+
+            // §6 MoE.
+            if let Some(me) = &l.moe {
+                let (kk, ie, e) = (me.top_k, me.ie, me.n_expert);
+                let (rl, mids, mw) = (p(&ws.rl), ptr(gpu, &ws.mids), p(&ws.mw));
+                let (gu, ue, act, ye, mo) = (p(&ws.gu), p(&ws.ue), p(&ws.act), p(&ws.ye), p(&ws.mo));
+                self.rmsnorm(f, Some(ptr(gpu, &me.post_ffw_norm_1)), f, t, hh)?;
+                self.rmsnorm(x, Some(ptr(gpu, &me.router_w)), h, t, hh)?;
+                self.mv(&me.gate_inp, h, t, rl)?;
+                self.call(
+                    "moe_route_f32",
+                    ((t as u32).div_ceil(64), 1, 1),
+                    64,
+                    0,
+                    &[
+                        Arg::P(rl),
+                        Arg::I(t as i32),
+                        Arg::I(e as i32),
+                        Arg::I(kk as i32),
+                        Arg::P(ptr(gpu, &me.down_scale)),
+                        Arg::P(mids),
+                        Arg::P(mw),
+                    ],
+                )?;
+                self.rmsnorm(x, Some(ptr(gpu, &me.pre_ffw_norm_2)), h, t, hh)?;
+                let pairs = t * kk;
+                match &me.gate_up {
+                    ExpertsGateUp::Fused(w) => {
+                        self.mv_ids(w, 2 * ie, mids, h, kk, pairs, gu)?;
+                        let n = pairs * ie;
+                        self.call(
+                            "geglu_split_f32",
+                            n1d(n),
+                            256,
+                            0,
+                            &[Arg::P(gu), Arg::P(act), Arg::I(pairs as i32), Arg::I(ie as i32)],
+                        )?;
+                    }
+                    ExpertsGateUp::Split(wg, wu) => {
+                        self.mv_ids(wg, ie, mids, h, kk, pairs, gu)?;
+                        self.mv_ids(wu, ie, mids, h, kk, pairs, ue)?;
+                        let n = pairs * ie;
+                        self.call("geglu_f32", n1d(n), 256, 0, &[Arg::P(gu), Arg::P(ue), Arg::P(act), Arg::U(n as u64)])?;
+                    }
+                }
+                self.mv_ids(&me.down, hh, mids, act, 1, pairs, ye)?;
+                self.call(
+                    "moe_combine_f32",
+                    n1d(t * hh),
+                    256,
+                    0,
+                    &[Arg::P(ye), Arg::P(mw), Arg::P(mo), Arg::I(t as i32), Arg::I(kk as i32), Arg::I(hh as i32)],
+                )?;
+                self.rmsnorm_add(mo, ptr(gpu, &me.post_ffw_norm_2), f, t, hh)?;
+            }
+            self.rmsnorm_add(f, ptr(gpu, &l.post_ffw_norm), x, t, hh)?;
+
+            // §7 PLE branch.
+            if let Some(pl) = &l.ple {
+                let pp = c.n_embd_per_layer;
+                let (pg, ple) = (p(&ws.pg), p(&ws.ple));
+                self.mv(&pl.inp_gate, x, t, pg)?;
+                self.call(
+                    "gelu_mul_ple_f32",
+                    n1d(t * pp),
+                    256,
+                    0,
+                    &[Arg::P(pg), Arg::P(ple), Arg::I(t as i32), Arg::I(pp as i32), Arg::I(c.n_layer as i32), Arg::I(li as i32)],
+                )?;
+                self.mv(&pl.proj, pg, t, a)?;
+                self.rmsnorm_add(a, ptr(gpu, &pl.post_norm), x, t, hh)?;
+            }
+            // §8 step 8.
+            if l.layer_scalar != 1.0 {
+                let n = t * hh;
+                self.call("scale_f32", n1d(n), 256, 0, &[Arg::P(x), Arg::U(n as u64), Arg::F(l.layer_scalar)])?;
+            }
+        }
+        if sel.is_empty() {
+            return Ok(Vec::new());
+        }
+        // §9 final norm, tied head, soft-cap — only for the selected rows.
+        let r = sel.len();
+        let hs = p(&ws.hs);
+        self.rmsnorm(x, Some(ptr(gpu, &m.output_norm)), h, t, hh)?;
+        self.call(
+            "gather_rows_f32",
+            (r as u32, 1, 1),
+            256,
+            0,
+            &[Arg::P(h), Arg::P(ptr(gpu, &ws.sel)), Arg::P(hs), Arg::I(hh as i32)],
+        )?;
+        let vocab = c.n_vocab;
+        let lg = p(&ws.logits);
+        self.mv(&m.token_embd, hs, r, lg)?;
+        if let Some(cap) = c.final_softcap {
+            let n = r * vocab;
+            self.call("softcap_f32", n1d(n), 256, 0, &[Arg::P(lg), Arg::P(lg), Arg::U(n as u64), Arg::F(cap as f32)])?;
+        }
+        let out = s
+            .clone_dtoh(&ws.logits.slice(0..r * vocab))
+            .map_err(drv("download logits"))?;
+        Ok(out)
+    }
+
+    /// Runs `rows` (in order; each extends its slot by one position) and returns the logits
+    /// `[V]` of every row with `logits == true`, in row order. Rows are processed in chunks of
+    /// [`CHUNK_ROWS`]; the cache lengths advance only when the whole call succeeds (on error
+    /// they are left unchanged, so the written K/V rows are ignored).
+    ///
+    /// Errors: [`RuntimeError::TokenOutOfRange`], [`RuntimeError::Capacity`] (slot or context),
+    /// driver/kernel errors.
+    pub fn run(
+        &self,
+        ws: &mut Workspace,
+        cache: &mut KvCache,
+        rows: &[Row],
+    ) -> Result<Vec<Vec<f32>>, RuntimeError> {
+        let vocab = self.model.config.n_vocab;
+        let mut next = cache.len.clone();
+        let mut planned = Vec::with_capacity(rows.len());
+        for (i, r) in rows.iter().enumerate() {
+            if r.token as usize >= vocab {
+                return Err(RuntimeError::TokenOutOfRange {
+                    row: i,
+                    token: r.token,
+                    vocab,
+                });
+            }
+            if r.slot >= cache.slots {
+                return Err(RuntimeError::Capacity(format!(
+                    "slot {} ≥ {} slots",
+                    r.slot, cache.slots
+                )));
+            }
+            let p = next[r.slot];
+            if p >= cache.ctx {
+                return Err(RuntimeError::Capacity(format!(
+                    "slot {} is full ({} positions)",
+                    r.slot, cache.ctx
+                )));
+            }
+            next[r.slot] += 1;
+            planned.push((r.token as i32, r.slot as i32, p as i32, r.logits));
+        }
+        let mut out = Vec::new();
+        for ch in planned.chunks(CHUNK_ROWS) {
+            let ids: Vec<i32> = ch.iter().map(|c| c.0).collect();
+            let slots: Vec<i32> = ch.iter().map(|c| c.1).collect();
+            let pos: Vec<i32> = ch.iter().map(|c| c.2).collect();
+            let sel: Vec<i32> = ch
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.3)
+                .map(|(i, _)| i as i32)
+                .collect();
+            let lg = self.chunk(ws, cache, &ids, &slots, &pos, &sel)?;
+            out.extend(lg.chunks_exact(vocab).map(|r| r.to_vec()));
+        }
+        cache.len = next;
+        Ok(out)
+    }
+}

@@ -1,0 +1,366 @@
+//! GGUF → device: every weight matrix uploaded as its raw GGUF blocks (no dequantization, the
+//! kernels decode on the fly), norm weights and small scales decoded to f32 on the host
+//! (`reference::quant::dequantize_f32`, bit-identical to gguf-py) and uploaded as f32.
+//!
+//! Spec: `spec/gguf-gemma4.md` §5–§6 (keys, tensor names; read through
+//! `reference::config::Config`), `spec/gemma4-text.md` §1.2 (per-layer attributes), §4.4
+//! (RoPE tables), §4.8 (KV sharing), §6 (MoE tensors), §7 (PLE tensors).
+
+use std::path::Path;
+
+use cudarc::driver::CudaSlice;
+use reference::config::{blk, Config};
+use reference::gguf::GgufFile;
+use reference::quant::GgmlType;
+
+use crate::error::{drv, RuntimeError};
+use crate::ops::{format_suffix, row_bytes};
+use crate::Gpu;
+
+/// A weight matrix `[rows, cols]` on the device in its GGUF block format (`cols` = GGUF `ne0`,
+/// rows = product of the other dims; a 3-D expert tensor is `E` stacked matrices).
+pub struct Mat {
+    /// GGUF tensor name.
+    pub name: String,
+    /// Block format.
+    pub ty: GgmlType,
+    /// Kernel suffix of `ty` (`q4_k`, …).
+    pub fmt: &'static str,
+    /// Output rows (all experts together for a 3-D tensor).
+    pub rows: usize,
+    /// Row length `K`.
+    pub cols: usize,
+    /// Bytes of one row.
+    pub row_bytes: usize,
+    /// Raw blocks, `rows · row_bytes` bytes.
+    pub data: CudaSlice<u8>,
+}
+
+/// The MoE tensors of one layer (§6).
+pub struct MoeWeights {
+    /// `ffn_gate_inp.weight` `[E, H]`.
+    pub gate_inp: Mat,
+    /// `ffn_gate_inp.scale · H^(−1/2)` `[H]` (f32; the router's per-channel scale and the
+    /// `1/sqrt(H)` folded into one weight of the weightless router norm).
+    pub router_w: CudaSlice<f32>,
+    /// `ffn_down_exps.scale` `[E]`.
+    pub down_scale: CudaSlice<f32>,
+    /// `pre_ffw_norm_2.weight` `[H]`.
+    pub pre_ffw_norm_2: CudaSlice<f32>,
+    /// `post_ffw_norm_1.weight` `[H]`.
+    pub post_ffw_norm_1: CudaSlice<f32>,
+    /// `post_ffw_norm_2.weight` `[H]`.
+    pub post_ffw_norm_2: CudaSlice<f32>,
+    /// Fused `ffn_gate_up_exps` `[E·2Ie, H]` (gate rows first per expert), or split
+    /// (`ffn_gate_exps`, `ffn_up_exps`), each `[E·Ie, H]`.
+    pub gate_up: ExpertsGateUp,
+    /// `ffn_down_exps` `[E·H, Ie]`.
+    pub down: Mat,
+    /// `E`.
+    pub n_expert: usize,
+    /// `K`.
+    pub top_k: usize,
+    /// `Ie`.
+    pub ie: usize,
+}
+
+/// Gate/up expert tensors (§6).
+pub enum ExpertsGateUp {
+    /// `ffn_gate_up_exps`.
+    Fused(Mat),
+    /// `ffn_gate_exps`, `ffn_up_exps`.
+    Split(Mat, Mat),
+}
+
+/// PLE tensors of one layer (§7).
+pub struct PleLayerWeights {
+    /// `inp_gate.weight` `[P, H]`.
+    pub inp_gate: Mat,
+    /// `proj.weight` `[H, P]`.
+    pub proj: Mat,
+    /// `post_norm.weight` `[H]`.
+    pub post_norm: CudaSlice<f32>,
+}
+
+/// One decoder layer on the device (field names = GGUF suffixes).
+pub struct LayerWeights {
+    /// `attn_norm.weight` `[H]`.
+    pub attn_norm: CudaSlice<f32>,
+    /// `attn_q.weight` `[nh·d, H]`.
+    pub attn_q: Mat,
+    /// `attn_q_norm.weight` `[d]`.
+    pub attn_q_norm: CudaSlice<f32>,
+    /// Own K/V projections: (`attn_k`, `attn_k_norm`, `attn_v` unless k_eq_v); `None` on reuse
+    /// layers (§4.8).
+    pub kv: Option<(Mat, CudaSlice<f32>, Option<Mat>)>,
+    /// `attn_output.weight` `[H, nh·d]`.
+    pub attn_output: Mat,
+    /// `post_attention_norm.weight`.
+    pub post_attention_norm: CudaSlice<f32>,
+    /// `ffn_norm.weight`.
+    pub ffn_norm: CudaSlice<f32>,
+    /// `ffn_gate`, `ffn_up` `[I_l, H]`, `ffn_down` `[H, I_l]`.
+    pub ffn_gate: Mat,
+    /// See `ffn_gate`.
+    pub ffn_up: Mat,
+    /// See `ffn_gate`.
+    pub ffn_down: Mat,
+    /// `post_ffw_norm.weight`.
+    pub post_ffw_norm: CudaSlice<f32>,
+    /// MoE branch.
+    pub moe: Option<MoeWeights>,
+    /// PLE branch.
+    pub ple: Option<PleLayerWeights>,
+    /// `layer_output_scale` (1 when absent).
+    pub layer_scalar: f32,
+    /// RoPE inverse frequencies `[d/2]` (f64; default or proportional, §4.4).
+    pub inv_freq: CudaSlice<f64>,
+    /// `nh`, `nkv`, `d` of this layer.
+    pub n_head: usize,
+    /// KV heads.
+    pub n_kv: usize,
+    /// Head dim.
+    pub head_dim: usize,
+    /// `I_l`.
+    pub n_ff: usize,
+    /// `Some(W)` on sliding layers.
+    pub window: Option<usize>,
+    /// Layer whose cache this layer attends to (itself unless a reuse layer).
+    pub kv_source: usize,
+}
+
+/// Model-level PLE tensors (§7).
+pub struct PleInputWeights {
+    /// `per_layer_token_embd.weight` `[V, L·P]`.
+    pub token_embd: Mat,
+    /// `per_layer_model_proj.weight` `[L·P, H]`.
+    pub model_proj: Mat,
+    /// `per_layer_proj_norm.weight` `[P]`.
+    pub proj_norm: CudaSlice<f32>,
+}
+
+/// A whole Gemma-4 text model on the device.
+pub struct DeviceModel {
+    /// Configuration from the GGUF metadata (the oracle's parser).
+    pub config: Config,
+    /// `token_embd.weight` `[V, H]` (input embedding and tied LM head).
+    pub token_embd: Mat,
+    /// `output_norm.weight` `[H]`.
+    pub output_norm: CudaSlice<f32>,
+    /// PLE inputs when `P > 0`.
+    pub ple: Option<PleInputWeights>,
+    /// Decoder layers.
+    pub layers: Vec<LayerWeights>,
+    /// Bytes of weights uploaded.
+    pub weight_bytes: usize,
+}
+
+fn model_err(what: &str, e: impl std::fmt::Display) -> RuntimeError {
+    RuntimeError::Model {
+        what: what.to_string(),
+        detail: e.to_string(),
+    }
+}
+
+struct Loader<'a> {
+    gpu: &'a Gpu,
+    file: &'a GgufFile,
+    bytes: usize,
+}
+
+impl Loader<'_> {
+    fn mat(&mut self, name: &str) -> Result<Mat, RuntimeError> {
+        let t = self.file.tensor(name).map_err(|e| model_err(name, e))?;
+        let cols = t.dims.first().copied().unwrap_or(1) as usize;
+        let rows = t.dims.iter().skip(1).product::<u64>() as usize;
+        let fmt = format_suffix(t.ggml_type, name)?;
+        let rb = row_bytes(t.ggml_type, cols, name)?;
+        let bytes = self.file.tensor_data(t);
+        if bytes.len() != rows * rb {
+            return Err(RuntimeError::Shape {
+                what: name.to_string(),
+                detail: format!("{} bytes for {rows} rows of {rb}", bytes.len()),
+            });
+        }
+        let data = self
+            .gpu
+            .stream
+            .clone_htod(bytes)
+            .map_err(drv(format!("upload {name}")))?;
+        self.bytes += bytes.len();
+        Ok(Mat {
+            name: name.to_string(),
+            ty: t.ggml_type,
+            fmt,
+            rows,
+            cols,
+            row_bytes: rb,
+            data,
+        })
+    }
+
+    fn host_vec(&self, name: &str) -> Result<Vec<f32>, RuntimeError> {
+        let t = self.file.tensor(name).map_err(|e| model_err(name, e))?;
+        let n = t.n_elements() as usize;
+        let mut out = vec![0f32; n];
+        reference::quant::dequantize_f32(t.ggml_type, self.file.tensor_data(t), &mut out)
+            .map_err(|source| RuntimeError::Quant {
+                name: name.to_string(),
+                source,
+            })?;
+        Ok(out)
+    }
+
+    fn upload_f32(&mut self, name: &str, v: &[f32]) -> Result<CudaSlice<f32>, RuntimeError> {
+        self.bytes += v.len() * 4;
+        self.gpu
+            .stream
+            .clone_htod(v)
+            .map_err(drv(format!("upload {name}")))
+    }
+
+    fn vec(&mut self, name: &str) -> Result<CudaSlice<f32>, RuntimeError> {
+        let v = self.host_vec(name)?;
+        self.upload_f32(name, &v)
+    }
+}
+
+impl DeviceModel {
+    /// Opens `path` (all shards of a split model), parses the config and uploads every tensor
+    /// the forward reads.
+    ///
+    /// Errors: [`RuntimeError::Model`] (unreadable file, bad metadata, missing tensor),
+    /// [`RuntimeError::UnsupportedType`], [`RuntimeError::Shape`], [`RuntimeError::Driver`].
+    pub fn load(gpu: &Gpu, path: &Path) -> Result<DeviceModel, RuntimeError> {
+        let p = path.display().to_string();
+        let file = GgufFile::open(path).map_err(|e| model_err(&p, e))?;
+        let config = Config::from_gguf(&file).map_err(|e| model_err(&p, e))?;
+        Self::from_gguf(gpu, &file, config)
+    }
+
+    /// [`DeviceModel::load`] from an opened file and its parsed config.
+    pub fn from_gguf(
+        gpu: &Gpu,
+        file: &GgufFile,
+        config: Config,
+    ) -> Result<DeviceModel, RuntimeError> {
+        let mut ld = Loader {
+            gpu,
+            file,
+            bytes: 0,
+        };
+        let cfg = &config;
+        let h = cfg.n_embd;
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        for l in 0..cfg.n_layer {
+            let name = |s: &str| blk(l, s);
+            let d = cfg.head_dim(l);
+            let sliding = cfg.is_swa[l];
+            let kv = if cfg.has_kv(l) {
+                let k = ld.mat(&name("attn_k.weight"))?;
+                let kn = ld.vec(&name("attn_k_norm.weight"))?;
+                let v = if cfg.k_eq_v[l] {
+                    None
+                } else {
+                    Some(ld.mat(&name("attn_v.weight"))?)
+                };
+                Some((k, kn, v))
+            } else {
+                None
+            };
+            let (theta, pairs) = if sliding {
+                (cfg.rope_base_swa, d / 2)
+            } else {
+                (cfg.rope_base_full, cfg.rope_pairs_full)
+            };
+            let inv: Vec<f64> = reference::model::rope::inv_freq::<f64>(theta, d, pairs);
+            let inv_freq = gpu.stream.clone_htod(&inv).map_err(drv("upload rope"))?;
+            let moe = if cfg.moe {
+                let scale = ld.host_vec(&name("ffn_gate_inp.scale"))?;
+                let root = (h as f64).powf(-0.5);
+                let rw: Vec<f32> = scale.iter().map(|&s| (s as f64 * root) as f32).collect();
+                let gate_up = if cfg.moe_fused_gate_up {
+                    ExpertsGateUp::Fused(ld.mat(&name("ffn_gate_up_exps.weight"))?)
+                } else {
+                    ExpertsGateUp::Split(
+                        ld.mat(&name("ffn_gate_exps.weight"))?,
+                        ld.mat(&name("ffn_up_exps.weight"))?,
+                    )
+                };
+                Some(MoeWeights {
+                    gate_inp: ld.mat(&name("ffn_gate_inp.weight"))?,
+                    router_w: ld.upload_f32("router scale", &rw)?,
+                    down_scale: ld.vec(&name("ffn_down_exps.scale"))?,
+                    pre_ffw_norm_2: ld.vec(&name("pre_ffw_norm_2.weight"))?,
+                    post_ffw_norm_1: ld.vec(&name("post_ffw_norm_1.weight"))?,
+                    post_ffw_norm_2: ld.vec(&name("post_ffw_norm_2.weight"))?,
+                    gate_up,
+                    down: ld.mat(&name("ffn_down_exps.weight"))?,
+                    n_expert: cfg.n_expert,
+                    top_k: cfg.n_expert_used,
+                    ie: cfg.n_ff_exp,
+                })
+            } else {
+                None
+            };
+            let ple = if cfg.n_embd_per_layer > 0 {
+                Some(PleLayerWeights {
+                    inp_gate: ld.mat(&name("inp_gate.weight"))?,
+                    proj: ld.mat(&name("proj.weight"))?,
+                    post_norm: ld.vec(&name("post_norm.weight"))?,
+                })
+            } else {
+                None
+            };
+            let scale_name = name("layer_output_scale.weight");
+            let layer_scalar = if file.tensor(&scale_name).is_ok() {
+                ld.host_vec(&scale_name)?.first().copied().unwrap_or(1.0)
+            } else {
+                1.0
+            };
+            layers.push(LayerWeights {
+                attn_norm: ld.vec(&name("attn_norm.weight"))?,
+                attn_q: ld.mat(&name("attn_q.weight"))?,
+                attn_q_norm: ld.vec(&name("attn_q_norm.weight"))?,
+                kv,
+                attn_output: ld.mat(&name("attn_output.weight"))?,
+                post_attention_norm: ld.vec(&name("post_attention_norm.weight"))?,
+                ffn_norm: ld.vec(&name("ffn_norm.weight"))?,
+                ffn_gate: ld.mat(&name("ffn_gate.weight"))?,
+                ffn_up: ld.mat(&name("ffn_up.weight"))?,
+                ffn_down: ld.mat(&name("ffn_down.weight"))?,
+                post_ffw_norm: ld.vec(&name("post_ffw_norm.weight"))?,
+                moe,
+                ple,
+                layer_scalar,
+                inv_freq,
+                n_head: cfg.n_head[l],
+                n_kv: cfg.n_head_kv[l],
+                head_dim: d,
+                n_ff: cfg.n_ff[l],
+                window: sliding.then_some(cfg.sliding_window),
+                kv_source: cfg.kv_source[l],
+            });
+        }
+        let ple = if cfg.n_embd_per_layer > 0 {
+            Some(PleInputWeights {
+                token_embd: ld.mat("per_layer_token_embd.weight")?,
+                model_proj: ld.mat("per_layer_model_proj.weight")?,
+                proj_norm: ld.vec("per_layer_proj_norm.weight")?,
+            })
+        } else {
+            None
+        };
+        let token_embd = ld.mat("token_embd.weight")?;
+        let output_norm = ld.vec("output_norm.weight")?;
+        let weight_bytes = ld.bytes;
+        Ok(DeviceModel {
+            config,
+            token_embd,
+            output_norm,
+            ple,
+            layers,
+            weight_bytes,
+        })
+    }
+}

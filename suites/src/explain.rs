@@ -1,0 +1,392 @@
+//! `cargo xtask explain` (`design/conformance.md` §5): for one prompt and two modes of one
+//! engine, find the first fork and run the four experiments of `context.md` — batch-width probe,
+//! truncated-prefix continuation, `spec:1` vs `spec:K`, top-2 gap at the fork (engine and
+//! oracle) — then print one verdict line. Without a fork it says so and reports the top-2 gaps at
+//! the position of the smallest oracle margin.
+
+use std::fmt::Write as _;
+
+use crate::budgets::Budgets;
+use crate::conformance::{make_engine, Fatal, ModelSpec};
+use crate::engine::{Engine, Mode, Request, Step, Trajectory};
+use crate::golden;
+use crate::oracle::{Codec, ScoreCache};
+use crate::reference_engine::{GemmaCodec, ReferenceOracle};
+use crate::rule::OracleRow;
+use crate::suite::Suite;
+
+/// Options of one `explain` run.
+#[derive(Debug, Clone)]
+pub struct ExplainOptions {
+    /// Target (and drafter).
+    pub model: ModelSpec,
+    /// Suite file holding the prompt.
+    pub suite: std::path::PathBuf,
+    /// Prompt id.
+    pub prompt: String,
+    /// The two modes compared (`plain`, `spec:4` by default).
+    pub modes: (Mode, Mode),
+    /// Engine name.
+    pub engine: String,
+    /// `goldens/` root (for τ from `budgets.toml`).
+    pub goldens_root: std::path::PathBuf,
+    /// Scoring cache folder.
+    pub cache_dir: Option<std::path::PathBuf>,
+    /// Tokens generated after the truncated prefix (experiment 2).
+    pub continuation: usize,
+}
+
+fn f(e: impl std::fmt::Display) -> Fatal {
+    Fatal(e.to_string())
+}
+
+/// First index where two token lists differ (`None` if identical).
+fn first_diff(a: &[u32], b: &[u32]) -> Option<usize> {
+    (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i))
+}
+
+fn gap(step: Option<&Step>) -> Option<f64> {
+    let tk = step?.top_k.as_ref()?;
+    Some(tk.first()?.1 - tk.get(1)?.1)
+}
+
+/// Logit of `id` in a top-k row, if listed.
+fn logit_in(tk: &[(u32, f64)], id: u32) -> Option<f64> {
+    tk.iter().find(|x| x.0 == id).map(|x| x.1)
+}
+
+fn fmt_opt(x: Option<f64>) -> String {
+    x.map_or("n/a".into(), |x| format!("{x:.6}"))
+}
+
+struct Ctx<'a> {
+    engine: &'a mut dyn Engine,
+    oracle: &'a mut ReferenceOracle,
+    codec: &'a GemmaCodec,
+    cache: ScoreCache,
+    req: Request,
+    top_k: usize,
+}
+
+impl Ctx<'_> {
+    fn gen(&mut self, reqs: &[Request], mode: &Mode) -> Result<Vec<Trajectory>, Fatal> {
+        self.engine
+            .generate(reqs, mode)
+            .map_err(|e| Fatal(format!("{mode}: {e}")))
+    }
+
+    fn one(&mut self, mode: &Mode) -> Result<Trajectory, Fatal> {
+        let r = self.req.clone();
+        self.gen(&[r], mode)?
+            .pop()
+            .ok_or_else(|| Fatal(format!("{mode}: no trajectory")))
+    }
+
+    fn rows(&mut self, tokens: &[u32]) -> Result<Vec<OracleRow>, Fatal> {
+        self.cache
+            .score_trajectory(self.oracle, &self.req.prompt, tokens, self.top_k)
+            .map_err(f)
+    }
+
+    fn tok(&self, id: Option<u32>) -> String {
+        id.map_or("(end)".into(), |id| format!("{id} {:?}", self.codec.decode(&[id])))
+    }
+}
+
+/// Runs the four experiments and returns the text report (ending with the verdict line).
+///
+/// Errors ([`Fatal`], exit 2): unreadable model/suite, unknown prompt, engine without one of the
+/// modes, engine or oracle failure.
+pub fn explain(o: &ExplainOptions) -> Result<String, Fatal> {
+    let m = &o.model;
+    let mut oracle = ReferenceOracle::load(&m.path).map_err(f)?;
+    let codec = GemmaCodec::load(&m.path).map_err(Fatal)?;
+    let mut engine = make_engine(&o.engine, m)?;
+    let suite = Suite::load(&o.suite).map_err(f)?;
+    let p = suite.prompt(&o.prompt).map_err(f)?.clone();
+    let stem = golden::model_stem(&m.path);
+    let budgets = Budgets::load(&o.goldens_root.join(&stem).join("budgets.toml")).map_err(f)?;
+    let (tau, tau_src) = match budgets.0.get(engine.name()) {
+        Some(b) => (b.tau, format!("budgets.toml [{}], {}", engine.name(), b.date)),
+        None => (suite.settings.tie_budget, "suite default".to_string()),
+    };
+    let (ma, mb) = o.modes;
+    let declared = engine.modes();
+    for md in [ma, mb] {
+        if !declared.contains(&md) || md == Mode::Prefill {
+            return Err(Fatal(format!(
+                "engine {} cannot generate in mode {md} (declares {:?}; spec:K needs --draft)",
+                engine.name(),
+                declared.iter().map(|m| m.to_string()).collect::<Vec<_>>()
+            )));
+        }
+    }
+    let prompt_ids = codec
+        .encode(&p.input, suite.settings.enable_thinking)
+        .map_err(|e| Fatal(format!("prompt {}: {e}", p.id)))?;
+    let req = Request {
+        id: p.id.clone(),
+        prompt: prompt_ids,
+        max_tokens: p.max_tokens,
+        stop: suite.settings.stop_ids.clone(),
+    };
+    let plen = req.prompt.len();
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "explain {} · model {} · engine {} · {ma} vs {mb}\nprompt {} tokens, max_tokens {}; τ = {tau} ({tau_src})\n",
+        p.id,
+        stem,
+        engine.name(),
+        plen,
+        p.max_tokens
+    );
+    let mut cx = Ctx {
+        engine: engine.as_mut(),
+        oracle: &mut oracle,
+        codec: &codec,
+        cache: ScoreCache::new(o.cache_dir.clone()),
+        req,
+        top_k: suite.settings.top_k,
+    };
+    let ta = cx.one(&ma)?;
+    let tb = cx.one(&mb)?;
+    let (ya, yb) = (ta.tokens(), tb.tokens());
+    let fork = first_diff(&ya, &yb);
+    let ra = cx.rows(&ya)?;
+    match fork {
+        Some(i) => {
+            let _ = writeln!(
+                s,
+                "first fork: output index {i} (absolute position {}): {ma} emits {}, {mb} emits {}",
+                plen + i,
+                cx.tok(ya.get(i).copied()),
+                cx.tok(yb.get(i).copied())
+            );
+            let lo = i.saturating_sub(12);
+            let _ = writeln!(s, "context before: {:?}\n", codec.decode(&ya[lo..i]));
+        }
+        None => {
+            let _ = writeln!(s, "no fork: {ma} and {mb} emit the same {} tokens\n", ya.len());
+        }
+    }
+
+    // 1. batch-width probe: four copies of the prompt in one running batch vs plain
+    let plain = if ma == Mode::Plain {
+        ta.clone()
+    } else if mb == Mode::Plain {
+        tb.clone()
+    } else {
+        cx.one(&Mode::Plain)?
+    };
+    let _ = writeln!(s, "1. batch-width probe (4 copies of the prompt, batch:4, vs plain):");
+    if declared.contains(&Mode::Batch { n: 4 }) {
+        let copies: Vec<Request> = (0..4)
+            .map(|c| Request {
+                id: format!("{}#copy{c}", cx.req.id),
+                ..cx.req.clone()
+            })
+            .collect();
+        let out = cx.gen(&copies, &Mode::Batch { n: 4 })?;
+        for (c, t) in out.iter().enumerate() {
+            match first_diff(&plain.tokens(), &t.tokens()) {
+                None => {
+                    let _ = writeln!(s, "   copy {c}: identical to plain ({} tokens)", t.steps.len());
+                }
+                Some(d) => {
+                    let _ = writeln!(
+                        s,
+                        "   copy {c}: differs from plain at index {d}: {} vs plain {}",
+                        cx.tok(t.tokens().get(d).copied()),
+                        cx.tok(plain.tokens().get(d).copied())
+                    );
+                }
+            }
+        }
+    } else {
+        let _ = writeln!(s, "   skipped: engine does not declare batch:4");
+    }
+
+    // 2. truncated-prefix continuation at the fork, in both modes
+    let _ = writeln!(s, "2. truncated-prefix continuation:");
+    let cut = fork.unwrap_or(0);
+    let mut ids = cx.req.prompt.clone();
+    ids.extend_from_slice(&ya[..cut]);
+    let text = codec.decode(&ids);
+    let retok = codec.tokenizer().encode(&text, false).map_err(f)?;
+    if retok == ids {
+        let _ = writeln!(
+            s,
+            "   prefix of {cut} generated tokens re-tokenizes to the same {} ids",
+            ids.len()
+        );
+    } else {
+        let d = first_diff(&retok, &ids).unwrap_or(0);
+        let _ = writeln!(
+            s,
+            "   WARNING: decoded prefix re-tokenizes differently ({} vs {} ids, first difference at {d}); continuing from the original ids",
+            retok.len(),
+            ids.len()
+        );
+    }
+    if fork.is_none() {
+        let _ = writeln!(s, "   (no fork: continuation from the prompt itself)");
+    }
+    let creq = Request {
+        id: format!("{}#cut{cut}", cx.req.id),
+        prompt: ids.clone(),
+        max_tokens: o.continuation.min(cx.req.max_tokens - cut).max(1),
+        stop: cx.req.stop.clone(),
+    };
+    let mut cont_first = Vec::new();
+    for md in [ma, mb] {
+        let t = cx
+            .gen(std::slice::from_ref(&creq), &md)?
+            .pop()
+            .ok_or_else(|| Fatal("no trajectory".into()))?;
+        let first = t.tokens().first().copied();
+        cont_first.push(first);
+        let _ = writeln!(
+            s,
+            "   {md}: picks {} then {:?} (top-2 gap {})",
+            cx.tok(first),
+            codec.decode(&t.tokens()[1.min(t.steps.len())..]),
+            fmt_opt(gap(t.steps.first()))
+        );
+    }
+    if let Some(i) = fork {
+        let same = |x: Option<u32>, y: Option<u32>| x == y;
+        let _ = writeln!(
+            s,
+            "   restarted at the fork: {ma} {} its own run, {mb} {} its own run",
+            if same(cont_first[0], ya.get(i).copied()) { "repeats" } else { "does NOT repeat" },
+            if same(cont_first[1], yb.get(i).copied()) { "repeats" } else { "does NOT repeat" },
+        );
+    }
+
+    // 3. spec:1 vs spec:K
+    let k = [ma, mb]
+        .iter()
+        .find_map(|m| match m {
+            Mode::Spec { k } => Some(*k),
+            _ => None,
+        })
+        .unwrap_or(4);
+    let _ = writeln!(s, "3. spec:1 vs spec:{k} (each vs plain):");
+    if declared.contains(&Mode::Spec { k: 1 }) && declared.contains(&Mode::Spec { k }) {
+        for kk in [1, k] {
+            let mk = Mode::Spec { k: kk };
+            let t = if mk == ma {
+                ta.clone()
+            } else if mk == mb {
+                tb.clone()
+            } else {
+                cx.one(&mk)?
+            };
+            let st = t.spec.clone().unwrap_or_default();
+            let d = first_diff(&plain.tokens(), &t.tokens());
+            let _ = writeln!(
+                s,
+                "   spec:{kk}: {} ({} rounds, {} drafted, {} accepted)",
+                d.map_or("identical to plain".to_string(), |d| format!(
+                    "differs from plain at index {d}: {} vs {}",
+                    cx.tok(t.tokens().get(d).copied()),
+                    cx.tok(plain.tokens().get(d).copied())
+                )),
+                st.rounds,
+                st.drafted,
+                st.accepted
+            );
+        }
+    } else {
+        let _ = writeln!(s, "   skipped: engine has no spec modes (give a drafter)");
+    }
+
+    // 4. top-2 gap at the fork (or at the smallest oracle margin)
+    let (at, why) = match fork {
+        Some(i) => (i, "at the fork"),
+        None => {
+            let i = ra
+                .iter()
+                .enumerate()
+                .min_by(|x, y| x.1.top2_margin().total_cmp(&y.1.top2_margin()))
+                .map_or(0, |x| x.0);
+            (i, "at the smallest oracle top-2 margin")
+        }
+    };
+    let _ = writeln!(s, "4. top-2 gap {why} (output index {at}, absolute position {}):", plen + at);
+    let _ = writeln!(s, "   {ma} engine gap {}", fmt_opt(gap(ta.steps.get(at))));
+    let _ = writeln!(s, "   {mb} engine gap {}", fmt_opt(gap(tb.steps.get(at))));
+    let row = ra.get(at).cloned();
+    let verdict;
+    if let Some(row) = &row {
+        let top: Vec<String> = row
+            .top_k
+            .iter()
+            .take(5)
+            .map(|(id, l)| format!("{id} {:?} {l}", codec.decode(&[*id])))
+            .collect();
+        let _ = writeln!(
+            s,
+            "   oracle top-2 gap {:.6}; oracle top-5: {}",
+            row.top2_margin(),
+            top.join(", ")
+        );
+        let a_top = row.top_k[0].1;
+        let la = ya.get(at).and_then(|&y| logit_in(&row.top_k, y).or(row.chosen));
+        let lb = match yb.get(at) {
+            Some(&y) if Some(&y) == ya.get(at) => la,
+            Some(&y) => match logit_in(&row.top_k, y) {
+                Some(l) => Some(l),
+                None => cx.rows(&yb)?.get(at).and_then(|r| r.chosen),
+            },
+            None => None,
+        };
+        let (mar_a, mar_b) = (la.map(|l| a_top - l), lb.map(|l| a_top - l));
+        if let Some(i) = fork {
+            let _ = writeln!(
+                s,
+                "   oracle margin m of {ma}'s token {}, of {mb}'s token {}; |ℓ_a − ℓ_b| = {}",
+                fmt_opt(mar_a),
+                fmt_opt(mar_b),
+                fmt_opt(la.zip(lb).map(|(x, y)| (x - y).abs()))
+            );
+            let ok = |m: Option<f64>| m.is_some_and(|m| m <= tau);
+            let d = la.zip(lb).map_or(f64::NAN, |(x, y)| (x - y).abs());
+            verdict = match (ok(mar_a), ok(mar_b)) {
+                (true, true) => format!(
+                    "verdict: tie-split at position {} — oracle margin {d:.6} ≤ τ {tau}; both outputs conform",
+                    plen + i
+                ),
+                (true, false) => format!(
+                    "verdict: {mb} wrong at position {} — oracle margin {} > τ {tau}; {ma} agrees with exact arithmetic",
+                    plen + i,
+                    fmt_opt(mar_b)
+                ),
+                (false, true) => format!(
+                    "verdict: {ma} wrong at position {} — oracle margin {} > τ {tau}; {mb} agrees with exact arithmetic",
+                    plen + i,
+                    fmt_opt(mar_a)
+                ),
+                (false, false) => format!(
+                    "verdict: both wrong at position {} — oracle margins {} and {} > τ {tau}",
+                    plen + i,
+                    fmt_opt(mar_a),
+                    fmt_opt(mar_b)
+                ),
+            };
+        } else {
+            verdict = format!(
+                "verdict: no fork between {ma} and {mb} ({} tokens); smallest oracle top-2 margin {:.6} at position {} ({} τ {tau})",
+                ya.len(),
+                row.top2_margin(),
+                plen + at,
+                if row.top2_margin() <= tau { "≤" } else { ">" }
+            );
+        }
+    } else {
+        verdict = "verdict: nothing generated".to_string();
+    }
+    let _ = writeln!(s, "\n{verdict}");
+    Ok(s)
+}

@@ -1,0 +1,234 @@
+//! `suites::http` end to end against a real llama.cpp `llama-server` (built by
+//! `cargo xtask llama-server --build-only` at `target/ext/llama.cpp-build/bin/llama-server`, or
+//! `$LLAMA_SERVER_BIN`): the smoke suite in `plain` and `batch:4` on the dense F32 and Q4_K_M
+//! fixture targets, judged by the f64 oracle; and a wrapper engine that swaps one token of the
+//! server's output, which the rule must report as a `divergence` at exactly that position.
+//!
+//! Skips (prints `skipped: …` and passes) when the binary or the fixtures are absent.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use suites::engine::{Engine, EngineError, Mode, Request, Scores, Trajectory};
+use suites::oracle::ScoreCache;
+use suites::reference_engine::{GemmaCodec, ReferenceOracle};
+use suites::report::{ModelRef, Run};
+use suites::rule::Verdict;
+use suites::runner::{run_suite, RunConfig};
+use suites::suite::Suite;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn fixtures() -> PathBuf {
+    std::env::var_os("GEMMA4_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("../shared/fixtures"))
+}
+
+fn server_bin() -> PathBuf {
+    std::env::var_os("LLAMA_SERVER_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target/ext/llama.cpp-build/bin/llama-server"))
+}
+
+/// A llama-server child process, killed on drop.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_server(model: &Path) -> Server {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(server_bin())
+        .arg("-m")
+        .arg(model)
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["-np", "4", "-c", "4096", "-t", "2", "--no-warmup"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start llama-server");
+    let server = Server { child, port };
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let t0 = Instant::now();
+    loop {
+        if let Ok(r) = agent.get(format!("http://127.0.0.1:{port}/health")).call() {
+            if r.status() == 200 {
+                break;
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "llama-server not healthy"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    server
+}
+
+fn available() -> bool {
+    if !server_bin().exists() {
+        println!(
+            "skipped: llama-server not built at {} (cargo xtask llama-server --build-only)",
+            server_bin().display()
+        );
+        return false;
+    }
+    if !fixtures().join("models").exists() {
+        println!("skipped: fixtures not found at {}", fixtures().display());
+        return false;
+    }
+    true
+}
+
+fn judge(engine: &mut dyn Engine, model: &Path, modes: &[Mode]) -> Run {
+    let mut oracle = ReferenceOracle::load(model).unwrap();
+    let codec = GemmaCodec::load(model).unwrap();
+    let suite = Suite::load(root().join("suites/smoke.toml")).unwrap();
+    let cfg = RunConfig {
+        modes: modes.to_vec(),
+        tau: suite.settings.tie_budget,
+        tau_source: "suite default".into(),
+        model: ModelRef {
+            path: model.display().to_string(),
+            stem: "test".into(),
+            sha256: String::new(),
+        },
+        draft: None,
+        goldens_dir: None,
+        progress: false,
+    };
+    let mut cache = ScoreCache::new(None);
+    run_suite(engine, &mut oracle, &codec, &mut cache, &suite, None, &cfg).unwrap()
+}
+
+#[test]
+fn smoke_suite_plain_and_batch4_on_f32_and_q4km() {
+    if !available() {
+        return;
+    }
+    for file in ["dense-target.F32.gguf", "dense-target.Q4_K_M.gguf"] {
+        let model = fixtures().join("models").join(file);
+        let server = start_server(&model);
+        let mut engine = suites::http::engine_from_spec(
+            &format!("llama-server=http://127.0.0.1:{}", server.port),
+            &model,
+        )
+        .unwrap();
+        let modes = [Mode::Plain, Mode::Batch { n: 4 }];
+        let run = judge(engine.as_mut(), &model, &modes);
+        assert!(run.skipped_modes.is_empty(), "{:?}", run.skipped_modes);
+        assert_eq!(run.entries.len(), 3 * modes.len(), "{file}");
+        for e in &run.entries {
+            println!(
+                "{file} {} {}: {} ({} tokens, {} flips)",
+                e.prompt,
+                e.mode,
+                e.verdict.as_str(),
+                e.tokens.len(),
+                e.tie_flips
+            );
+            assert_ne!(
+                e.verdict,
+                Verdict::Error,
+                "{file} {} {}: {:?}",
+                e.prompt,
+                e.mode,
+                e.error
+            );
+            assert!(!e.tokens.is_empty());
+            assert_eq!(e.judged, e.tokens.len(), "{file} {} {}", e.prompt, e.mode);
+            assert_eq!(e.margins.len(), e.tokens.len());
+            assert!(e.margins.iter().any(|m| m.is_some()));
+        }
+    }
+}
+
+/// Swaps the token at output index `index` of request `id` for the lowest-ranked candidate in
+/// the server's own top-k there (a deliberately wrong server response); the rest is kept.
+struct SwapOne {
+    inner: Box<dyn Engine>,
+    id: String,
+    index: usize,
+    swapped: Option<u32>,
+}
+
+impl Engine for SwapOne {
+    fn name(&self) -> &str {
+        "swap-one"
+    }
+    fn modes(&self) -> Vec<Mode> {
+        self.inner.modes()
+    }
+    fn generate(&mut self, reqs: &[Request], mode: &Mode) -> Result<Vec<Trajectory>, EngineError> {
+        let mut out = self.inner.generate(reqs, mode)?;
+        for (t, r) in out.iter_mut().zip(reqs) {
+            if t.id == self.id {
+                let s = &mut t.steps[self.index];
+                let tk = s.top_k.as_ref().expect("server top-k");
+                let (id, _) = *tk
+                    .iter()
+                    .rev()
+                    .find(|(id, _)| !r.stop.contains(id) && *id != s.token)
+                    .expect("a non-stop candidate");
+                s.token = id;
+                self.swapped = Some(id);
+            }
+        }
+        Ok(out)
+    }
+    fn score(&mut self, seqs: &[Vec<u32>], top_k: usize) -> Result<Vec<Scores>, EngineError> {
+        self.inner.score(seqs, top_k)
+    }
+    fn request_errors(&mut self) -> Vec<(String, String)> {
+        self.inner.request_errors()
+    }
+}
+
+#[test]
+fn swapped_token_is_a_divergence_at_that_position() {
+    if !available() {
+        return;
+    }
+    let model = fixtures().join("models/dense-target.F32.gguf");
+    let server = start_server(&model);
+    let inner = suites::http::engine_from_spec(
+        &format!("llama-server=http://127.0.0.1:{}", server.port),
+        &model,
+    )
+    .unwrap();
+    let mut engine = SwapOne {
+        inner,
+        id: "story".into(),
+        index: 3,
+        swapped: None,
+    };
+    let run = judge(&mut engine, &model, &[Mode::Plain]);
+    let e = run.entries.iter().find(|e| e.prompt == "story").unwrap();
+    assert_eq!(e.verdict, Verdict::Divergence, "{e:?}");
+    let d = e.first_divergence.as_ref().unwrap();
+    assert_eq!(d.index, 3);
+    assert_eq!(Some(d.token.id), engine.swapped);
+    assert!(d.margin.unwrap_or(f64::INFINITY) > run.tau);
+    assert_eq!(d.position, e.prompt_tokens + 3);
+    for other in run.entries.iter().filter(|e| e.prompt != "story") {
+        assert_ne!(other.verdict, Verdict::Error);
+    }
+}

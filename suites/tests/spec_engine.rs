@@ -1,0 +1,98 @@
+//! `spec:K` of the reference engines (`suites::spec_engine`) on the real-toolchain dense fixture
+//! (`dense-target.Q4_K_M` + `dense-assistant.F32`): token ids and counters equal
+//! `reference::spec::spec_decode` (an independent implementation of the same loop), and in the
+//! f64 oracle speculative output equals plain greedy for every K (conformance §7 speculative
+//! invariance), with transformers' float64 greedy ids (`oracle/dense-target.Q4_K_M.greedy.json`)
+//! as the expected tokens.
+
+use std::path::PathBuf;
+
+use reference::model::Model;
+use reference::spec::{spec_decode, Assistant, SpecOptions};
+use suites::oracle::Codec;
+use suites::reference_engine::GemmaCodec;
+use suites::spec_engine::spec_generate;
+use suites::suite::{Message, PromptInput};
+use suites::{Request, StepKind};
+
+fn fixtures() -> Option<PathBuf> {
+    let p = std::env::var_os("GEMMA4_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"));
+    if p.join("models/dense-assistant.F32.gguf").exists() {
+        Some(p)
+    } else {
+        println!("skipped: fixtures not found at {}", p.display());
+        None
+    }
+}
+
+fn greedy_ids(fx: &std::path::Path) -> Vec<u32> {
+    let text = std::fs::read_to_string(fx.join("oracle/dense-target.Q4_K_M.greedy.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let p = v["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "count_chat")
+        .unwrap();
+    p["greedy_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+#[test]
+fn spec_engine_matches_reference_spec_decoder_and_plain_greedy() {
+    let Some(fx) = fixtures() else { return };
+    let target = fx.join("models/dense-target.Q4_K_M.gguf");
+    let codec = GemmaCodec::load(&target).unwrap();
+    let prompt = codec
+        .encode(
+            &PromptInput::Messages(vec![Message {
+                role: "user".into(),
+                content:
+                    "Write the numbers from 1 to 300 in order, separated by commas, and nothing more."
+                        .into(),
+            }]),
+            false,
+        )
+        .unwrap();
+    let expect = greedy_ids(&fx);
+    let model = Model::<f64>::load(&target).unwrap();
+    let assistant = Assistant::<f64>::load(fx.join("models/dense-assistant.F32.gguf")).unwrap();
+    let n = 20;
+    for k in [1, 2, 4] {
+        let req = Request {
+            id: "count_chat".into(),
+            prompt: prompt.clone(),
+            max_tokens: n,
+            stop: vec![1, 50, 106],
+        };
+        let mut d = &assistant;
+        let traj = spec_generate(&model, &mut d, &req, k, 16).unwrap();
+        let mut d2 = &assistant;
+        let want = spec_decode(&model, &mut d2, &prompt, SpecOptions::new(k, n, &[1, 50, 106]))
+            .unwrap();
+        assert_eq!(traj.tokens(), want.tokens, "spec:{k} tokens");
+        assert_eq!(traj.tokens(), expect[..n], "spec:{k} = float64 greedy");
+        let s = traj.spec.as_ref().unwrap();
+        assert_eq!(s.rounds, want.stats.rounds, "spec:{k} rounds");
+        assert_eq!(s.drafted, want.stats.drafted, "spec:{k} drafted");
+        assert_eq!(s.accepted, want.stats.accepted, "spec:{k} accepted");
+        let per_round: Vec<usize> = s.per_round.iter().map(|r| r.1).collect();
+        assert_eq!(per_round, want.stats.accepted_per_round);
+        // every emitted token carries the top-1 of its own row, and step kinds add up
+        for st in &traj.steps {
+            assert_eq!(st.top_k.as_ref().unwrap()[0].0, st.token);
+        }
+        let accepted = traj
+            .steps
+            .iter()
+            .filter(|s| s.kind == StepKind::VerifyAccepted)
+            .count();
+        assert_eq!(accepted, s.accepted);
+    }
+}

@@ -1,0 +1,73 @@
+//! `cargo xtask explain`: the four experiments of `context.md` for the first fork between two
+//! modes of one engine on one prompt, ending with one verdict line (`design/conformance.md` §5).
+
+use std::path::PathBuf;
+
+use suites::explain::{explain, ExplainOptions};
+use suites::Mode;
+
+/// Flags of `explain`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Prompt id (e.g. `count_300`).
+    #[arg(long)]
+    pub prompt: String,
+    /// The two modes compared, comma-separated.
+    #[arg(long, default_value = "plain,spec:4")]
+    pub modes: String,
+    /// Target model GGUF (default: the dense fixture, with its assistant).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// MTP drafter GGUF (default: the default model's assistant when --model is not given).
+    #[arg(long)]
+    pub draft: Option<PathBuf>,
+    /// Engine.
+    #[arg(long, default_value = "reference-f32")]
+    pub engine: String,
+    /// Suite name or path holding the prompt.
+    #[arg(long, default_value = "core")]
+    pub suite: String,
+    /// Tokens generated after the truncated prefix (experiment 2).
+    #[arg(long, default_value_t = 8)]
+    pub continuation: usize,
+}
+
+/// Runs the verb; returns the exit code (0, or 2 when it could not run).
+pub fn run(a: &Args) -> i32 {
+    let modes = match Mode::parse_list(&a.modes) {
+        Ok(m) if m.len() == 2 => (m[0], m[1]),
+        Ok(_) => {
+            eprintln!("error: --modes needs exactly two modes, e.g. plain,spec:4");
+            return 2;
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    let o = crate::conformance::options(&a.model, &a.draft, &[], &[a.suite.as_str()], &None);
+    let Some(model) = o.models.into_iter().next() else {
+        eprintln!("error: no model");
+        return 2;
+    };
+    let opts = ExplainOptions {
+        model,
+        suite: o.suites[0].clone(),
+        prompt: a.prompt.clone(),
+        modes,
+        engine: a.engine.clone(),
+        goldens_root: o.goldens_root,
+        cache_dir: Some(o.out_dir.join("cache")),
+        continuation: a.continuation,
+    };
+    match explain(&opts) {
+        Ok(text) => {
+            print!("{text}");
+            0
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            2
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! `cargo xtask run` (feature `cuda`): greedy generation with the CUDA engine, streaming each
+//! token's text as it is produced, then prefill and decode tokens/s.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use reference::gguf::GgufFile;
+use reference::tokenizer::{ChatMessage, GemmaTokenizer};
+use runtime::forward::Row;
+use runtime::{CudaEngine, EngineOptions};
+
+/// Flags of `run`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Model GGUF.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Prompt text.
+    #[arg(long)]
+    pub prompt: String,
+    /// Apply the chat template (one user turn, thinking off).
+    #[arg(long)]
+    pub chat: bool,
+    /// Maximum generated tokens.
+    #[arg(long, default_value_t = 64)]
+    pub max_tokens: usize,
+}
+
+/// Runs the verb.
+pub fn run(a: &Args) -> anyhow::Result<()> {
+    let file = GgufFile::open(&a.model)?;
+    let tok = GemmaTokenizer::from_gguf(&file)?;
+    let prompt = if a.chat {
+        tok.encode_chat(&[ChatMessage::new("user", &a.prompt)], true, false)?
+    } else {
+        tok.encode(&a.prompt, true)?
+    };
+    let t0 = Instant::now();
+    let mut eng = CudaEngine::load(
+        &a.model,
+        EngineOptions {
+            slots: 1,
+            max_ctx: (prompt.len() + a.max_tokens + 1).min(runtime::forward::MAX_CTX),
+        },
+    )?;
+    eprintln!(
+        "loaded {} on {} in {:.2} s ({} prompt tokens)",
+        a.model.display(),
+        eng.gpu().name,
+        t0.elapsed().as_secs_f64(),
+        prompt.len()
+    );
+    let stop = tok.stop_ids();
+    let suppressed = eng.suppressed_ids().to_vec();
+    let pick = |row: &[f32]| -> u32 {
+        let mut best: Option<(u32, f32)> = None;
+        for (i, &v) in row.iter().enumerate() {
+            if suppressed.binary_search(&(i as u32)).is_ok() || v.is_nan() {
+                continue;
+            }
+            if best.is_none_or(|(_, b)| v > b) {
+                best = Some((i as u32, v));
+            }
+        }
+        best.map(|b| b.0).unwrap_or(0)
+    };
+    let n = prompt.len();
+    let rows: Vec<Row> = prompt
+        .iter()
+        .enumerate()
+        .map(|(i, &token)| Row { slot: 0, token, logits: i + 1 == n })
+        .collect();
+    let tp = Instant::now();
+    let lg = eng.forward(&rows)?;
+    let prefill_s = tp.elapsed().as_secs_f64();
+    let mut next = pick(&lg[0]);
+    let mut out = vec![next];
+    let mut stdout = std::io::stdout();
+    write!(stdout, "{}", tok.decode(&[next])?)?;
+    stdout.flush()?;
+    let td = Instant::now();
+    while out.len() < a.max_tokens && !stop.contains(&next) {
+        let lg = eng.forward(&[Row { slot: 0, token: next, logits: true }])?;
+        next = pick(&lg[0]);
+        out.push(next);
+        write!(stdout, "{}", tok.decode(&[next])?)?;
+        stdout.flush()?;
+    }
+    let decode_s = td.elapsed().as_secs_f64();
+    println!();
+    eprintln!(
+        "prefill {n} tokens in {:.3} s ({:.1} tok/s); decode {} tokens in {:.3} s ({:.1} tok/s)",
+        prefill_s,
+        n as f64 / prefill_s,
+        out.len() - 1,
+        decode_s,
+        (out.len() - 1) as f64 / decode_s.max(1e-9)
+    );
+    Ok(())
+}
