@@ -35,8 +35,22 @@ pub const FORMATS: [&str; 16] = [
 
 /// The `quant.cuh` struct of each entry of [`FORMATS`] (same order).
 const FORMAT_STRUCTS: [&str; 16] = [
-    "FmtF32", "FmtF16", "FmtBF16", "FmtQ4_0", "FmtQ4_1", "FmtQ5_0", "FmtQ5_1", "FmtQ8_0",
-    "FmtQ2_K", "FmtQ3_K", "FmtQ4_K", "FmtQ5_K", "FmtQ6_K", "FmtQ8_K", "FmtIQ4_NL", "FmtIQ4_XS",
+    "FmtF32",
+    "FmtF16",
+    "FmtBF16",
+    "FmtQ4_0",
+    "FmtQ4_1",
+    "FmtQ5_0",
+    "FmtQ5_1",
+    "FmtQ8_0",
+    "FmtQ2_K",
+    "FmtQ3_K",
+    "FmtQ4_K",
+    "FmtQ5_K",
+    "FmtQ6_K",
+    "FmtQ8_K",
+    "FmtIQ4_NL",
+    "FmtIQ4_XS",
 ];
 
 /// Largest number of activation columns a single `matvec_<fmt>_<nc>` launch handles.

@@ -81,6 +81,24 @@ impl CudaEngine {
         })
     }
 
+    /// An engine over an already uploaded model (benchmarks: synthetic weights).
+    pub fn from_parts(
+        gpu: Gpu,
+        model: DeviceModel,
+        opts: EngineOptions,
+    ) -> Result<CudaEngine, RuntimeError> {
+        let ctx = opts.max_ctx.min(crate::forward::MAX_CTX);
+        let cache = KvCache::new(&gpu, &model, opts.slots, ctx)?;
+        let ws = Workspace::new(&gpu, &model)?;
+        gpu.sync()?;
+        Ok(CudaEngine {
+            gpu,
+            model,
+            cache,
+            ws,
+        })
+    }
+
     /// The model's configuration.
     pub fn config(&self) -> &Config {
         &self.model.config

@@ -57,8 +57,14 @@ impl KvCache {
         for l in &model.layers {
             if l.kv.is_some() {
                 let n = slots * ctx * l.n_kv * l.head_dim;
-                let k = gpu.stream.alloc_zeros::<f32>(n).map_err(drv("alloc K cache"))?;
-                let v = gpu.stream.alloc_zeros::<f32>(n).map_err(drv("alloc V cache"))?;
+                let k = gpu
+                    .stream
+                    .alloc_zeros::<f32>(n)
+                    .map_err(drv("alloc K cache"))?;
+                let v = gpu
+                    .stream
+                    .alloc_zeros::<f32>(n)
+                    .map_err(drv("alloc V cache"))?;
                 layers.push(Some((k, v)));
             } else {
                 layers.push(None);
@@ -135,8 +141,16 @@ impl Workspace {
         let (e, k, ie) = (c.n_expert.max(1), c.n_expert_used.max(1), c.n_ff_exp.max(1));
         let lp = (c.n_layer * c.n_embd_per_layer).max(1);
         let p = c.n_embd_per_layer.max(1);
-        let f32s = |n: usize| gpu.stream.alloc_zeros::<f32>(n).map_err(drv("alloc workspace"));
-        let i32s = |n: usize| gpu.stream.alloc_zeros::<i32>(n).map_err(drv("alloc workspace"));
+        let f32s = |n: usize| {
+            gpu.stream
+                .alloc_zeros::<f32>(n)
+                .map_err(drv("alloc workspace"))
+        };
+        let i32s = |n: usize| {
+            gpu.stream
+                .alloc_zeros::<i32>(n)
+                .map_err(drv("alloc workspace"))
+        };
         Ok(Workspace {
             x: f32s(t * h)?,
             h: f32s(t * h)?,
@@ -265,7 +279,10 @@ impl Forward<'_> {
         while c0 < t {
             let nc = (t - c0).min(MATVEC_MAX_COLS);
             let name = kernels::matvec_kernel(w.fmt, nc);
-            let f = self.gpu.modules.function_fmt(Family::Matvec, w.fmt, &name)?;
+            let f = self
+                .gpu
+                .modules
+                .function_fmt(Family::Matvec, w.fmt, &name)?;
             let grid = ((w.rows as u32).div_ceil(matvec_rows_per_block(nc)), 1, 1);
             launch(
                 self.gpu,
@@ -300,7 +317,10 @@ impl Forward<'_> {
         y: u64,
     ) -> Result<(), RuntimeError> {
         let name = format!("matvec_ids_{}", w.fmt);
-        let f = self.gpu.modules.function_fmt(Family::Matvec, w.fmt, &name)?;
+        let f = self
+            .gpu
+            .modules
+            .function_fmt(Family::Matvec, w.fmt, &name)?;
         let grid = ((rows_e as u32).div_ceil(4), pairs as u32, 1);
         launch(
             self.gpu,
@@ -321,29 +341,63 @@ impl Forward<'_> {
         )
     }
 
-    fn rmsnorm(&self, x: u64, w: Option<u64>, y: u64, rows: usize, n: usize) -> Result<(), RuntimeError> {
+    fn rmsnorm(
+        &self,
+        x: u64,
+        w: Option<u64>,
+        y: u64,
+        rows: usize,
+        n: usize,
+    ) -> Result<(), RuntimeError> {
         let eps = self.model.config.rms_eps as f32;
         self.call(
             "rmsnorm_f32",
             (rows as u32, 1, 1),
             256,
             0,
-            &[Arg::P(x), Arg::P(w.unwrap_or(0)), Arg::P(y), Arg::I(n as i32), Arg::F(eps)],
+            &[
+                Arg::P(x),
+                Arg::P(w.unwrap_or(0)),
+                Arg::P(y),
+                Arg::I(n as i32),
+                Arg::F(eps),
+            ],
         )
     }
 
-    fn rmsnorm_add(&self, y: u64, w: u64, x: u64, rows: usize, n: usize) -> Result<(), RuntimeError> {
+    fn rmsnorm_add(
+        &self,
+        y: u64,
+        w: u64,
+        x: u64,
+        rows: usize,
+        n: usize,
+    ) -> Result<(), RuntimeError> {
         let eps = self.model.config.rms_eps as f32;
         self.call(
             "rmsnorm_add_f32",
             (rows as u32, 1, 1),
             256,
             0,
-            &[Arg::P(y), Arg::P(w), Arg::P(x), Arg::I(n as i32), Arg::F(eps)],
+            &[
+                Arg::P(y),
+                Arg::P(w),
+                Arg::P(x),
+                Arg::I(n as i32),
+                Arg::F(eps),
+            ],
         )
     }
 
-    fn rope(&self, x: u64, pos: u64, inv: u64, t: usize, heads: usize, d: usize) -> Result<(), RuntimeError> {
+    fn rope(
+        &self,
+        x: u64,
+        pos: u64,
+        inv: u64,
+        t: usize,
+        heads: usize,
+        d: usize,
+    ) -> Result<(), RuntimeError> {
         let n = t * heads * d / 2;
         self.call(
             "rope_neox_f32",
@@ -398,15 +452,26 @@ impl Forward<'_> {
         let t = ids.len();
         let hh = c.n_embd;
         let s = &gpu.stream;
-        s.memcpy_htod(ids, &mut ws.ids.slice_mut(0..t)).map_err(drv("upload ids"))?;
-        s.memcpy_htod(slots, &mut ws.slot.slice_mut(0..t)).map_err(drv("upload slots"))?;
-        s.memcpy_htod(pos, &mut ws.pos.slice_mut(0..t)).map_err(drv("upload pos"))?;
+        s.memcpy_htod(ids, &mut ws.ids.slice_mut(0..t))
+            .map_err(drv("upload ids"))?;
+        s.memcpy_htod(slots, &mut ws.slot.slice_mut(0..t))
+            .map_err(drv("upload slots"))?;
+        s.memcpy_htod(pos, &mut ws.pos.slice_mut(0..t))
+            .map_err(drv("upload pos"))?;
         if !sel.is_empty() {
             s.memcpy_htod(sel, &mut ws.sel.slice_mut(0..sel.len()))
                 .map_err(drv("upload sel"))?;
         }
         let p = |b: &CudaSlice<f32>| ptr(gpu, b);
-        let (x, h, q, k, v, att, a) = (p(&ws.x), p(&ws.h), p(&ws.q), p(&ws.k), p(&ws.v), p(&ws.att), p(&ws.a));
+        let (x, h, q, k, v, att, a) = (
+            p(&ws.x),
+            p(&ws.h),
+            p(&ws.q),
+            p(&ws.k),
+            p(&ws.v),
+            p(&ws.att),
+            p(&ws.a),
+        );
         let (g, u, f) = (p(&ws.g), p(&ws.u), p(&ws.f));
         let (idsp, slotp, posp) = (ptr(gpu, &ws.ids), ptr(gpu, &ws.slot), ptr(gpu, &ws.pos));
 
@@ -419,14 +484,30 @@ impl Forward<'_> {
             self.embed(&pl.token_embd, idsp, t, ptok, (pp as f32).sqrt())?;
             self.mv(&pl.model_proj, x, t, ple)?;
             let n = t * lp;
-            self.call("scale_f32", n1d(n), 256, 0, &[Arg::P(ple), Arg::U(n as u64), Arg::F((hh as f64).powf(-0.5) as f32)])?;
+            self.call(
+                "scale_f32",
+                n1d(n),
+                256,
+                0,
+                &[
+                    Arg::P(ple),
+                    Arg::U(n as u64),
+                    Arg::F((hh as f64).powf(-0.5) as f32),
+                ],
+            )?;
             self.rmsnorm(ple, Some(ptr(gpu, &pl.proj_norm)), ple, t * c.n_layer, pp)?;
             self.call(
                 "add_scale_f32",
                 n1d(n),
                 256,
                 0,
-                &[Arg::P(ple), Arg::P(ptok), Arg::P(ple), Arg::U(n as u64), Arg::F(0.5f64.sqrt() as f32)],
+                &[
+                    Arg::P(ple),
+                    Arg::P(ptok),
+                    Arg::P(ple),
+                    Arg::U(n as u64),
+                    Arg::F(0.5f64.sqrt() as f32),
+                ],
             )?;
         }
 
@@ -455,9 +536,9 @@ impl Forward<'_> {
                 self.rmsnorm(k, Some(ptr(gpu, kn)), k, t * nkv, d)?;
                 self.rope(k, posp, inv, t, nkv, d)?;
                 self.rmsnorm(v, None, v, t * nkv, d)?;
-                let (kc, vc) = cache.layers[li].as_ref().ok_or_else(|| {
-                    RuntimeError::Capacity(format!("layer {li} has no cache"))
-                })?;
+                let (kc, vc) = cache.layers[li]
+                    .as_ref()
+                    .ok_or_else(|| RuntimeError::Capacity(format!("layer {li} has no cache")))?;
                 let w = nkv * d;
                 self.call(
                     "kv_write_f32",
@@ -487,7 +568,11 @@ impl Forward<'_> {
                 .iter()
                 .map(|&pp| {
                     let pp = pp as usize;
-                    let lo = if window > 0 { (pp + 1).saturating_sub(window) } else { 0 };
+                    let lo = if window > 0 {
+                        (pp + 1).saturating_sub(window)
+                    } else {
+                        0
+                    };
                     pp + 1 - lo
                 })
                 .max()
@@ -519,14 +604,21 @@ impl Forward<'_> {
             self.mv(&l.ffn_gate, h, t, g)?;
             self.mv(&l.ffn_up, h, t, u)?;
             let n = t * l.n_ff;
-            self.call("geglu_f32", n1d(n), 256, 0, &[Arg::P(g), Arg::P(u), Arg::P(g), Arg::U(n as u64)])?;
+            self.call(
+                "geglu_f32",
+                n1d(n),
+                256,
+                0,
+                &[Arg::P(g), Arg::P(u), Arg::P(g), Arg::U(n as u64)],
+            )?;
             self.mv(&l.ffn_down, g, t, f)?;
 
             // §6 MoE.
             if let Some(me) = &l.moe {
                 let (kk, ie, e) = (me.top_k, me.ie, me.n_expert);
                 let (rl, mids, mw) = (p(&ws.rl), ptr(gpu, &ws.mids), p(&ws.mw));
-                let (gu, ue, act, ye, mo) = (p(&ws.gu), p(&ws.ue), p(&ws.act), p(&ws.ye), p(&ws.mo));
+                let (gu, ue, act, ye, mo) =
+                    (p(&ws.gu), p(&ws.ue), p(&ws.act), p(&ws.ye), p(&ws.mo));
                 self.rmsnorm(f, Some(ptr(gpu, &me.post_ffw_norm_1)), f, t, hh)?;
                 self.rmsnorm(x, Some(ptr(gpu, &me.router_w)), h, t, hh)?;
                 self.mv(&me.gate_inp, h, t, rl)?;
@@ -556,14 +648,25 @@ impl Forward<'_> {
                             n1d(n),
                             256,
                             0,
-                            &[Arg::P(gu), Arg::P(act), Arg::I(pairs as i32), Arg::I(ie as i32)],
+                            &[
+                                Arg::P(gu),
+                                Arg::P(act),
+                                Arg::I(pairs as i32),
+                                Arg::I(ie as i32),
+                            ],
                         )?;
                     }
                     ExpertsGateUp::Split(wg, wu) => {
                         self.mv_ids(wg, ie, mids, h, kk, pairs, gu)?;
                         self.mv_ids(wu, ie, mids, h, kk, pairs, ue)?;
                         let n = pairs * ie;
-                        self.call("geglu_f32", n1d(n), 256, 0, &[Arg::P(gu), Arg::P(ue), Arg::P(act), Arg::U(n as u64)])?;
+                        self.call(
+                            "geglu_f32",
+                            n1d(n),
+                            256,
+                            0,
+                            &[Arg::P(gu), Arg::P(ue), Arg::P(act), Arg::U(n as u64)],
+                        )?;
                     }
                 }
                 self.mv_ids(&me.down, hh, mids, act, 1, pairs, ye)?;
@@ -572,7 +675,14 @@ impl Forward<'_> {
                     n1d(t * hh),
                     256,
                     0,
-                    &[Arg::P(ye), Arg::P(mw), Arg::P(mo), Arg::I(t as i32), Arg::I(kk as i32), Arg::I(hh as i32)],
+                    &[
+                        Arg::P(ye),
+                        Arg::P(mw),
+                        Arg::P(mo),
+                        Arg::I(t as i32),
+                        Arg::I(kk as i32),
+                        Arg::I(hh as i32),
+                    ],
                 )?;
                 self.rmsnorm_add(mo, ptr(gpu, &me.post_ffw_norm_2), f, t, hh)?;
             }
@@ -588,7 +698,14 @@ impl Forward<'_> {
                     n1d(t * pp),
                     256,
                     0,
-                    &[Arg::P(pg), Arg::P(ple), Arg::I(t as i32), Arg::I(pp as i32), Arg::I(c.n_layer as i32), Arg::I(li as i32)],
+                    &[
+                        Arg::P(pg),
+                        Arg::P(ple),
+                        Arg::I(t as i32),
+                        Arg::I(pp as i32),
+                        Arg::I(c.n_layer as i32),
+                        Arg::I(li as i32),
+                    ],
                 )?;
                 self.mv(&pl.proj, pg, t, a)?;
                 self.rmsnorm_add(a, ptr(gpu, &pl.post_norm), x, t, hh)?;
@@ -596,7 +713,13 @@ impl Forward<'_> {
             // §8 step 8.
             if l.layer_scalar != 1.0 {
                 let n = t * hh;
-                self.call("scale_f32", n1d(n), 256, 0, &[Arg::P(x), Arg::U(n as u64), Arg::F(l.layer_scalar)])?;
+                self.call(
+                    "scale_f32",
+                    n1d(n),
+                    256,
+                    0,
+                    &[Arg::P(x), Arg::U(n as u64), Arg::F(l.layer_scalar)],
+                )?;
             }
         }
         if sel.is_empty() {
@@ -611,14 +734,25 @@ impl Forward<'_> {
             (r as u32, 1, 1),
             256,
             0,
-            &[Arg::P(h), Arg::P(ptr(gpu, &ws.sel)), Arg::P(hs), Arg::I(hh as i32)],
+            &[
+                Arg::P(h),
+                Arg::P(ptr(gpu, &ws.sel)),
+                Arg::P(hs),
+                Arg::I(hh as i32),
+            ],
         )?;
         let vocab = c.n_vocab;
         let lg = p(&ws.logits);
         self.mv(&m.token_embd, hs, r, lg)?;
         if let Some(cap) = c.final_softcap {
             let n = r * vocab;
-            self.call("softcap_f32", n1d(n), 256, 0, &[Arg::P(lg), Arg::P(lg), Arg::U(n as u64), Arg::F(cap as f32)])?;
+            self.call(
+                "softcap_f32",
+                n1d(n),
+                256,
+                0,
+                &[Arg::P(lg), Arg::P(lg), Arg::U(n as u64), Arg::F(cap as f32)],
+            )?;
         }
         let out = s
             .clone_dtoh(&ws.logits.slice(0..r * vocab))

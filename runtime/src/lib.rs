@@ -7,6 +7,7 @@
 //!
 //! Spec: `spec/gguf-gemma4.md` §3 (block formats), `spec/gemma4-text.md` §3–§5, §9 (math).
 
+pub mod bench;
 pub mod check;
 pub mod device;
 pub mod engine;
@@ -18,6 +19,6 @@ pub mod ops;
 pub mod weights;
 
 pub use device::Gpu;
-pub use error::RuntimeError;
 pub use engine::{CudaEngine, EngineOptions, GenRequest, GenStep};
+pub use error::RuntimeError;
 pub use weights::DeviceTensor;

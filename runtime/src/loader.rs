@@ -203,11 +203,12 @@ impl Loader<'_> {
         let t = self.file.tensor(name).map_err(|e| model_err(name, e))?;
         let n = t.n_elements() as usize;
         let mut out = vec![0f32; n];
-        reference::quant::dequantize_f32(t.ggml_type, self.file.tensor_data(t), &mut out)
-            .map_err(|source| RuntimeError::Quant {
+        reference::quant::dequantize_f32(t.ggml_type, self.file.tensor_data(t), &mut out).map_err(
+            |source| RuntimeError::Quant {
                 name: name.to_string(),
                 source,
-            })?;
+            },
+        )?;
         Ok(out)
     }
 

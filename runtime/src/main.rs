@@ -30,6 +30,21 @@ enum Cmd {
         #[arg(long, default_value_t = 0x6765_6d6d_6134)]
         seed: u64,
     },
+    /// Decode tokens/s on a 12B-shaped model of random blocks vs the B_read roofline.
+    Bench {
+        /// Block format of every weight (e.g. Q4_K, Q8_0, BF16).
+        #[arg(long, default_value = "Q4_K")]
+        format: String,
+        /// Prompt tokens prefilled first.
+        #[arg(long, default_value_t = 32)]
+        prompt: usize,
+        /// Decode steps timed.
+        #[arg(long, default_value_t = 32)]
+        decode: usize,
+        /// Output folder for bench.json (default: $OUT, else target/bench).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// CUDA forward vs the f64 oracle (max |logit diff|) and self-consistency, per model.
     ModelCheck {
         /// Model GGUF files.
@@ -47,6 +62,33 @@ enum Cmd {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
+        Cmd::Bench {
+            format,
+            prompt,
+            decode,
+            out,
+        } => {
+            let out_dir = out
+                .or_else(|| std::env::var_os("OUT").map(PathBuf::from))
+                .unwrap_or_else(|| PathBuf::from("target/bench"));
+            let Some(ty) = reference::quant::GgmlType::from_name(&format) else {
+                eprintln!("unknown format {format}");
+                return ExitCode::from(2);
+            };
+            match runtime::bench::run(ty, prompt, decode) {
+                Ok(v) => {
+                    let text = serde_json::to_string_pretty(&v).unwrap_or_default();
+                    println!("{text}");
+                    let _ = std::fs::create_dir_all(&out_dir);
+                    let _ = std::fs::write(out_dir.join(format!("bench-{format}.json")), text);
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("bench: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         Cmd::ModelCheck { models, out, gen } => {
             let out_dir = out
                 .or_else(|| std::env::var_os("OUT").map(PathBuf::from))

@@ -114,22 +114,32 @@ pub fn check_model(path: &Path, gen_tokens: usize) -> Result<serde_json::Value, 
         max_diff = max_diff.max(md);
         agree += ag;
         rows_n += want.len();
-        per_seq.push(json!({"seq": si, "len": seq.len(), "max_abs_logit_diff": md,
-            "argmax_agree": ag, "rows": want.len(), "cuda_forward_s": fwd_s}));
+        per_seq.push(
+            json!({"seq": si, "len": seq.len(), "max_abs_logit_diff": md,
+            "argmax_agree": ag, "rows": want.len(), "cuda_forward_s": fwd_s}),
+        );
 
         // Self-consistency.
         let prefill = got;
         eng.reset();
         let mut decode = Vec::new();
         for &t in seq {
-            decode.extend(eng.forward(&[Row { slot: 0, token: t, logits: true }])?);
+            decode.extend(eng.forward(&[Row {
+                slot: 0,
+                token: t,
+                logits: true,
+            }])?);
         }
         eng.reset();
         let mut chunked = Vec::new();
         for part in seq.chunks(5) {
             let rows: Vec<Row> = part
                 .iter()
-                .map(|&token| Row { slot: 0, token, logits: true })
+                .map(|&token| Row {
+                    slot: 0,
+                    token,
+                    logits: true,
+                })
                 .collect();
             chunked.extend(eng.forward(&rows)?);
         }
@@ -143,11 +153,22 @@ pub fn check_model(path: &Path, gen_tokens: usize) -> Result<serde_json::Value, 
             for (oi, o) in others.iter().enumerate() {
                 let slot = if oi == 0 { 0 } else { oi + 1 };
                 for &ot in o.iter().skip(3 * i).take(3) {
-                    rows.push(Row { slot, token: ot, logits: false });
+                    rows.push(Row {
+                        slot,
+                        token: ot,
+                        logits: false,
+                    });
                 }
             }
             let at = rows.len() / 2;
-            rows.insert(at, Row { slot: 1, token: t, logits: true });
+            rows.insert(
+                at,
+                Row {
+                    slot: 1,
+                    token: t,
+                    logits: true,
+                },
+            );
             let _ = i;
             batch.extend(eng.forward(&rows)?);
         }

@@ -43,13 +43,15 @@ fn blocks_1d(n: u64, block: u32) -> LaunchConfig {
 }
 
 /// Bytes of one row of `k` elements of `ty`, checking that `k` is a whole number of blocks and
-/// of 32-element units (every kernel decodes 32 elements at a time).
+/// of 32-element units for block formats (their decoders work on 32-element units), or of
+/// 8-element pieces for the plain float types (F32/F16/BF16 rows of e.g. the PLE width 8).
 pub fn row_bytes(ty: GgmlType, k: usize, what: &str) -> Result<usize, RuntimeError> {
-    if !k.is_multiple_of(32) || !k.is_multiple_of(ty.block_size()) {
+    let unit = if ty.block_size() == 1 { 8 } else { 32 };
+    if !k.is_multiple_of(unit) || !k.is_multiple_of(ty.block_size()) {
         return Err(shape(
             what,
             format!(
-                "row length {k} must be a multiple of 32 and of the {ty} block size {}",
+                "row length {k} must be a multiple of {unit} and of the {ty} block size {}",
                 ty.block_size()
             ),
         ));

@@ -41,8 +41,55 @@ device)
     fi
     exit "$rc"
     ;;
+build-engine)
+    # Release runtime + xtask (with the CUDA engine), stripped, plus the fixture models the
+    # engine run needs, into local/gpu (carry ["local/gpu"]).
+    cargo build --release -p xtask -p runtime --features xtask/cuda
+    mkdir -p local/gpu/fixtures/models
+    objcopy --strip-debug target/release/runtime local/gpu/runtime
+    objcopy --strip-debug target/release/xtask local/gpu/xtask
+    fx="${GEMMA4_FIXTURES:-../shared/fixtures}"
+    for m in dense-target.F32 dense-target.Q4_K_M e2b-target.Q4_0 moe-target.Q4_K_M; do
+        cp -f "$fx/models/$m.gguf" local/gpu/fixtures/models/
+    done
+    du -sh local/gpu
+    echo "device command: bash scripts/gpu/run.sh engine   (carry [\"local/gpu\"])"
+    ;;
+engine)
+    # On the GPU machine: model-check (CUDA vs f64 oracle, self-consistency) and conformance
+    # with the cuda engine (smoke suite; prefill, plain, batch:4) for each fixture model.
+    # Results: $OUT/model-check.json, $OUT/engine.log, $OUT/reports.tar.gz.
+    : "${OUT:?OUT must name the output folder}"
+    export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+    export GEMMA4_FIXTURES="$PWD/local/gpu/fixtures"
+    # xtask resolves goldens/ and suites/ from its build-time workspace root.
+    if [ ! -e /work/main ]; then mkdir -p /work && ln -s "$PWD" /work/main; fi
+    log="$OUT/engine.log"
+    models="${MODELS:-dense-target.Q4_K_M dense-target.F32 e2b-target.Q4_0 moe-target.Q4_K_M}"
+    suite="${SUITE:-smoke}"
+    paths=""
+    for m in $models; do paths="$paths local/gpu/fixtures/models/$m.gguf"; done
+    echo "== model-check" | tee -a "$log"
+    timeout "${MODEL_CHECK_TIMEOUT:-100}" local/gpu/runtime model-check $paths --out "$OUT" \
+        > "$OUT/model-check.log" 2>&1 || echo "model-check exit $?" | tee -a "$log"
+    grep -E '"(model|max_abs_logit_diff|argmax_agree|rows|differing|repeat3_differing|load_s)"' "$OUT/model-check.log" | tr -s ' ' | tee -a "$log" || true
+    mkdir -p /tmp/conf
+    for m in $models; do
+        echo "== conformance $m ($suite)" | tee -a "$log"
+        rc=0
+        timeout "${CONF_TIMEOUT:-60}" local/gpu/xtask conformance --engine cuda --quiet \
+            --model "local/gpu/fixtures/models/$m.gguf" --suite "suites/$suite.toml" \
+            --modes "${MODES:-prefill,plain,batch:4}" --out "/tmp/conf/$m" >> "$log" 2>&1 || rc=$?
+        echo "conformance $m exit $rc" | tee -a "$log"
+    done
+    tar czf "$OUT/reports.tar.gz" -C /tmp conf 2>/dev/null || true
+    if [ -n "${BENCH:-}" ]; then
+        echo "== bench" | tee -a "$log"
+        timeout "${BENCH_TIMEOUT:-120}" local/gpu/runtime bench $BENCH --out "$OUT" >> "$log" 2>&1 || echo "bench exit $?" | tee -a "$log"
+    fi
+    ;;
 *)
-    echo "usage: $0 [build|device]" >&2
+    echo "usage: $0 [build|device|build-engine|engine]" >&2
     exit 2
     ;;
 esac

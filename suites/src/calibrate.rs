@@ -227,7 +227,7 @@ pub fn calibrate_models(
         let mut engine = make_engine(&opts.engine, m)?;
         let mut seqs = Vec::new();
         let mut names = Vec::new();
-        for suite_path in &opts.suites {
+        for suite_path in m.suites.as_ref().unwrap_or(&opts.suites) {
             let mut suite = crate::suite::Suite::load(suite_path).map_err(|e| fatal(&e))?;
             suite.retain_ids(&opts.prompts).map_err(|e| fatal(&e))?;
             let dir = golden::golden_dir(&opts.goldens_root, &stem, &suite.settings.name);

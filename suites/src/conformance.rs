@@ -31,6 +31,8 @@ pub struct ModelSpec {
     pub path: PathBuf,
     /// Drafter GGUF.
     pub draft: Option<PathBuf>,
+    /// Suites for this model (overrides [`Options::suites`] when set).
+    pub suites: Option<Vec<PathBuf>>,
 }
 
 /// Options of a conformance run.
@@ -77,6 +79,25 @@ pub fn make_engine(name: &str, model: &ModelSpec) -> Result<Box<dyn Engine>, Fat
     }
 }
 
+/// Keeps the asked prompt ids of `suite`; returns false when the suite has none of them (it is
+/// then skipped). Errors when no suite would have any: checked by the caller's ids being
+/// non-empty and every suite skipped is not an error here (a prompt id belongs to one suite).
+fn retain_prompts(suite: &mut Suite, ids: &[String]) -> Result<bool, Fatal> {
+    if ids.is_empty() {
+        return Ok(true);
+    }
+    let have: Vec<String> = ids
+        .iter()
+        .filter(|id| suite.prompts.iter().any(|p| &p.id == *id))
+        .cloned()
+        .collect();
+    if have.is_empty() {
+        return Ok(false);
+    }
+    suite.retain_ids(&have).map_err(fatal)?;
+    Ok(true)
+}
+
 fn model_ref(path: &Path, sha256: &str) -> ModelRef {
     ModelRef {
         path: path.display().to_string(),
@@ -100,9 +121,11 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
         let stem = golden::model_stem(&m.path);
         let budgets =
             Budgets::load(&opts.goldens_root.join(&stem).join("budgets.toml")).map_err(fatal)?;
-        for suite_path in &opts.suites {
+        for suite_path in m.suites.as_ref().unwrap_or(&opts.suites) {
             let mut suite = Suite::load(suite_path).map_err(fatal)?;
-            suite.retain_ids(&opts.prompts).map_err(fatal)?;
+            if !retain_prompts(&mut suite, &opts.prompts)? {
+                continue;
+            }
             let gdir = golden::golden_dir(&opts.goldens_root, &stem, &suite.settings.name);
             let ids: Vec<String> = suite.prompts.iter().map(|p| p.id.clone()).collect();
             let goldens = if gdir.exists() {
@@ -204,9 +227,11 @@ pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
         let mut engine = ReferenceEngine::<f64>::load(&m.path).map_err(fatal)?;
-        for suite_path in &opts.suites {
+        for suite_path in m.suites.as_ref().unwrap_or(&opts.suites) {
             let mut suite = Suite::load(suite_path).map_err(fatal)?;
-            suite.retain_ids(&opts.prompts).map_err(fatal)?;
+            if !retain_prompts(&mut suite, &opts.prompts)? {
+                continue;
+            }
             let dir = golden::golden_dir(&opts.goldens_root, &stem, &suite.settings.name);
             if !force {
                 for p in &suite.prompts {

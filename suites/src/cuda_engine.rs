@@ -116,10 +116,7 @@ impl Engine for CudaEngineAdapter {
     }
 
     fn score(&mut self, seqs: &[Vec<u32>], top_k: usize) -> Result<Vec<Scores>, EngineError> {
-        let s = self
-            .inner
-            .score(seqs, top_k)
-            .map_err(|e| req_err("*", e))?;
+        let s = self.inner.score(seqs, top_k).map_err(|e| req_err("*", e))?;
         Ok(s.into_iter().map(|rows| Scores { rows }).collect())
     }
 }

@@ -89,7 +89,9 @@ impl Ctx<'_> {
     }
 
     fn tok(&self, id: Option<u32>) -> String {
-        id.map_or("(end)".into(), |id| format!("{id} {:?}", self.codec.decode(&[id])))
+        id.map_or("(end)".into(), |id| {
+            format!("{id} {:?}", self.codec.decode(&[id]))
+        })
     }
 }
 
@@ -107,7 +109,10 @@ pub fn explain(o: &ExplainOptions) -> Result<String, Fatal> {
     let stem = golden::model_stem(&m.path);
     let budgets = Budgets::load(&o.goldens_root.join(&stem).join("budgets.toml")).map_err(f)?;
     let (tau, tau_src) = match budgets.0.get(engine.name()) {
-        Some(b) => (b.tau, format!("budgets.toml [{}], {}", engine.name(), b.date)),
+        Some(b) => (
+            b.tau,
+            format!("budgets.toml [{}], {}", engine.name(), b.date),
+        ),
         None => (suite.settings.tie_budget, "suite default".to_string()),
     };
     let (ma, mb) = o.modes;
@@ -167,7 +172,11 @@ pub fn explain(o: &ExplainOptions) -> Result<String, Fatal> {
             let _ = writeln!(s, "context before: {:?}\n", codec.decode(&ya[lo..i]));
         }
         None => {
-            let _ = writeln!(s, "no fork: {ma} and {mb} emit the same {} tokens\n", ya.len());
+            let _ = writeln!(
+                s,
+                "no fork: {ma} and {mb} emit the same {} tokens\n",
+                ya.len()
+            );
         }
     }
 
@@ -179,7 +188,10 @@ pub fn explain(o: &ExplainOptions) -> Result<String, Fatal> {
     } else {
         cx.one(&Mode::Plain)?
     };
-    let _ = writeln!(s, "1. batch-width probe (4 copies of the prompt, batch:4, vs plain):");
+    let _ = writeln!(
+        s,
+        "1. batch-width probe (4 copies of the prompt, batch:4, vs plain):"
+    );
     if declared.contains(&Mode::Batch { n: 4 }) {
         let copies: Vec<Request> = (0..4)
             .map(|c| Request {
@@ -191,7 +203,11 @@ pub fn explain(o: &ExplainOptions) -> Result<String, Fatal> {
         for (c, t) in out.iter().enumerate() {
             match first_diff(&plain.tokens(), &t.tokens()) {
                 None => {
-                    let _ = writeln!(s, "   copy {c}: identical to plain ({} tokens)", t.steps.len());
+                    let _ = writeln!(
+                        s,
+                        "   copy {c}: identical to plain ({} tokens)",
+                        t.steps.len()
+                    );
                 }
                 Some(d) => {
                     let _ = writeln!(
@@ -259,8 +275,16 @@ pub fn explain(o: &ExplainOptions) -> Result<String, Fatal> {
         let _ = writeln!(
             s,
             "   restarted at the fork: {ma} {} its own run, {mb} {} its own run",
-            if same(cont_first[0], ya.get(i).copied()) { "repeats" } else { "does NOT repeat" },
-            if same(cont_first[1], yb.get(i).copied()) { "repeats" } else { "does NOT repeat" },
+            if same(cont_first[0], ya.get(i).copied()) {
+                "repeats"
+            } else {
+                "does NOT repeat"
+            },
+            if same(cont_first[1], yb.get(i).copied()) {
+                "repeats"
+            } else {
+                "does NOT repeat"
+            },
         );
     }
 
@@ -314,7 +338,11 @@ pub fn explain(o: &ExplainOptions) -> Result<String, Fatal> {
             (i, "at the smallest oracle top-2 margin")
         }
     };
-    let _ = writeln!(s, "4. top-2 gap {why} (output index {at}, absolute position {}):", plen + at);
+    let _ = writeln!(
+        s,
+        "4. top-2 gap {why} (output index {at}, absolute position {}):",
+        plen + at
+    );
     let _ = writeln!(s, "   {ma} engine gap {}", fmt_opt(gap(ta.steps.get(at))));
     let _ = writeln!(s, "   {mb} engine gap {}", fmt_opt(gap(tb.steps.get(at))));
     let row = ra.get(at).cloned();
@@ -333,7 +361,9 @@ pub fn explain(o: &ExplainOptions) -> Result<String, Fatal> {
             top.join(", ")
         );
         let a_top = row.top_k[0].1;
-        let la = ya.get(at).and_then(|&y| logit_in(&row.top_k, y).or(row.chosen));
+        let la = ya
+            .get(at)
+            .and_then(|&y| logit_in(&row.top_k, y).or(row.chosen));
         let lb = match yb.get(at) {
             Some(&y) if Some(&y) == ya.get(at) => la,
             Some(&y) => match logit_in(&row.top_k, y) {

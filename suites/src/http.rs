@@ -32,6 +32,13 @@
 //! later request is checked the same way; a failing request becomes an `error` verdict with the
 //! server's message while the others are judged ([`Engine::request_errors`]).
 //!
+//! Speculative servers: llama-server (0.3.36's llama.cpp) returns an empty `top_logprobs` for
+//! tokens emitted by speculative verify batches, so in `spec:K` only the first token carries the
+//! engine's top-k (`Step::top_k` is `None` elsewhere; the rule needs only the ids). Step kinds
+//! are `prefill` for the first token and `decode` for the rest (the wire does not say which
+//! tokens were accepted drafts); `SpecStats` comes from `timings.draft_n` /
+//! `draft_n_accepted`, with `rounds` derived as `tokens − 1 − accepted`.
+//!
 //! Stops: the server stops at its own end-of-generation ids; the client cuts the output after the
 //! first of the suite's stop ids (the stop id kept), so a server that does not stop there is
 //! judged on the same tokens as one that does.
@@ -343,10 +350,14 @@ impl HttpEngine {
                     .into(),
             );
         }
-        if let Some(n) = slots {
-            engine
+        match (slots, engine.spec.spec_k) {
+            (_, Some(k)) => engine
                 .notes
-                .push(format!("server has {n} slots: batch:1..{max_n} declared"));
+                .push(format!("speculative server: only spec:{k} declared")),
+            (Some(n), None) => engine
+                .notes
+                .push(format!("server has {n} slots: batch:1..{max_n} declared")),
+            (None, None) => {}
         }
         Ok(engine)
     }

@@ -74,8 +74,13 @@ fn spec_engine_matches_reference_spec_decoder_and_plain_greedy() {
         let mut d = &assistant;
         let traj = spec_generate(&model, &mut d, &req, k, 16).unwrap();
         let mut d2 = &assistant;
-        let want = spec_decode(&model, &mut d2, &prompt, SpecOptions::new(k, n, &[1, 50, 106]))
-            .unwrap();
+        let want = spec_decode(
+            &model,
+            &mut d2,
+            &prompt,
+            SpecOptions::new(k, n, &[1, 50, 106]),
+        )
+        .unwrap();
         assert_eq!(traj.tokens(), want.tokens, "spec:{k} tokens");
         assert_eq!(traj.tokens(), expect[..n], "spec:{k} = float64 greedy");
         let s = traj.spec.as_ref().unwrap();

@@ -57,13 +57,104 @@ pub fn fixtures_dir() -> PathBuf {
         .unwrap_or_else(|| workspace_root().join("../shared/fixtures"))
 }
 
-/// The default models: the real-toolchain dense fixture (Q4_K_M target + F32 assistant).
+/// The default models (README "main job"):
+/// the real-toolchain fixtures (b) first, then (a) the synthetic fixtures of `cargo xtask fixtures` (`target/fixtures/manifest.json`, built
+/// when missing; skipped with a note when that fails): every `UD-Q2_K_XL` target with its
+/// `UD-Q2_K_XL` assistant, on the smoke suite;
+/// (b) the real-toolchain fixtures in `$GEMMA4_FIXTURES/models`: `dense-target.Q4_K_M` +
+/// `dense-assistant.F32`, `e2b-target.Q4_0` + `e2b-assistant.Q8_0`, `moe-target.Q4_K_M` +
+/// `moe-assistant.Q8_0`, on the suites given (smoke and core by default).
 pub fn default_models() -> Vec<ModelSpec> {
+    let mut out = Vec::new();
     let m = fixtures_dir().join("models");
-    vec![ModelSpec {
-        path: m.join("dense-target.Q4_K_M.gguf"),
-        draft: Some(m.join("dense-assistant.F32.gguf")),
-    }]
+    for (t, d) in [
+        ("dense-target.Q4_K_M", "dense-assistant.F32"),
+        ("e2b-target.Q4_0", "e2b-assistant.Q8_0"),
+        ("moe-target.Q4_K_M", "moe-assistant.Q8_0"),
+    ] {
+        out.push(ModelSpec {
+            path: m.join(format!("{t}.gguf")),
+            draft: Some(m.join(format!("{d}.gguf"))),
+            suites: None,
+        });
+    }
+    out.extend(synthetic_models());
+    out
+}
+
+/// The synthetic `UD-Q2_K_XL` target/assistant pairs from `target/fixtures/manifest.json`, each
+/// on the smoke suite; runs `cargo xtask fixtures` first when the manifest is missing.
+fn synthetic_models() -> Vec<ModelSpec> {
+    let dir = workspace_root().join("target/fixtures");
+    let manifest = dir.join("manifest.json");
+    if !manifest.exists() {
+        println!(
+            "note: {} missing, running `cargo xtask fixtures`",
+            manifest.display()
+        );
+        let args = crate::fixtures::Args {
+            out: dir.clone(),
+            twelve_b: false,
+            vocab_gguf: None,
+            update_manifest: false,
+        };
+        if let Err(e) = crate::fixtures::run(&args) {
+            println!("note: synthetic fixtures skipped (`cargo xtask fixtures` failed: {e:#})");
+            return Vec::new();
+        }
+    }
+    let parsed: Option<crate::fixtures::Manifest> = std::fs::read_to_string(&manifest)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    let Some(m) = parsed else {
+        println!(
+            "note: synthetic fixtures skipped ({} unreadable)",
+            manifest.display()
+        );
+        return Vec::new();
+    };
+    // a fixture rebuilt from a changed recipe no longer matches its goldens: skip it, loudly
+    let committed: Option<crate::fixtures::Manifest> =
+        std::fs::read_to_string(workspace_root().join("goldens/fixtures-manifest.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+    let pinned = |file: &str, sha: &str| {
+        committed
+            .as_ref()
+            .is_some_and(|c| c.files.iter().any(|f| f.file == file && f.sha256 == sha))
+    };
+    let variant = "UD-Q2_K_XL";
+    m.files
+        .iter()
+        .filter(|f| f.role == "target" && f.variant == variant)
+        .filter(|t| {
+            let ok = pinned(&t.file, &t.sha256);
+            if !ok {
+                println!(
+                    "note: synthetic fixture {} differs from goldens/fixtures-manifest.json (recipe changed?): skipped",
+                    t.file
+                );
+            }
+            ok
+        })
+        .map(|t| {
+            let family = t.name.trim_end_matches("-target");
+            let draft = m
+                .files
+                .iter()
+                .find(|f| {
+                    f.role == "assistant"
+                        && f.variant == variant
+                        && f.name.trim_end_matches("-assistant") == family
+                })
+                .map(|f| dir.join(&f.file));
+            ModelSpec {
+                path: dir.join(&t.file),
+                draft,
+                suites: Some(vec![suite_path("smoke")]),
+            }
+        })
+        .collect()
 }
 
 /// Resolves a suite name to `suites/<name>.toml` (a path with `/` or `.toml` is taken as is).
@@ -87,8 +178,18 @@ pub fn options(
         Some(p) => vec![ModelSpec {
             path: p.clone(),
             draft: draft.clone(),
+            suites: None,
         }],
-        None => default_models(),
+        None => default_models()
+            .into_iter()
+            .map(|mut m| {
+                // explicit --suite flags apply to every model
+                if !suites.is_empty() {
+                    m.suites = None;
+                }
+                m
+            })
+            .collect(),
     };
     let names: Vec<String> = if suites.is_empty() {
         default_suites.iter().map(|s| s.to_string()).collect()

@@ -20,9 +20,9 @@
 //! * `output_norm` gains `(σ/0.3) · U[0.9, 1.1]`: logits are then ≈ `N(0, σ²)` over V = 1024,
 //!   with a per-model logit scale σ = 0.5 (dense), 2 (E2B), 6 (MoE), 1.5 (assistants), so the
 //!   top-2 gaps at generated positions spread over four decades. Measured with the f64 oracle
-//!   (`Model::<f64>::greedy`, 7 prompts × 32 tokens, per model over its 3 variants): dense
-//!   min 1.5e-4, median 0.4, max 2.2; E2B min 1.6e-4, median 0.65, max 4.6; MoE min 4.7e-4,
-//!   median 2.5, max 11.
+//!   (`Model::<f64>::greedy`, 7 prompts × 32 tokens, per model over its 3 variants, 672
+//!   positions each): dense min 6.3e-4, median ≈ 0.4, max 2.2; E2B min 1.6e-4, median ≈ 0.7,
+//!   max 4.5; MoE min 4.7e-4, median ≈ 3, max 11.
 //!
 //! With `--12b`, also writes `OUT/12b/syn-12b-target.UD-Q2_K_XL.gguf` ([`big`]): the real
 //! 12B dimensions with random valid K-quant blocks, streamed to disk (≈5 GB; never committed).

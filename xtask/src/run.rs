@@ -69,7 +69,11 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     let rows: Vec<Row> = prompt
         .iter()
         .enumerate()
-        .map(|(i, &token)| Row { slot: 0, token, logits: i + 1 == n })
+        .map(|(i, &token)| Row {
+            slot: 0,
+            token,
+            logits: i + 1 == n,
+        })
         .collect();
     let tp = Instant::now();
     let lg = eng.forward(&rows)?;
@@ -81,7 +85,11 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     stdout.flush()?;
     let td = Instant::now();
     while out.len() < a.max_tokens && !stop.contains(&next) {
-        let lg = eng.forward(&[Row { slot: 0, token: next, logits: true }])?;
+        let lg = eng.forward(&[Row {
+            slot: 0,
+            token: next,
+            logits: true,
+        }])?;
         next = pick(&lg[0]);
         out.push(next);
         write!(stdout, "{}", tok.decode(&[next])?)?;

@@ -157,6 +157,9 @@ pub fn dot<F: Float>(a: &[F], b: &[F]) -> F {
 /// share each load of `xt[k, t0 .. t0 + 64]`.
 fn tile_product<F: Float>(xt: &[F], t_n: usize, w: &[F], k_n: usize, out_t: &mut [F]) {
     let r_n = w.len() / k_n;
+    if t_n < FEW_POSITIONS {
+        return few_positions_product(xt, t_n, w, k_n, out_t);
+    }
     for v in out_t.iter_mut() {
         *v = F::ZERO;
     }
@@ -179,6 +182,37 @@ fn tile_product<F: Float>(xt: &[F], t_n: usize, w: &[F], k_n: usize, out_t: &mut
             t0 += tb;
         }
         r0 += nr;
+    }
+}
+
+/// Below this many positions [`tile_product`] runs 8 weight rows side by side per position
+/// instead of vectorising across positions (decode steps, `T = 1`).
+const FEW_POSITIONS: usize = 8;
+
+/// [`tile_product`] for `T < FEW_POSITIONS`: per position, 8 rows at a time, each sum in the
+/// order of [`dot`] (8 independent chains give the instruction-level parallelism).
+fn few_positions_product<F: Float>(xt: &[F], t_n: usize, w: &[F], k_n: usize, out_t: &mut [F]) {
+    const R: usize = 8;
+    let r_n = w.len() / k_n;
+    for t in 0..t_n {
+        let x: Vec<F> = (0..k_n).map(|k| xt[k * t_n + t]).collect();
+        let mut r0 = 0;
+        while r0 + R <= r_n {
+            let rows: [&[F]; R] = std::array::from_fn(|j| &w[(r0 + j) * k_n..(r0 + j + 1) * k_n]);
+            let mut acc = [F::ZERO; R];
+            for (k, &xk) in x.iter().enumerate() {
+                for j in 0..R {
+                    acc[j] += xk * rows[j][k];
+                }
+            }
+            for (j, &a) in acc.iter().enumerate() {
+                out_t[(r0 + j) * t_n + t] = a;
+            }
+            r0 += R;
+        }
+        for r in r0..r_n {
+            out_t[r * t_n + t] = dot(&x, &w[r * k_n..(r + 1) * k_n]);
+        }
     }
 }
 

@@ -1,0 +1,272 @@
+//! `runtime bench`: decode tokens/s of the CUDA engine on a 12B-shaped model (spec/gemma4-text.md
+//! §13.3 shapes: H 3840, I 15360, 48 layers, 16 heads, sliding 8 KV heads × 256, full 1 KV head
+//! × 512 with `attention_k_eq_v`, V 262144) made of random valid blocks of one format, against
+//! the read roofline `B_read` (sum over 4 GiB) measured in the same run (toolchain notes).
+
+use std::time::Instant;
+
+use cudarc::driver::CudaSlice;
+use reference::config::Config;
+use reference::quant::GgmlType;
+use serde_json::json;
+
+use crate::check::{random_blocks, Rng};
+use crate::engine::{CudaEngine, EngineOptions};
+use crate::error::{drv, RuntimeError};
+use crate::forward::Row;
+use crate::loader::{DeviceModel, LayerWeights, Mat};
+use crate::ops::{format_suffix, row_bytes};
+use crate::Gpu;
+
+/// The 12B text configuration of §13.3 (no PLE, no MoE, soft-cap 30).
+pub fn config_12b() -> Config {
+    let l = 48;
+    let is_swa: Vec<bool> = (0..l).map(|i| (i + 1) % 6 != 0).collect();
+    Config {
+        n_layer: l,
+        n_ctx_train: 262_144,
+        n_embd: 3840,
+        n_vocab: 262_144,
+        n_ff: vec![15_360; l],
+        n_head: vec![16; l],
+        n_head_kv: is_swa.iter().map(|&s| if s { 8 } else { 1 }).collect(),
+        k_eq_v: is_swa.iter().map(|&s| !s).collect(),
+        is_swa,
+        head_dim_full: 512,
+        head_dim_swa: 256,
+        n_rot_full: 512,
+        n_rot_swa: 256,
+        rope_pairs_full: 64,
+        rope_base_full: 1e6,
+        rope_base_swa: 1e4,
+        rms_eps: 1e-6,
+        sliding_window: 1024,
+        n_kv_shared: 0,
+        n_embd_per_layer: 0,
+        n_expert: 0,
+        n_expert_used: 0,
+        n_ff_exp: 0,
+        final_softcap: Some(30.0),
+        kv_source: (0..l).collect(),
+        moe: false,
+        moe_fused_gate_up: false,
+        suppress_tokens: Vec::new(),
+    }
+}
+
+/// Random blocks per (rows, cols) shape, generated once on the host and uploaded per tensor.
+struct Gen {
+    ty: GgmlType,
+    rng: Rng,
+    cache: std::collections::HashMap<(usize, usize), Vec<u8>>,
+    bytes: usize,
+}
+
+impl Gen {
+    fn mat(
+        &mut self,
+        gpu: &Gpu,
+        name: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Mat, RuntimeError> {
+        let ty = self.ty;
+        let rb = row_bytes(ty, cols, name)?;
+        let rng = &mut self.rng;
+        let host = self
+            .cache
+            .entry((rows, cols))
+            .or_insert_with(|| random_blocks(ty, rows * cols, rng));
+        let data = gpu
+            .stream
+            .clone_htod(host.as_slice())
+            .map_err(drv(name.to_string()))?;
+        self.bytes += host.len();
+        Ok(Mat {
+            name: name.into(),
+            ty,
+            fmt: format_suffix(ty, name)?,
+            rows,
+            cols,
+            row_bytes: rb,
+            data,
+        })
+    }
+}
+
+fn ones(gpu: &Gpu, n: usize) -> Result<CudaSlice<f32>, RuntimeError> {
+    gpu.stream.clone_htod(&vec![1f32; n]).map_err(drv("ones"))
+}
+
+/// A model of `cfg`'s shapes with random weights of type `ty` (norm weights 1).
+pub fn synthetic(
+    gpu: &Gpu,
+    cfg: Config,
+    ty: GgmlType,
+    seed: u64,
+) -> Result<DeviceModel, RuntimeError> {
+    let mut g = Gen {
+        ty,
+        rng: Rng::new(seed),
+        cache: Default::default(),
+        bytes: 0,
+    };
+    let h = cfg.n_embd;
+    let mut layers = Vec::new();
+    for l in 0..cfg.n_layer {
+        let d = cfg.head_dim(l);
+        let (nh, nkv) = (cfg.n_head[l], cfg.n_head_kv[l]);
+        let sliding = cfg.is_swa[l];
+        let (theta, pairs) = if sliding {
+            (cfg.rope_base_swa, d / 2)
+        } else {
+            (cfg.rope_base_full, cfg.rope_pairs_full)
+        };
+        let inv: Vec<f64> = reference::model::rope::inv_freq::<f64>(theta, d, pairs);
+        let kv = Some((
+            g.mat(gpu, "attn_k", nkv * d, h)?,
+            ones(gpu, d)?,
+            if cfg.k_eq_v[l] {
+                None
+            } else {
+                Some(g.mat(gpu, "attn_v", nkv * d, h)?)
+            },
+        ));
+        layers.push(LayerWeights {
+            attn_norm: ones(gpu, h)?,
+            attn_q: g.mat(gpu, "attn_q", nh * d, h)?,
+            attn_q_norm: ones(gpu, d)?,
+            kv,
+            attn_output: g.mat(gpu, "attn_output", h, nh * d)?,
+            post_attention_norm: ones(gpu, h)?,
+            ffn_norm: ones(gpu, h)?,
+            ffn_gate: g.mat(gpu, "ffn_gate", cfg.n_ff[l], h)?,
+            ffn_up: g.mat(gpu, "ffn_up", cfg.n_ff[l], h)?,
+            ffn_down: g.mat(gpu, "ffn_down", h, cfg.n_ff[l])?,
+            post_ffw_norm: ones(gpu, h)?,
+            moe: None,
+            ple: None,
+            layer_scalar: 1.0,
+            inv_freq: gpu.stream.clone_htod(&inv).map_err(drv("rope"))?,
+            n_head: nh,
+            n_kv: nkv,
+            head_dim: d,
+            n_ff: cfg.n_ff[l],
+            window: sliding.then_some(cfg.sliding_window),
+            kv_source: l,
+        });
+    }
+    let token_embd = g.mat(gpu, "token_embd", cfg.n_vocab, h)?;
+    Ok(DeviceModel {
+        output_norm: ones(gpu, h)?,
+        token_embd,
+        ple: None,
+        layers,
+        weight_bytes: g.bytes,
+        config: cfg,
+    })
+}
+
+/// `B_read` in bytes/s: best median of `sum_f32x4` over 4 GiB.
+pub fn b_read(gpu: &Gpu) -> Result<f64, RuntimeError> {
+    let n: usize = 1 << 30;
+    let mut buf = gpu.stream.alloc_zeros::<f32>(n).map_err(drv("alloc"))?;
+    gpu.fill_f32_bits(&mut buf.as_view_mut(), 1.0f32.to_bits())?;
+    let blocks = (gpu.sm_count * 8) as usize;
+    let mut partial = gpu
+        .stream
+        .alloc_zeros::<f32>(blocks)
+        .map_err(drv("alloc"))?;
+    let mut t = Vec::new();
+    for _ in 0..8 {
+        gpu.sync()?;
+        let t0 = Instant::now();
+        gpu.sum_probe(&buf.as_view(), &mut partial.as_view_mut())?;
+        gpu.sync()?;
+        t.push(t0.elapsed().as_secs_f64());
+    }
+    t.sort_by(|a, b| a.total_cmp(b));
+    Ok((n * 4) as f64 / t[t.len() / 2])
+}
+
+/// Decode benchmark: `prompt` tokens prefilled, then `decode` single-token forwards timed.
+pub fn run(ty: GgmlType, prompt: usize, decode: usize) -> Result<serde_json::Value, RuntimeError> {
+    let gpu = Gpu::new(0)?;
+    let bread = b_read(&gpu)?;
+    let t0 = Instant::now();
+    let model = synthetic(&gpu, config_12b(), ty, 0x1234)?;
+    let gen_s = t0.elapsed().as_secs_f64();
+    let wb = model.weight_bytes;
+    let mut eng = CudaEngine::from_parts(
+        gpu,
+        model,
+        EngineOptions {
+            slots: 1,
+            max_ctx: prompt + decode + 8,
+        },
+    )?;
+    let rows: Vec<Row> = (0..prompt)
+        .map(|i| Row {
+            slot: 0,
+            token: (i * 7919 % 262_144) as u32,
+            logits: i + 1 == prompt,
+        })
+        .collect();
+    let tp = Instant::now();
+    eng.forward(&rows)?;
+    let prefill_s = tp.elapsed().as_secs_f64();
+    // Warm-up (kernel compile/JIT) then timed decode.
+    eng.forward(&[Row {
+        slot: 0,
+        token: 5,
+        logits: true,
+    }])?;
+    let td = Instant::now();
+    let mut tok = 7u32;
+    for _ in 0..decode {
+        let lg = eng.forward(&[Row {
+            slot: 0,
+            token: tok,
+            logits: true,
+        }])?;
+        tok = lg[0]
+            .iter()
+            .enumerate()
+            .fold((0usize, f32::NEG_INFINITY), |b, (i, &v)| {
+                if v > b.1 {
+                    (i, v)
+                } else {
+                    b
+                }
+            })
+            .0 as u32;
+    }
+    let dec_s = td.elapsed().as_secs_f64();
+    let tps = decode as f64 / dec_s;
+    let ctx_mid = prompt + 1 + decode / 2;
+    let kv_bytes_per_pos: usize = eng
+        .model()
+        .layers
+        .iter()
+        .map(|l| 2 * l.n_kv * l.head_dim * 4)
+        .sum();
+    let kv_read = kv_bytes_per_pos * ctx_mid;
+    let per_tok = wb + kv_read;
+    let roof = bread / per_tok as f64;
+    Ok(json!({
+        "shape": "gemma4-12B (spec §13.3)",
+        "format": ty.name(),
+        "weight_bytes": wb,
+        "kv_bytes_read_per_token_mid": kv_read,
+        "b_read_gb_per_s": bread / 1e9,
+        "random_weights_gen_upload_s": gen_s,
+        "prefill_tokens": prompt,
+        "prefill_s": prefill_s,
+        "decode_tokens": decode,
+        "decode_s": dec_s,
+        "decode_tok_per_s": tps,
+        "roofline_tok_per_s": roof,
+        "fraction_of_roofline": tps / roof,
+        "notes": "eager launches (no CUDA graph), f32 activations and KV, logits row copied to host every token",
+    }))
+}
