@@ -171,3 +171,34 @@ fn greedy_never_emits_suppressed_ids_and_takes_the_best_remaining() {
     assert_eq!(gen.tokens[0], best);
     assert!(gen.top_k[0].iter().all(|(id, _)| !s.contains(id)));
 }
+
+#[test]
+fn assistant_config_reads_fixture_and_pairs_with_its_target() {
+    let Some(fix) = fixtures() else { return };
+    let a = reference::config::AssistantConfig::from_gguf(
+        &GgufFile::open(fix.join("models/e2b-assistant.Q8_0.gguf")).expect("open"),
+    )
+    .expect("assistant config");
+    // README-models §2: hidden 32, FFN 64, 2 layers [s, f], head dims 32 / 64, backbone 64.
+    assert_eq!(
+        (a.n_layer, a.n_embd, a.n_embd_out, a.n_vocab),
+        (2, 32, 64, 16384)
+    );
+    assert_eq!(a.is_swa, vec![true, false]);
+    assert_eq!(
+        (a.head_dim_swa, a.head_dim_full, a.n_kv_shared),
+        (32, 64, 2)
+    );
+    assert_eq!(a.n_ff, vec![64, 64]);
+    let t =
+        Config::from_gguf(&GgufFile::open(fix.join("models/e2b-target.BF16.gguf")).expect("open"))
+            .expect("target");
+    a.check_pairing(&t).expect("pairs with e2b target");
+    let d =
+        Config::from_gguf(&GgufFile::open(fix.join("models/dense-target.F32.gguf")).expect("open"))
+            .expect("dense");
+    assert!(
+        matches!(a.check_pairing(&d), Err(ConfigError::Inconsistent(_))),
+        "dense target has full head dim 128"
+    );
+}

@@ -34,6 +34,9 @@ impl Default for EngineOptions {
     }
 }
 
+/// Top-k `(id, logit)` of one logits row, descending.
+pub type TopK = Vec<(u32, f64)>;
+
 /// One emitted token with the engine's top-k `(id, logit)`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenStep {
@@ -288,7 +291,7 @@ impl CudaEngine {
         &mut self,
         seqs: &[Vec<u32>],
         k: usize,
-    ) -> Result<Vec<Vec<Vec<(u32, f64)>>>, RuntimeError> {
+    ) -> Result<Vec<Vec<TopK>>, RuntimeError> {
         let mut out = Vec::with_capacity(seqs.len());
         for group in seqs.chunks(self.cache.slots) {
             self.reset();
