@@ -55,7 +55,7 @@ impl B {
     }
     /// Zero bytes up to a multiple of `a`.
     fn pad(mut self, a: usize) -> B {
-        while self.0.len() % a != 0 {
+        while !self.0.len().is_multiple_of(a) {
             self.0.push(0);
         }
         self
