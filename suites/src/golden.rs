@@ -167,11 +167,52 @@ fn snapshot_sha(text: &str) -> Option<String> {
     })
 }
 
+/// Reads `prompt_tokens` and the `tokens` list of a snapshot's YAML body (the reviewed truth).
+fn snapshot_body(text: &str) -> Option<(usize, Vec<u32>)> {
+    let header = text.strip_prefix("---")?;
+    let body = &header[header.find("\n---")? + 4..];
+    let mut prompt_tokens = None;
+    let mut tokens = Vec::new();
+    let mut in_tokens = false;
+    for l in body.lines() {
+        if let Some(v) = l.strip_prefix("prompt_tokens:") {
+            prompt_tokens = v.trim().parse().ok();
+        }
+        if l.starts_with("tokens:") {
+            in_tokens = !l.contains("[]");
+            continue;
+        }
+        if in_tokens {
+            match l.trim().strip_prefix("- ") {
+                Some(v) if l.starts_with("  ") => tokens.push(v.trim().parse().ok()?),
+                _ => in_tokens = false,
+            }
+        }
+    }
+    Some((prompt_tokens?, tokens))
+}
+
+fn read_sidecar(path: &Path) -> Result<Golden, GoldenError> {
+    let text = std::fs::read_to_string(path).map_err(|source| GoldenError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|e| GoldenError::Format {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
 /// Loads the goldens of every listed prompt from `dir`, checking each sidecar and snapshot
-/// against `model_sha256`.
+/// against `model_sha256`, and the sidecar against the reviewed snapshot (`INSTA_UPDATE=no`
+/// semantics: the `.snap` is the truth, a pending `.snap.new` is never read). When the sidecar
+/// disagrees with the snapshot but a pending `<prompt>.oracle.json.new` (written by `bless` next
+/// to a `.snap.new`) agrees — the change was accepted with `cargo insta review` — that sidecar is
+/// promoted to `<prompt>.oracle.json` and used.
 ///
 /// Errors: [`GoldenError::Missing`] for a prompt without sidecar or snapshot,
-/// [`GoldenError::ShaMismatch`] when pinned to another model, `Io`/`Format` otherwise.
+/// [`GoldenError::ShaMismatch`] when pinned to another model, `Format` when the sidecar does not
+/// match the snapshot (re-run `bless`), `Io` otherwise.
 pub fn load_goldens(
     dir: &Path,
     prompt_ids: &[String],
@@ -205,11 +246,32 @@ pub fn load_goldens(
                 model: model_sha256.to_string(),
             });
         }
-        let text = std::fs::read_to_string(&side).map_err(io(&side))?;
-        let g: Golden = serde_json::from_str(&text).map_err(|e| GoldenError::Format {
-            path: side.clone(),
-            message: e.to_string(),
+        let body = snapshot_body(&snap_text).ok_or_else(|| GoldenError::Format {
+            path: snap.clone(),
+            message: "no prompt_tokens/tokens in the snapshot body".into(),
         })?;
+        let agrees = |g: &Golden| (g.prompt.len(), &g.tokens) == (body.0, &body.1);
+        let mut g = read_sidecar(&side)?;
+        if !agrees(&g) {
+            let pending = dir.join(format!("{id}.oracle.json.new"));
+            match read_sidecar(&pending) {
+                Ok(p) if agrees(&p) && p.model_sha256 == model_sha256 => {
+                    std::fs::rename(&pending, &side).map_err(io(&side))?;
+                    g = p;
+                }
+                _ => {
+                    return Err(GoldenError::Format {
+                        path: side,
+                        message: format!(
+                            "sidecar ({} tokens) disagrees with the reviewed snapshot {} ({} tokens); re-run `cargo xtask bless` and review",
+                            g.tokens.len(),
+                            snap.display(),
+                            body.1.len()
+                        ),
+                    });
+                }
+            }
+        }
         if g.model_sha256 != model_sha256 {
             return Err(GoldenError::ShaMismatch {
                 path: side,
@@ -279,6 +341,15 @@ pub fn write_golden(
         oracle_version: golden.oracle_version.clone(),
     };
     let snap_path = dir.join(format!("{}.snap", golden.prompt_id));
+    // insta compares bodies only: a snapshot pinned to another model (bless --force) is replaced
+    if let Some(old) = std::fs::read_to_string(&snap_path).ok().as_deref().and_then(snapshot_sha) {
+        if old != golden.model_sha256 {
+            std::fs::remove_file(&snap_path).map_err(|source| GoldenError::Io {
+                path: snap_path.clone(),
+                source,
+            })?;
+        }
+    }
     let before = std::fs::read_to_string(&snap_path).ok();
     let mut settings = insta::Settings::clone_current();
     settings.set_snapshot_path(dir);
@@ -302,13 +373,22 @@ pub fn write_golden(
         Err(_) => SnapshotOutcome::Mismatch,
     };
     if outcome != SnapshotOutcome::Mismatch {
+        // the sidecar follows the snapshot: written when the `.snap` holds this golden, kept
+        // pending as `.oracle.json.new` beside a `.snap.new` until `cargo insta review`
         let side = dir.join(format!("{}.oracle.json", golden.prompt_id));
+        let pending = dir.join(format!("{}.oracle.json.new", golden.prompt_id));
+        let target = if new_pending { &pending } else { &side };
         let json = serde_json::to_string_pretty(golden).map_err(|e| GoldenError::Format {
-            path: side.clone(),
+            path: target.clone(),
             message: e.to_string(),
         })?;
-        std::fs::write(&side, json + "\n")
-            .map_err(|source| GoldenError::Io { path: side, source })?;
+        std::fs::write(target, json + "\n").map_err(|source| GoldenError::Io {
+            path: target.clone(),
+            source,
+        })?;
+        if !new_pending && pending.exists() {
+            let _ = std::fs::remove_file(&pending);
+        }
     }
     Ok(outcome)
 }
@@ -335,6 +415,12 @@ mod tests {
             "dense-target.Q4_K_M"
         );
         assert_eq!(model_stem(Path::new("big-00001-of-00003.gguf")), "big");
+    }
+
+    #[test]
+    fn snapshot_body_gives_prompt_length_and_tokens() {
+        let text = "---\nsource: x\ninfo:\n  model_sha256: abc\n---\nprompt_id: p\ntext: \"a\"\nprompt_tokens: 7\ntokens:\n  - 3\n  - 40\nmargins:\n  - 1.5\n";
+        assert_eq!(snapshot_body(text), Some((7, vec![3, 40])));
     }
 
     #[test]
