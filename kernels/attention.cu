@@ -1,7 +1,8 @@
 // attention.cu — causal / sliding-window GQA attention over the per-layer KV cache.
 // Spec: spec/gemma4-text.md §4.5 (scores = q·k, scaling 1.0, softmax, o = Σ prob·v; query head
 // h reads KV head h / (nh / nkv)), §4.6 (allowed keys p_k ≤ p_q, and p_q − p_k < W on sliding
-// layers), §4.8 (reuse layers pass their store layer's cache).
+// layers), §4.8 (reuse layers pass their store layer's cache); spec/gemma4-assistant-mtp.md §2.2,
+// §2.5 (drafter queries over an explicit range of target rows).
 //
 // attention_f32(q, kc, vc, slot, pos, out, nh, nkv, d, ctx, window):
 //   q   f32 [T, nh, d] (normed, rotated queries);
@@ -9,8 +10,15 @@
 //   slot, pos i32 [T]: the cache slot and absolute position of each query row (its own K/V and
 //   every earlier position of that slot are already in the cache);
 //   out f32 [T, nh, d];  window: W on sliding layers, 0 = full causal.
-// Launch: grid (nh, T, 1), block (128,1,1), dynamic shared memory (max span + 1)·4 bytes where
-// span = number of visible keys of the widest row (host computes it).
+// attention_rows_f32(q, kc, vc, slot, lo, cnt, out, nh, nkv, d, ctx): the same over an explicit
+//   key range per query row: keys at positions lo[t] … lo[t] + cnt[t] − 1 of slot[t] (the MTP
+//   drafter's visible rows S_τ(p), which exclude the query's own position). cnt[t] ≥ 1.
+// Launch: grid (nh, T, 1), block (128,1,1), dynamic shared memory ATT_SMEM_BYTES(span) =
+// (round_up(span, 4) + 4)·4 bytes where span = number of visible keys of the widest row (host
+// computes it; kernels::attention_smem_bytes). The padding is required: the output loop reads the
+// scores 4 at a time and ptxas merges the ≤ 3 scalar reads of its remainder into one vector read
+// that may extend up to 3 floats past the last score (compute-sanitizer memcheck flagged a
+// 12-byte shared read past a 1-score allocation); the values read there are never used.
 // Arithmetic (f32): each score is a warp dot product (lane-strided fma chain + butterfly);
 // softmax exp(s − max) with the block max, probabilities e/Σe (block-reduced Σ), then every
 // output dim is Σ_u prob_u·v_u in key order (one fma chain per dim).
@@ -37,19 +45,13 @@ static __device__ __forceinline__ float block_reduce(float v, bool is_max, float
     return red[0];
 }
 
-extern "C" __global__ void attention_f32(const float* __restrict__ q, const float* __restrict__ kc,
-                                         const float* __restrict__ vc, const int* __restrict__ slot,
-                                         const int* __restrict__ pos, float* __restrict__ out,
-                                         int nh, int nkv, int d, int ctx, int window) {
-    extern __shared__ float sc[];
-    __shared__ float red[32];
-    const int h = blockIdx.x, t = blockIdx.y;
-    const int p = pos[t];
-    const int lo = (window > 0 && p + 1 > window) ? p + 1 - window : 0;
-    const int n = p + 1 - lo;
-    const int g = h / (nh / nkv);
-    const float* qh = q + ((uint64_t)t * nh + h) * d;
-    const uint64_t base = (uint64_t)slot[t] * ctx + lo;
+// One (head, row) block: scores of query qh against n keys starting at cache row `base`
+// (absolute row index slot·ctx + first position), softmax, weighted sum of values into o.
+static __device__ __forceinline__ void attend_block(const float* __restrict__ qh,
+                                                    const float* __restrict__ kc,
+                                                    const float* __restrict__ vc, uint64_t base,
+                                                    int n, int nkv, int g, int d,
+                                                    float* __restrict__ o, float* sc, float* red) {
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
     for (int i = wid; i < n; i += nw) {
         const float* kr = kc + ((base + i) * nkv + g) * d;
@@ -71,7 +73,6 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
     sum = block_reduce(sum, false, red);
     for (int i = threadIdx.x; i < n; i += blockDim.x) sc[i] = sc[i] / sum;
     __syncthreads();
-    float* o = out + ((uint64_t)t * nh + h) * d;
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
         float acc = 0.0f;
         const float* vr = vc + (base * nkv + g) * d + j;
@@ -79,4 +80,36 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
         for (int i = 0; i < n; ++i) acc = fmaf(sc[i], vr[i * stride], acc);
         o[j] = acc;
     }
+}
+
+extern "C" __global__ void attention_f32(const float* __restrict__ q, const float* __restrict__ kc,
+                                         const float* __restrict__ vc, const int* __restrict__ slot,
+                                         const int* __restrict__ pos, float* __restrict__ out,
+                                         int nh, int nkv, int d, int ctx, int window) {
+    extern __shared__ float sc[];
+    __shared__ float red[32];
+    const int h = blockIdx.x, t = blockIdx.y;
+    const int p = pos[t];
+    const int lo = (window > 0 && p + 1 > window) ? p + 1 - window : 0;
+    const int n = p + 1 - lo;
+    const int g = h / (nh / nkv);
+    const float* qh = q + ((uint64_t)t * nh + h) * d;
+    const uint64_t base = (uint64_t)slot[t] * ctx + lo;
+    attend_block(qh, kc, vc, base, n, nkv, g, d, out + ((uint64_t)t * nh + h) * d, sc, red);
+}
+
+extern "C" __global__ void attention_rows_f32(const float* __restrict__ q,
+                                              const float* __restrict__ kc,
+                                              const float* __restrict__ vc,
+                                              const int* __restrict__ slot,
+                                              const int* __restrict__ lo,
+                                              const int* __restrict__ cnt, float* __restrict__ out,
+                                              int nh, int nkv, int d, int ctx) {
+    extern __shared__ float sc[];
+    __shared__ float red[32];
+    const int h = blockIdx.x, t = blockIdx.y;
+    const int g = h / (nh / nkv);
+    const float* qh = q + ((uint64_t)t * nh + h) * d;
+    const uint64_t base = (uint64_t)slot[t] * ctx + lo[t];
+    attend_block(qh, kc, vc, base, cnt[t], nkv, g, d, out + ((uint64_t)t * nh + h) * d, sc, red);
 }

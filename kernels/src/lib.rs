@@ -68,6 +68,14 @@ pub fn matvec_rows_per_block(nc: usize) -> u32 {
     }
 }
 
+/// Dynamic shared memory (bytes) of an `attention*_f32` launch whose widest query row sees `span`
+/// keys: `(round_up(span, 4) + 4) · 4`. The padding covers the vector read ptxas makes of the
+/// ≤ 3-score remainder of the output loop (see `attention.cu`); without it compute-sanitizer
+/// memcheck reports an out-of-bounds shared read (values there are never used).
+pub fn attention_smem_bytes(span: usize) -> u32 {
+    ((span.div_ceil(4) * 4 + 4) * 4) as u32
+}
+
 /// One kernel family: one `.cu` file, compiled as one NVRTC program / one CUDA module.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Family {
@@ -85,7 +93,8 @@ pub enum Family {
     Reduce,
     /// `embed.cu`: `embed_<fmt>` (scaled embedding-row lookup) for every format.
     Embed,
-    /// `attention.cu`: `attention_f32` (causal / sliding GQA attention over the KV cache).
+    /// `attention.cu`: `attention_f32` (causal / sliding GQA attention over the KV cache) and
+    /// `attention_rows_f32` (explicit key range per query row: the MTP drafter).
     Attention,
     /// `layer.cu`: residual RMSNorm-add, scales, PLE/MoE helpers, KV store, row gather.
     Layer,
@@ -182,7 +191,7 @@ impl Family {
                 })
                 .collect(),
             Family::Embed => FORMATS.iter().map(|f| format!("embed_{f}")).collect(),
-            Family::Attention => vec!["attention_f32".into()],
+            Family::Attention => vec!["attention_f32".into(), "attention_rows_f32".into()],
             Family::Layer => [
                 "rmsnorm_add_f32",
                 "scale_f32",

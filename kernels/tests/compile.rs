@@ -39,3 +39,15 @@ fn compile_all_kernels_sm90() {
         );
     }
 }
+
+/// The attention launch pads its score array (hand derivation: span 1 → round_up(1, 4) + 4 = 8
+/// floats = 32 bytes; span 16 → 20 floats = 80 bytes), and the largest context the runtime
+/// allows (12 000 keys) still fits the 48 KiB default with the kernel's 128-byte static array.
+#[test]
+fn attention_shared_memory_is_padded() {
+    assert_eq!(kernels::attention_smem_bytes(1), 32);
+    assert_eq!(kernels::attention_smem_bytes(2), 32);
+    assert_eq!(kernels::attention_smem_bytes(16), 80);
+    assert_eq!(kernels::attention_smem_bytes(17), 96);
+    assert!(kernels::attention_smem_bytes(12_000) + 128 <= 48 * 1024);
+}

@@ -66,6 +66,18 @@ fn score_flops(c: &Config, lens: &[usize]) -> f64 {
         .sum()
 }
 
+/// User + system CPU time of this process so far (all threads), from `/proc/self/stat`
+/// (fields 14 and 15, in clock ticks of 1/100 s, Linux `USER_HZ`); `None` where unavailable.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) may contain spaces; fields after it follow the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
 /// f64 multiply-add peak of this build: 32 independent accumulators, `a ← a·m + c`.
 fn madd_peak_gflops() -> f64 {
     const ACC: usize = 32;
@@ -108,17 +120,31 @@ fn bench(cr: &mut Criterion) {
     let threads = rayon::current_num_threads();
     let peak1 = madd_peak_gflops();
     let t0 = Instant::now();
+    let c0 = cpu_seconds();
     let reps = 3;
     for _ in 0..reps {
         black_box(score(&model, &seqs, 16).expect("score"));
     }
-    let gflops = flops * reps as f64 / t0.elapsed().as_secs_f64() / 1e9;
+    let wall = t0.elapsed().as_secs_f64();
+    let gflops = flops * reps as f64 / wall / 1e9;
     println!(
         "score: {gflops:.2} GFLOP/s on {threads} threads; f64 multiply-add peak {peak1:.2} GFLOP/s per core \
          ({:.2} for {threads}); ratio {:.1} %",
         peak1 * threads as f64,
         100.0 * gflops / (peak1 * threads as f64)
     );
+    // The same work per CPU-second (user + system time of this process): independent of how
+    // many cores other processes left us, so comparable across runs on a shared machine.
+    if let (Some(c0), Some(c1)) = (c0, cpu_seconds()) {
+        let per_cpu = flops * reps as f64 / (c1 - c0) / 1e9;
+        println!(
+            "score: {per_cpu:.2} GFLOP per CPU-second ({:.2} CPU-s for {:.2} s wall); \
+             ratio to the per-core peak {:.1} %",
+            c1 - c0,
+            wall,
+            100.0 * per_cpu / peak1
+        );
+    }
 
     let mut g = cr.benchmark_group("oracle");
     g.sample_size(10);

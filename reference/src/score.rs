@@ -53,10 +53,9 @@ pub fn score<F: Float>(
             .par_iter()
             .zip(z.par_chunks_exact(v))
             .map(|(&(s, t), row)| {
-                let row: Vec<f64> = row.iter().map(|x| x.to_f64()).collect();
                 PositionScore {
-                    top_k: select_top_k(&row, top_k, model.suppressed_ids()),
-                    next_logit: seqs[s].get(t + 1).map(|&id| row[id as usize]),
+                    top_k: select_top_k(row, top_k, model.suppressed_ids()),
+                    next_logit: seqs[s].get(t + 1).map(|&id| row[id as usize].to_f64()),
                 }
             })
             .collect();

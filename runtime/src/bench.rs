@@ -202,7 +202,7 @@ pub fn run(ty: GgmlType, prompt: usize, decode: usize) -> Result<serde_json::Val
         model,
         EngineOptions {
             slots: 1,
-            max_ctx: prompt + decode + 8,
+            max_ctx: prompt + decode + 32,
         },
     )?;
     let rows: Vec<Row> = (0..prompt)
@@ -243,6 +243,32 @@ pub fn run(ty: GgmlType, prompt: usize, decode: usize) -> Result<serde_json::Val
     }
     let dec_s = td.elapsed().as_secs_f64();
     let tps = decode as f64 / dec_s;
+    // Verify-forward cost (spec/gemma4-assistant-mtp.md §5): one forward over K+1 rows with all
+    // logits rows returned, rolled back after each, ÷ one plain decode step (same path).
+    let base = eng.slot_len(0);
+    let step_s = dec_s / decode.max(1) as f64;
+    let mut verify = Vec::new();
+    for k in [1usize, 2, 4, 8] {
+        let rows: Vec<Row> = (0..=k)
+            .map(|i| Row {
+                slot: 0,
+                token: (i * 31 + 11) as u32,
+                logits: true,
+            })
+            .collect();
+        eng.forward(&rows)?;
+        eng.truncate_slot(0, base)?;
+        let reps = 6;
+        let tv = Instant::now();
+        for _ in 0..reps {
+            eng.forward(&rows)?;
+            eng.truncate_slot(0, base)?;
+        }
+        let vs = tv.elapsed().as_secs_f64() / reps as f64;
+        verify.push(
+            json!({"k": k, "rows": k + 1, "verify_s": vs, "ratio_to_decode_step": vs / step_s}),
+        );
+    }
     let ctx_mid = prompt + 1 + decode / 2;
     let kv_bytes_per_pos: usize = eng
         .model()
@@ -267,6 +293,8 @@ pub fn run(ty: GgmlType, prompt: usize, decode: usize) -> Result<serde_json::Val
         "decode_tok_per_s": tps,
         "roofline_tok_per_s": roof,
         "fraction_of_roofline": tps / roof,
+        "decode_step_s": step_s,
+        "verify_cost": verify,
         "notes": "eager launches (no CUDA graph), f32 activations and KV, logits row copied to host every token",
     }))
 }

@@ -11,6 +11,7 @@ use std::path::Path;
 use reference::config::Config;
 use reference::model::logits::top_k as select_top_k;
 
+use crate::draft::DeviceAssistant;
 use crate::error::RuntimeError;
 use crate::forward::{Forward, KvCache, Row, Workspace};
 use crate::loader::DeviceModel;
@@ -57,12 +58,68 @@ pub struct GenRequest {
     pub stop: Vec<u32>,
 }
 
-/// The CUDA engine: device, weights, KV cache, scratch.
+/// The CUDA engine: device, weights, KV cache, scratch, optional MTP drafter.
 pub struct CudaEngine {
     gpu: Gpu,
     model: DeviceModel,
     cache: KvCache,
     ws: Workspace,
+    draft: Option<DeviceAssistant>,
+}
+
+/// How a `spec:K` token was produced (`design/conformance.md` §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpecKind {
+    /// The prefill's token.
+    Prefill,
+    /// A one-row decode step (budget left no room to draft).
+    Decode,
+    /// An accepted draft of a verify forward.
+    VerifyAccepted,
+    /// The bonus (target) token of a verify forward.
+    VerifyBonus,
+}
+
+/// One emitted token of a `spec:K` run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpecStep {
+    /// Emitted id.
+    pub token: u32,
+    /// Top-k of the (verify or decode) row that chose it.
+    pub top_k: Vec<(u32, f64)>,
+    /// Step kind.
+    pub kind: SpecKind,
+    /// The full logits row that chose it (only when asked for, for row-invariance checks).
+    pub logits: Option<Vec<f32>>,
+}
+
+/// One verify round (`spec/gemma4-assistant-mtp.md` §7): `(p, K_r, drafts, n', last id)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecRoundLog {
+    /// Round position `p`.
+    pub p: usize,
+    /// `K_r` (verify width `K_r + 1`).
+    pub k: usize,
+    /// `d_1 … d_{K_r}`.
+    pub drafted: Vec<u32>,
+    /// `n'` (after stop/budget truncation).
+    pub accepted: usize,
+    /// Last emitted id of the round.
+    pub bonus: u32,
+    /// Whether the last emitted id is the bonus token (false when a stop id or the budget cut
+    /// the round inside the accepted drafts).
+    pub has_bonus: bool,
+}
+
+/// Result of a `spec:K` run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpecRun {
+    /// Emitted tokens.
+    pub steps: Vec<SpecStep>,
+    /// Verify rounds.
+    pub rounds: Vec<SpecRoundLog>,
+    /// Plain one-row steps (`K_r = 0`).
+    pub plain_steps: usize,
 }
 
 impl CudaEngine {
@@ -81,6 +138,7 @@ impl CudaEngine {
             model,
             cache,
             ws,
+            draft: None,
         })
     }
 
@@ -99,6 +157,7 @@ impl CudaEngine {
             model,
             cache,
             ws,
+            draft: None,
         })
     }
 
@@ -285,13 +344,265 @@ impl CudaEngine {
         Ok(done.into_iter().map(|d| d.unwrap_or_default()).collect())
     }
 
+    /// Loads the MTP assistant at `path` for this target (`spec/gemma4-assistant-mtp.md` §1.1
+    /// pairing checks). Errors: unreadable file, pairing mismatch, driver errors.
+    pub fn load_draft(&mut self, path: &Path) -> Result<(), RuntimeError> {
+        let d = DeviceAssistant::load(&self.gpu, path, &self.model)?;
+        self.gpu.sync()?;
+        self.draft = Some(d);
+        Ok(())
+    }
+
+    /// The loaded drafter, if any.
+    pub fn drafter(&self) -> Option<&DeviceAssistant> {
+        self.draft.as_ref()
+    }
+
+    /// The loaded drafter, mutable (head selection).
+    pub fn drafter_mut(&mut self) -> Option<&mut DeviceAssistant> {
+        self.draft.as_mut()
+    }
+
+    /// Sets slot `s`'s committed length to `len` (≤ its current length): the rollback of
+    /// `spec/gemma4-assistant-mtp.md` §6. The cache keeps every position of every layer (sliding
+    /// layers included, option 3 of §6.2) and attention masks by position, so dropping the tail
+    /// restores exactly the state plain decoding leaves. Errors: bad slot or `len` too large.
+    pub fn truncate_slot(&mut self, s: usize, len: usize) -> Result<(), RuntimeError> {
+        match self.cache.len.get_mut(s) {
+            Some(l) if len <= *l => {
+                *l = len;
+                Ok(())
+            }
+            _ => Err(RuntimeError::Capacity(format!(
+                "cannot truncate slot {s} to {len} positions"
+            ))),
+        }
+    }
+
+    /// Committed length of slot `s`.
+    pub fn slot_len(&self, s: usize) -> usize {
+        self.cache.len.get(s).copied().unwrap_or(0)
+    }
+
+    /// Plain greedy decoding like [`CudaEngine::greedy`], also returning each emitted token's
+    /// full logits row (row-invariance checks, `design/conformance.md` §7).
+    pub fn greedy_with_logits(
+        &mut self,
+        req: &GenRequest,
+        top_k: usize,
+    ) -> Result<Vec<(GenStep, Vec<f32>)>, RuntimeError> {
+        let mut out: Vec<(GenStep, Vec<f32>)> = Vec::new();
+        if req.max_tokens == 0 || req.prompt.is_empty() {
+            return Ok(out);
+        }
+        self.reset_slot(0);
+        let n = req.prompt.len();
+        let mut rows: Vec<Row> = req
+            .prompt
+            .iter()
+            .enumerate()
+            .map(|(i, &token)| Row {
+                slot: 0,
+                token,
+                logits: i + 1 == n,
+            })
+            .collect();
+        loop {
+            let mut lg = self.forward(&rows)?;
+            let row = lg.pop().unwrap_or_default();
+            let step = self.pick(&row, top_k, out.len())?;
+            let tok = step.token;
+            out.push((step, row));
+            if req.stop.contains(&tok) || out.len() >= req.max_tokens {
+                break;
+            }
+            rows = vec![Row {
+                slot: 0,
+                token: tok,
+                logits: true,
+            }];
+        }
+        self.reset_slot(0);
+        Ok(out)
+    }
+
+    /// Greedy MTP speculative decoding `spec:K` in slot 0 (`spec/gemma4-assistant-mtp.md` §4.1):
+    /// prefill (emit its argmax, carry the last row's final-normed hidden state); per round
+    /// `K_r = min(K, remaining − 1)` drafts on the GPU at the constant position `p` (a plain
+    /// one-row step when `K_r = 0`), one target verify forward over `[t_p, d_1 … d_{K_r}]`,
+    /// accept the longest prefix with `d_i = a_{i−1}` plus the bonus `a_n`, truncate after the
+    /// first stop id and to the budget, roll the cache back to `p + n' + 1` positions, carry the
+    /// hidden state of verify row `n'` (it stays on the device). `keep_logits` keeps each emitted
+    /// token's full logits row in [`SpecStep::logits`].
+    ///
+    /// Errors: no drafter loaded, `k` outside `1 ..= draft::MAX_DRAFT`, forward/driver errors,
+    /// non-finite logits.
+    pub fn spec(
+        &mut self,
+        req: &GenRequest,
+        k: usize,
+        top_k: usize,
+        keep_logits: bool,
+    ) -> Result<SpecRun, RuntimeError> {
+        if self.draft.is_none() {
+            return Err(RuntimeError::Model {
+                what: "spec:K".into(),
+                detail: "no draft model loaded".into(),
+            });
+        }
+        if k == 0 || k > crate::draft::MAX_DRAFT || k + 1 > crate::forward::CHUNK_ROWS {
+            return Err(RuntimeError::Capacity(format!(
+                "spec:{k} (1 ≤ K ≤ {})",
+                crate::draft::MAX_DRAFT
+            )));
+        }
+        let mut run = SpecRun {
+            steps: Vec::new(),
+            rounds: Vec::new(),
+            plain_steps: 0,
+        };
+        if req.max_tokens == 0 || req.prompt.is_empty() {
+            return Ok(run);
+        }
+        let h = self.model.config.n_embd;
+        let keep = |row: Vec<f32>| keep_logits.then_some(row);
+        self.reset_slot(0);
+        let n = req.prompt.len();
+        let rows: Vec<Row> = req
+            .prompt
+            .iter()
+            .enumerate()
+            .map(|(i, &token)| Row {
+                slot: 0,
+                token,
+                logits: i + 1 == n,
+            })
+            .collect();
+        let mut lg = self.forward(&rows)?;
+        let row = lg.pop().unwrap_or_default();
+        let st = self.pick(&row, top_k, 0)?;
+        let mut committed = req.prompt.clone();
+        committed.push(st.token);
+        run.steps.push(SpecStep {
+            token: st.token,
+            top_k: st.top_k,
+            kind: SpecKind::Prefill,
+            logits: keep(row),
+        });
+        // Row of the workspace's hidden states that holds the carried `h`.
+        let mut hidden_row = 0usize;
+        let done = |steps: &[SpecStep]| {
+            steps.len() >= req.max_tokens
+                || steps.last().is_some_and(|s| req.stop.contains(&s.token))
+        };
+        while !done(&run.steps) {
+            let p = committed.len() - 1;
+            let remaining = req.max_tokens - run.steps.len();
+            let k_r = k.min(remaining - 1);
+            let t_p = committed[p];
+            if k_r == 0 {
+                let mut lg = self.forward(&[Row {
+                    slot: 0,
+                    token: t_p,
+                    logits: true,
+                }])?;
+                let row = lg.pop().unwrap_or_default();
+                let st = self.pick(&row, top_k, run.steps.len())?;
+                committed.push(st.token);
+                run.steps.push(SpecStep {
+                    token: st.token,
+                    top_k: st.top_k,
+                    kind: SpecKind::Decode,
+                    logits: keep(row),
+                });
+                run.plain_steps += 1;
+                hidden_row = 0;
+                continue;
+            }
+            if self.cache.len[0] != p {
+                return Err(RuntimeError::Capacity(format!(
+                    "cache holds {} positions at round position {p}",
+                    self.cache.len[0]
+                )));
+            }
+            let hid = self.ws.hidden_row_ptr(&self.gpu, hidden_row, h);
+            let drafts = {
+                let fw = Forward {
+                    gpu: &self.gpu,
+                    model: &self.model,
+                };
+                let d = self.draft.as_mut().ok_or_else(|| RuntimeError::Model {
+                    what: "spec:K".into(),
+                    detail: "no draft model loaded".into(),
+                })?;
+                d.draft(&fw, &self.cache, 0, t_p, hid, p, k_r)?
+            };
+            let mut rows = vec![Row {
+                slot: 0,
+                token: t_p,
+                logits: true,
+            }];
+            rows.extend(drafts.iter().map(|&token| Row {
+                slot: 0,
+                token,
+                logits: true,
+            }));
+            let lg = self.forward(&rows)?;
+            // Accept: a_i = argmax of verify row i; the longest prefix with d_{i+1} = a_i.
+            let mut picked = Vec::new();
+            let mut n_acc_raw = 0;
+            for (i, row) in lg.iter().enumerate() {
+                let st = self.pick(row, top_k, run.steps.len() + i)?;
+                let agree = i < k_r && drafts[i] == st.token;
+                picked.push(st);
+                if !agree {
+                    break;
+                }
+                n_acc_raw += 1;
+            }
+            let mut emit: Vec<usize> = (0..=n_acc_raw).collect();
+            if let Some(i) = emit
+                .iter()
+                .position(|&r| req.stop.contains(&picked[r].token))
+            {
+                emit.truncate(i + 1);
+            }
+            emit.truncate(remaining);
+            let n_acc = emit.len() - 1;
+            self.truncate_slot(0, p + n_acc + 1)?;
+            hidden_row = n_acc;
+            let mut lg = lg;
+            for &r in &emit {
+                let st = picked[r].clone();
+                committed.push(st.token);
+                run.steps.push(SpecStep {
+                    token: st.token,
+                    top_k: st.top_k,
+                    kind: if r < n_acc_raw {
+                        SpecKind::VerifyAccepted
+                    } else {
+                        SpecKind::VerifyBonus
+                    },
+                    logits: keep(std::mem::take(&mut lg[r])),
+                });
+            }
+            let last = run.steps.last().map_or(0, |s| s.token);
+            run.rounds.push(SpecRoundLog {
+                p,
+                k: k_r,
+                drafted: drafts,
+                accepted: n_acc,
+                bonus: last,
+                has_bonus: n_acc == n_acc_raw,
+            });
+        }
+        self.reset_slot(0);
+        Ok(run)
+    }
+
     /// Teacher-forced scoring: per sequence and position `t` the top-`k` of the row after
     /// `seq[..=t]` (sequences run `slots` at a time, each in one forward).
-    pub fn score(
-        &mut self,
-        seqs: &[Vec<u32>],
-        k: usize,
-    ) -> Result<Vec<Vec<TopK>>, RuntimeError> {
+    pub fn score(&mut self, seqs: &[Vec<u32>], k: usize) -> Result<Vec<Vec<TopK>>, RuntimeError> {
         let mut out = Vec::with_capacity(seqs.len());
         for group in seqs.chunks(self.cache.slots) {
             self.reset();

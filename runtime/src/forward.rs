@@ -120,6 +120,13 @@ pub struct Workspace {
 }
 
 impl Workspace {
+    /// Device address of row `r` of the final-normed hidden states of the rows that returned
+    /// logits in the last chunk of the last [`Forward::run`] (`[sel, H]` f32; `spec/gemma4-
+    /// assistant-mtp.md` §2.1: the drafter's carried `h`).
+    pub(crate) fn hidden_row_ptr(&self, gpu: &Gpu, r: usize, h: usize) -> u64 {
+        ptr(gpu, &self.hs) + (r * h * 4) as u64
+    }
+
     /// Buffers sized for `model` and [`CHUNK_ROWS`] rows.
     pub fn new(gpu: &Gpu, model: &DeviceModel) -> Result<Workspace, RuntimeError> {
         let c = &model.config;
@@ -195,14 +202,14 @@ pub struct Row {
 }
 
 /// A kernel argument (pointers are raw device addresses).
-enum Arg {
+pub(crate) enum Arg {
     P(u64),
     I(i32),
     U(u64),
     F(f32),
 }
 
-fn ptr<T>(gpu: &Gpu, s: &CudaSlice<T>) -> u64 {
+pub(crate) fn ptr<T>(gpu: &Gpu, s: &CudaSlice<T>) -> u64 {
     let (p, _sync) = s.device_ptr(&gpu.stream);
     p
 }
@@ -237,7 +244,7 @@ fn launch(
     Ok(())
 }
 
-fn n1d(n: usize) -> (u32, u32, u32) {
+pub(crate) fn n1d(n: usize) -> (u32, u32, u32) {
     ((n.div_ceil(256)) as u32, 1, 1)
 }
 
@@ -252,16 +259,17 @@ pub struct Forward<'a> {
 impl Forward<'_> {
     fn fl(&self, name: &str) -> Result<CudaFunction, RuntimeError> {
         let fam = match name {
-            "attention_f32" => Family::Attention,
+            "attention_f32" | "attention_rows_f32" => Family::Attention,
             "rmsnorm_f32" => Family::Norm,
             "rope_neox_f32" => Family::Rope,
             "geglu_f32" | "softcap_f32" => Family::Activation,
+            "argmax_f32" => Family::Reduce,
             _ => Family::Layer,
         };
         Ok(self.gpu.modules.function(fam, name)?)
     }
 
-    fn call(
+    pub(crate) fn call(
         &self,
         name: &str,
         grid: (u32, u32, u32),
@@ -274,7 +282,7 @@ impl Forward<'_> {
     }
 
     /// `y[c, :] = W · x[c, :]` for `t` columns (groups of ≤ 8 per launch).
-    fn mv(&self, w: &Mat, x: u64, t: usize, y: u64) -> Result<(), RuntimeError> {
+    pub(crate) fn mv(&self, w: &Mat, x: u64, t: usize, y: u64) -> Result<(), RuntimeError> {
         let mut c0 = 0;
         while c0 < t {
             let nc = (t - c0).min(MATVEC_MAX_COLS);
@@ -349,7 +357,19 @@ impl Forward<'_> {
         rows: usize,
         n: usize,
     ) -> Result<(), RuntimeError> {
-        let eps = self.model.config.rms_eps as f32;
+        self.rmsnorm_eps(x, w, y, rows, n, self.model.config.rms_eps as f32)
+    }
+
+    /// `y[r] = RMSNorm_w(x[r])` over `rows` rows of `n` with an explicit `eps` (the drafter's).
+    pub(crate) fn rmsnorm_eps(
+        &self,
+        x: u64,
+        w: Option<u64>,
+        y: u64,
+        rows: usize,
+        n: usize,
+        eps: f32,
+    ) -> Result<(), RuntimeError> {
         self.call(
             "rmsnorm_f32",
             (rows as u32, 1, 1),
@@ -373,7 +393,19 @@ impl Forward<'_> {
         rows: usize,
         n: usize,
     ) -> Result<(), RuntimeError> {
-        let eps = self.model.config.rms_eps as f32;
+        self.rmsnorm_add_eps(y, w, x, rows, n, self.model.config.rms_eps as f32)
+    }
+
+    /// `x[r] += RMSNorm_w(y[r])` with an explicit `eps` (the drafter's).
+    pub(crate) fn rmsnorm_add_eps(
+        &self,
+        y: u64,
+        w: u64,
+        x: u64,
+        rows: usize,
+        n: usize,
+        eps: f32,
+    ) -> Result<(), RuntimeError> {
         self.call(
             "rmsnorm_add_f32",
             (rows as u32, 1, 1),
@@ -389,7 +421,7 @@ impl Forward<'_> {
         )
     }
 
-    fn rope(
+    pub(crate) fn rope(
         &self,
         x: u64,
         pos: u64,
@@ -416,7 +448,14 @@ impl Forward<'_> {
         )
     }
 
-    fn embed(&self, w: &Mat, ids: u64, t: usize, out: u64, scale: f32) -> Result<(), RuntimeError> {
+    pub(crate) fn embed(
+        &self,
+        w: &Mat,
+        ids: u64,
+        t: usize,
+        out: u64,
+        scale: f32,
+    ) -> Result<(), RuntimeError> {
         let name = format!("embed_{}", w.fmt);
         let f = self.gpu.modules.function_fmt(Family::Embed, w.fmt, &name)?;
         launch(
@@ -581,7 +620,7 @@ impl Forward<'_> {
                 "attention_f32",
                 (nh as u32, t as u32, 1),
                 128,
-                (span * 4) as u32,
+                kernels::attention_smem_bytes(span),
                 &[
                     Arg::P(q),
                     Arg::P(ptr(gpu, kc)),

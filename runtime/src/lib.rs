@@ -10,15 +10,19 @@
 pub mod bench;
 pub mod check;
 pub mod device;
+pub mod draft;
 pub mod engine;
 pub mod error;
 pub mod forward;
 pub mod loader;
 pub mod modelcheck;
 pub mod ops;
+pub mod speccheck;
 pub mod weights;
 
 pub use device::Gpu;
-pub use engine::{CudaEngine, EngineOptions, GenRequest, GenStep};
+pub use engine::{
+    CudaEngine, EngineOptions, GenRequest, GenStep, SpecKind, SpecRoundLog, SpecRun, SpecStep,
+};
 pub use error::RuntimeError;
 pub use weights::DeviceTensor;

@@ -155,21 +155,22 @@ pub struct DeviceModel {
     pub weight_bytes: usize,
 }
 
-fn model_err(what: &str, e: impl std::fmt::Display) -> RuntimeError {
+pub(crate) fn model_err(what: &str, e: impl std::fmt::Display) -> RuntimeError {
     RuntimeError::Model {
         what: what.to_string(),
         detail: e.to_string(),
     }
 }
 
-struct Loader<'a> {
-    gpu: &'a Gpu,
-    file: &'a GgufFile,
-    bytes: usize,
+/// Uploads tensors of one GGUF file, counting bytes (also used by the drafter loader).
+pub(crate) struct Loader<'a> {
+    pub(crate) gpu: &'a Gpu,
+    pub(crate) file: &'a GgufFile,
+    pub(crate) bytes: usize,
 }
 
 impl Loader<'_> {
-    fn mat(&mut self, name: &str) -> Result<Mat, RuntimeError> {
+    pub(crate) fn mat(&mut self, name: &str) -> Result<Mat, RuntimeError> {
         let t = self.file.tensor(name).map_err(|e| model_err(name, e))?;
         let cols = t.dims.first().copied().unwrap_or(1) as usize;
         let rows = t.dims.iter().skip(1).product::<u64>() as usize;
@@ -199,7 +200,7 @@ impl Loader<'_> {
         })
     }
 
-    fn host_vec(&self, name: &str) -> Result<Vec<f32>, RuntimeError> {
+    pub(crate) fn host_vec(&self, name: &str) -> Result<Vec<f32>, RuntimeError> {
         let t = self.file.tensor(name).map_err(|e| model_err(name, e))?;
         let n = t.n_elements() as usize;
         let mut out = vec![0f32; n];
@@ -212,7 +213,11 @@ impl Loader<'_> {
         Ok(out)
     }
 
-    fn upload_f32(&mut self, name: &str, v: &[f32]) -> Result<CudaSlice<f32>, RuntimeError> {
+    pub(crate) fn upload_f32(
+        &mut self,
+        name: &str,
+        v: &[f32],
+    ) -> Result<CudaSlice<f32>, RuntimeError> {
         self.bytes += v.len() * 4;
         self.gpu
             .stream
@@ -220,7 +225,7 @@ impl Loader<'_> {
             .map_err(drv(format!("upload {name}")))
     }
 
-    fn vec(&mut self, name: &str) -> Result<CudaSlice<f32>, RuntimeError> {
+    pub(crate) fn vec(&mut self, name: &str) -> Result<CudaSlice<f32>, RuntimeError> {
         let v = self.host_vec(name)?;
         self.upload_f32(name, &v)
     }

@@ -57,6 +57,27 @@ enum Cmd {
         #[arg(long, default_value_t = 16)]
         gen: usize,
     },
+    /// spec:K (MTP speculative decoding) vs plain decoding and vs the f64 oracle's acceptance.
+    SpecCheck {
+        /// Pairs `TARGET.gguf=DRAFT.gguf`.
+        #[arg(required = true)]
+        pairs: Vec<String>,
+        /// Draft lengths K.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+        ks: Vec<usize>,
+        /// Tokens generated per prompt.
+        #[arg(long, default_value_t = 64)]
+        max_tokens: usize,
+        /// Number of built-in prompts (1..=3).
+        #[arg(long, default_value_t = 3)]
+        prompts: usize,
+        /// Skip the f64 oracle's spec:K.
+        #[arg(long)]
+        no_oracle: bool,
+        /// Output folder for spec-check.json (default: $OUT, else target/spec-check).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -115,6 +136,58 @@ fn main() -> ExitCode {
             let _ = std::fs::create_dir_all(&out_dir);
             let _ = std::fs::write(
                 out_dir.join("model-check.json"),
+                serde_json::to_string_pretty(&all).unwrap_or_default(),
+            );
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Cmd::SpecCheck {
+            pairs,
+            ks,
+            max_tokens,
+            prompts,
+            no_oracle,
+            out,
+        } => {
+            let out_dir = out
+                .or_else(|| std::env::var_os("OUT").map(PathBuf::from))
+                .unwrap_or_else(|| PathBuf::from("target/spec-check"));
+            if let Some(why) = runtime::device::unavailable_reason() {
+                eprintln!("skipped: {why}");
+                return ExitCode::from(2);
+            }
+            let opts = runtime::speccheck::SpecCheckOptions {
+                ks,
+                max_tokens,
+                prompts,
+                oracle: !no_oracle,
+            };
+            let mut all = Vec::new();
+            let mut ok = true;
+            for pair in &pairs {
+                let Some((t, d)) = pair.split_once('=') else {
+                    eprintln!("bad pair {pair:?} (expected TARGET=DRAFT)");
+                    return ExitCode::from(2);
+                };
+                match runtime::speccheck::check_pair(t.as_ref(), d.as_ref(), &opts) {
+                    Ok(v) => {
+                        ok &= v["ok"].as_bool().unwrap_or(false);
+                        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                        all.push(v);
+                    }
+                    Err(e) => {
+                        ok = false;
+                        eprintln!("spec-check {pair}: {e}");
+                        all.push(serde_json::json!({"pair": pair, "error": e.to_string()}));
+                    }
+                }
+            }
+            let _ = std::fs::create_dir_all(&out_dir);
+            let _ = std::fs::write(
+                out_dir.join("spec-check.json"),
                 serde_json::to_string_pretty(&all).unwrap_or_default(),
             );
             if ok {

@@ -49,7 +49,8 @@ build-engine)
     objcopy --strip-debug target/release/runtime local/gpu/runtime
     objcopy --strip-debug target/release/xtask local/gpu/xtask
     fx="${GEMMA4_FIXTURES:-../shared/fixtures}"
-    for m in dense-target.F32 dense-target.Q4_K_M e2b-target.Q4_0 moe-target.Q4_K_M; do
+    for m in dense-target.F32 dense-target.Q4_K_M e2b-target.Q4_0 moe-target.Q4_K_M \
+        dense-assistant.F32 e2b-assistant.Q8_0 moe-assistant.Q8_0; do
         cp -f "$fx/models/$m.gguf" local/gpu/fixtures/models/
     done
     du -sh local/gpu
@@ -57,8 +58,11 @@ build-engine)
     ;;
 engine)
     # On the GPU machine: model-check (CUDA vs f64 oracle, self-consistency) and conformance
-    # with the cuda engine (smoke suite; prefill, plain, batch:4) for each fixture model.
-    # Results: $OUT/model-check.json, $OUT/engine.log, $OUT/reports.tar.gz.
+    # with the cuda engine (smoke suite; prefill, plain, batch:4) for each fixture model; then
+    # spec-check (spec:K vs plain, row invariance, acceptance vs the oracle) and conformance in
+    # plain + spec:1/2/4 for each target=assistant pair (SKIP_SPEC=1 skips); MEMCHECK=1 adds
+    # compute-sanitizer memcheck runs; BENCH=FORMAT adds the 12B-shaped decode bench.
+    # Results: $OUT/model-check.json, $OUT/spec-check.json, $OUT/engine.log, $OUT/reports.tar.gz.
     : "${OUT:?OUT must name the output folder}"
     export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
     export GEMMA4_FIXTURES="$PWD/local/gpu/fixtures"
@@ -82,6 +86,44 @@ engine)
             --modes "${MODES:-prefill,plain,batch:4}" --out "/tmp/conf/$m" >> "$log" 2>&1 || rc=$?
         echo "conformance $m exit $rc" | tee -a "$log"
     done
+    # spec:K (MTP speculative decoding): target=assistant pairs.
+    fm=local/gpu/fixtures/models
+    pairs="${SPEC_PAIRS:-$fm/dense-target.Q4_K_M.gguf=$fm/dense-assistant.F32.gguf $fm/e2b-target.Q4_0.gguf=$fm/e2b-assistant.Q8_0.gguf $fm/moe-target.Q4_K_M.gguf=$fm/moe-assistant.Q8_0.gguf}"
+    if [ "${SKIP_SPEC:-0}" != 1 ]; then
+        echo "== spec-check" | tee -a "$log"
+        rc=0
+        timeout "${SPEC_TIMEOUT:-150}" local/gpu/runtime spec-check $pairs --ks "${SPEC_KS:-1,2,4,8}" \
+            --out "$OUT" > "$OUT/spec-check.log" 2>&1 || rc=$?
+        echo "spec-check exit $rc" | tee -a "$log"
+        grep -E '"(target|ok|k|spec_equals_plain|drafted|accepted|acceptance_equal|max_abs_diff|bitwise_equal_rows|rows_compared)"' \
+            "$OUT/spec-check.log" | tr -s ' ' | tr '\n' ' ' | sed 's/"target"/\n"target"/g' | tee -a "$log" || true
+        echo | tee -a "$log"
+        for pr in $pairs; do
+            t="${pr%%=*}"; d="${pr#*=}"; m="$(basename "$t" .gguf)"
+            echo "== conformance $m + $(basename "$d" .gguf) ($suite, spec)" | tee -a "$log"
+            rc=0
+            timeout "${CONF_TIMEOUT:-60}" local/gpu/xtask conformance --engine cuda --quiet \
+                --model "$t" --draft "$d" --suite "suites/$suite.toml" \
+                --modes "${SPEC_MODES:-plain,spec:1,spec:2,spec:4}" --out "/tmp/conf/spec-$m" >> "$log" 2>&1 || rc=$?
+            echo "conformance spec $m exit $rc" | tee -a "$log"
+        done
+    fi
+    if [ -n "${MEMCHECK:-}" ] && command -v compute-sanitizer >/dev/null; then
+        echo "== memcheck (model-check e2b+moe, spec-check quick)" | tee -a "$log"
+        rc=0
+        timeout "${MEMCHECK_TIMEOUT:-150}" compute-sanitizer --tool memcheck --error-exitcode 9 \
+            local/gpu/runtime model-check $fm/e2b-target.Q4_0.gguf $fm/moe-target.Q4_K_M.gguf --gen 4 \
+            --out /tmp/mc > "$OUT/memcheck-model.txt" 2>&1 || rc=$?
+        echo "memcheck model-check rc=$rc" | tee -a "$log"
+        tail -n 3 "$OUT/memcheck-model.txt" | tee -a "$log"
+        rc=0
+        timeout "${MEMCHECK_TIMEOUT:-150}" compute-sanitizer --tool memcheck --error-exitcode 9 \
+            local/gpu/runtime spec-check $fm/e2b-target.Q4_0.gguf=$fm/e2b-assistant.Q8_0.gguf \
+            $fm/dense-target.Q4_K_M.gguf=$fm/dense-assistant.F32.gguf \
+            --ks 2 --max-tokens 12 --prompts 1 --no-oracle --out /tmp/mc > "$OUT/memcheck-spec.txt" 2>&1 || rc=$?
+        echo "memcheck spec-check rc=$rc" | tee -a "$log"
+        tail -n 3 "$OUT/memcheck-spec.txt" | tee -a "$log"
+    fi
     tar czf "$OUT/reports.tar.gz" -C /tmp conf 2>/dev/null || true
     if [ -n "${BENCH:-}" ]; then
         echo "== bench" | tee -a "$log"

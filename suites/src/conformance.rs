@@ -67,7 +67,11 @@ pub fn make_engine(name: &str, model: &ModelSpec) -> Result<Box<dyn Engine>, Fat
         )),
         #[cfg(feature = "cuda")]
         "cuda" => Ok(Box::new(
-            crate::cuda_engine::CudaEngineAdapter::load(&model.path).map_err(fatal)?,
+            crate::cuda_engine::CudaEngineAdapter::load_with_draft(
+                &model.path,
+                model.draft.as_deref(),
+            )
+            .map_err(fatal)?,
         )),
         #[cfg(feature = "http")]
         other if crate::http::is_http_spec(other) => {

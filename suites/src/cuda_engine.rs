@@ -1,13 +1,18 @@
 //! The CUDA runtime as an [`Engine`] (`cuda`, conformance §9), feature `cuda`: adapts
 //! `runtime::CudaEngine` (plain methods) to the trait. Modes: `prefill` (teacher-forced
-//! scoring), `plain`, `batch:4` (one running batch, requests joining and leaving).
+//! scoring), `plain`, `batch:4` (one running batch, requests joining and leaving), and with a
+//! draft model `spec:1`, `spec:2`, `spec:4` (GPU MTP speculative decoding,
+//! `spec/gemma4-assistant-mtp.md` §4.1; steps `verify-accepted` / `verify-bonus`, per-round
+//! `(K_r, n')` in [`SpecStats`]).
 
 use std::path::Path;
 use std::time::Instant;
 
-use runtime::{CudaEngine, EngineOptions, GenRequest, GenStep};
+use runtime::{CudaEngine, EngineOptions, GenRequest, GenStep, SpecKind};
 
-use crate::engine::{Engine, EngineError, Mode, Request, Scores, Step, StepKind, Trajectory};
+use crate::engine::{
+    Engine, EngineError, Mode, Request, Scores, SpecStats, Step, StepKind, Trajectory,
+};
 
 /// Top-k recorded per emitted token.
 pub const CUDA_TOP_K: usize = 16;
@@ -15,6 +20,7 @@ pub const CUDA_TOP_K: usize = 16;
 /// `runtime::CudaEngine` behind the [`Engine`] trait.
 pub struct CudaEngineAdapter {
     inner: CudaEngine,
+    has_draft: bool,
 }
 
 fn req_err(id: &str, e: impl std::fmt::Display) -> EngineError {
@@ -42,7 +48,16 @@ fn steps(gs: Vec<GenStep>) -> Vec<Step> {
 impl CudaEngineAdapter {
     /// Loads the model on GPU 0 (4 KV slots of 4096 positions). Errors: no GPU, bad model.
     pub fn load(path: &Path) -> Result<CudaEngineAdapter, EngineError> {
-        let inner = CudaEngine::load(
+        Self::load_with_draft(path, None)
+    }
+
+    /// [`CudaEngineAdapter::load`] plus the MTP assistant `draft` (enables `spec:1/2/4`).
+    /// Errors: no GPU, bad model, drafter/target pairing mismatch.
+    pub fn load_with_draft(
+        path: &Path,
+        draft: Option<&Path>,
+    ) -> Result<CudaEngineAdapter, EngineError> {
+        let mut inner = CudaEngine::load(
             path,
             EngineOptions {
                 slots: 4,
@@ -50,7 +65,49 @@ impl CudaEngineAdapter {
             },
         )
         .map_err(|e| EngineError::Other(format!("{}: {e}", path.display())))?;
-        Ok(CudaEngineAdapter { inner })
+        if let Some(d) = draft {
+            inner
+                .load_draft(d)
+                .map_err(|e| EngineError::Other(format!("{}: {e}", d.display())))?;
+        }
+        Ok(CudaEngineAdapter {
+            inner,
+            has_draft: draft.is_some(),
+        })
+    }
+
+    fn spec(&mut self, r: &Request, k: usize) -> Result<Trajectory, EngineError> {
+        let t0 = Instant::now();
+        let run = self
+            .inner
+            .spec(&Self::gen_req(r), k, CUDA_TOP_K, false)
+            .map_err(|e| req_err(&r.id, e))?;
+        let steps = run
+            .steps
+            .into_iter()
+            .map(|s| Step {
+                token: s.token,
+                top_k: Some(s.top_k),
+                kind: match s.kind {
+                    SpecKind::Prefill => StepKind::Prefill,
+                    SpecKind::Decode => StepKind::Decode,
+                    SpecKind::VerifyAccepted => StepKind::VerifyAccepted,
+                    SpecKind::VerifyBonus => StepKind::VerifyBonus,
+                },
+            })
+            .collect();
+        let stats = SpecStats {
+            rounds: run.rounds.len(),
+            drafted: run.rounds.iter().map(|x| x.k).sum(),
+            accepted: run.rounds.iter().map(|x| x.accepted).sum(),
+            per_round: run.rounds.iter().map(|x| (x.k, x.accepted)).collect(),
+        };
+        Ok(Trajectory {
+            id: r.id.clone(),
+            steps,
+            spec: Some(stats),
+            wall: t0.elapsed(),
+        })
     }
 
     fn gen_req(r: &Request) -> GenRequest {
@@ -68,7 +125,11 @@ impl Engine for CudaEngineAdapter {
     }
 
     fn modes(&self) -> Vec<Mode> {
-        vec![Mode::Prefill, Mode::Plain, Mode::Batch { n: 4 }]
+        let mut m = vec![Mode::Prefill, Mode::Plain, Mode::Batch { n: 4 }];
+        if self.has_draft {
+            m.extend([1, 2, 4].map(|k| Mode::Spec { k }));
+        }
+        m
     }
 
     fn generate(&mut self, reqs: &[Request], mode: &Mode) -> Result<Vec<Trajectory>, EngineError> {
@@ -108,6 +169,7 @@ impl Engine for CudaEngineAdapter {
                     })
                     .collect())
             }
+            Mode::Spec { k } if self.has_draft => reqs.iter().map(|r| self.spec(r, k)).collect(),
             _ => Err(EngineError::UnsupportedMode {
                 engine: "cuda".into(),
                 mode: *mode,

@@ -346,7 +346,8 @@ impl HttpEngine {
             }
         } else {
             engine.notes.push(
-                "prefill not declared: llama-server's /completion returns no prompt log-probs"
+                "prefill not declared: llama-server's /completion returns no prompt log-probs \
+                 (calibrate scores prefix by prefix)"
                     .into(),
             );
         }
@@ -367,7 +368,9 @@ impl HttpEngine {
         self.spec.api
     }
 
-    fn body(&self, req: &Request, echo: bool) -> (String, Value) {
+    /// The request URL and JSON body. `echo`: OpenAI prompt log-probs; `cache`: let llama-server
+    /// reuse its KV cache for a prompt prefix it has seen (prefix scoring only).
+    fn body(&self, req: &Request, echo: bool, cache: bool) -> (String, Value) {
         let k = self.spec.top_k;
         match self.spec.api {
             Api::LlamaServer => (
@@ -391,7 +394,7 @@ impl HttpEngine {
                     "n_probs": k,
                     "post_sampling_probs": false,
                     "return_tokens": true,
-                    "cache_prompt": false,
+                    "cache_prompt": cache,
                     "stream": false,
                     "seed": 0,
                 }),
@@ -427,7 +430,17 @@ impl HttpEngine {
 
     /// One completion request; checks the prompt count and (`check_ids`) the shape.
     fn complete(&self, req: &Request, echo: bool) -> Result<Completion, RequestError> {
-        let (url, body) = self.body(req, echo);
+        self.complete_with(req, echo, false)
+    }
+
+    /// [`HttpEngine::complete`] with llama-server's prompt cache on or off.
+    fn complete_with(
+        &self,
+        req: &Request,
+        echo: bool,
+        cache: bool,
+    ) -> Result<Completion, RequestError> {
+        let (url, body) = self.body(req, echo, cache);
         let v = self.client.post_json(&url, &body)?;
         let c = match self.spec.api {
             Api::LlamaServer => parse::parse_llama_completion(&v),
@@ -471,6 +484,33 @@ impl HttpEngine {
                 "echo gave no top log-probs for the prompt positions".into(),
             )),
         }
+    }
+
+    /// Teacher-forced scores of `seq` for a server without prompt log-probs (llama-server): one
+    /// request per position `t` with prompt `seq[..=t]` and one generated token, whose top-k is
+    /// row `t` (`[seq.len()]` rows). The prompt cache is on, so each request evaluates only the
+    /// new token: row `t` is the decode row the server computes for that prefix in `plain` mode.
+    fn score_by_prefixes(&self, seq: &[u32]) -> Result<Scores, RequestError> {
+        let mut rows = Vec::with_capacity(seq.len());
+        for t in 0..seq.len() {
+            let req = Request {
+                id: format!("prefix {}", t + 1),
+                prompt: seq[..=t].to_vec(),
+                max_tokens: 1,
+                stop: Vec::new(),
+            };
+            let c = self.complete_with(&req, false, true)?;
+            match c.top_k.into_iter().next() {
+                Some(top) if !top.is_empty() => rows.push(top),
+                _ => {
+                    return Err(RequestError::Check(format!(
+                        "prefix of {} tokens: no top log-probs returned",
+                        t + 1
+                    )))
+                }
+            }
+        }
+        Ok(Scores { rows })
     }
 
     fn trajectory(&self, req: &Request, mode: &Mode) -> Result<Trajectory, String> {
@@ -681,7 +721,27 @@ impl Engine for HttpEngine {
         Ok(out)
     }
 
+    /// Teacher-forced scores. OpenAI servers with `echo`: one request per sequence (prompt
+    /// log-probs). llama-server: one request per position ([`HttpEngine::score_by_prefixes`]),
+    /// used by `cargo xtask calibrate`; `prefill` stays undeclared because these rows are decode
+    /// rows, not one forward over the sequence.
     fn score(&mut self, seqs: &[Vec<u32>], top_k: usize) -> Result<Vec<Scores>, EngineError> {
+        if self.spec.api == Api::LlamaServer {
+            let mut out = Vec::with_capacity(seqs.len());
+            for (i, seq) in seqs.iter().enumerate() {
+                let mut s = self
+                    .score_by_prefixes(seq)
+                    .map_err(|e| EngineError::Request {
+                        id: format!("sequence {i}"),
+                        message: e.to_string(),
+                    })?;
+                for r in &mut s.rows {
+                    r.truncate(top_k);
+                }
+                out.push(s);
+            }
+            return Ok(out);
+        }
         if !self.modes.contains(&Mode::Prefill) {
             return Err(EngineError::UnsupportedMode {
                 engine: self.name.clone(),

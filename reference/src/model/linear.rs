@@ -19,9 +19,6 @@ use crate::quant::GgmlType;
 /// Target size (elements) of one dequantized weight tile.
 const TILE_ELEMS: usize = 16 * 1024;
 
-/// Positions per inner block of the tile product.
-const POS_BLOCK: usize = 64;
-
 /// A weight matrix `[rows, cols]` (row-major; `cols` = GGUF `ne0`) that lives in the GGUF file:
 /// tensor index into `GgufFile::tensors()` plus a row range (experts are row ranges of one 3-D
 /// tensor).
@@ -151,51 +148,96 @@ pub fn dot<F: Float>(a: &[F], b: &[F]) -> F {
     s
 }
 
-/// `out_t[r, t] = Σ_k w[r, k] · xt[k, t]` for one dequantized tile, each sum in order
-/// `k = 0, 1, …` from 0 (exactly [`dot`]): `xt` `[K, T]` (x transposed), `w` `[R, K]`, `out_t`
-/// `[R, T]`. Vectorised across positions (independent sums), never across `k`: 4 weight rows
-/// share each load of `xt[k, t0 .. t0 + 64]`.
-fn tile_product<F: Float>(xt: &[F], t_n: usize, w: &[F], k_n: usize, out_t: &mut [F]) {
-    let r_n = w.len() / k_n;
-    if t_n < FEW_POSITIONS {
-        return few_positions_product(xt, t_n, w, k_n, out_t);
-    }
-    for v in out_t.iter_mut() {
-        *v = F::ZERO;
-    }
-    let mut r0 = 0;
-    while r0 < r_n {
-        let nr = (r_n - r0).min(4);
-        let mut t0 = 0;
-        while t0 < t_n {
-            let tb = (t_n - t0).min(POS_BLOCK);
-            for k in 0..k_n {
-                let xk = &xt[k * t_n + t0..k * t_n + t0 + tb];
-                for r in r0..r0 + nr {
-                    let wv = w[r * k_n + k];
-                    let acc = &mut out_t[r * t_n + t0..r * t_n + t0 + tb];
-                    for (a, &x) in acc.iter_mut().zip(xk) {
-                        *a += wv * x;
-                    }
+/// Rows of one register block of [`block_product`].
+const MR: usize = 4;
+
+/// Positions of one packed panel of `x` (and of one register block).
+const NP: usize = 4;
+
+/// Packs `x` `[T, K]` into position panels: panel `p` is `[K, NP]` holding positions
+/// `p·NP .. p·NP + NP` (zeros past `T`), so one step `k` of [`block_product`] reads the
+/// `NP` positions of column `k` contiguously. Returns `[⌈T/NP⌉, K, NP]`.
+fn pack_panels<F: Float>(x: &[F], t_n: usize, k_n: usize) -> Vec<F> {
+    let n_panels = t_n.div_ceil(NP);
+    let mut out = vec![F::ZERO; n_panels * k_n * NP];
+    out.par_chunks_mut(k_n * NP)
+        .enumerate()
+        .for_each(|(p, panel)| {
+            for j in 0..NP.min(t_n - p * NP) {
+                let row = &x[(p * NP + j) * k_n..(p * NP + j + 1) * k_n];
+                for (dst, &v) in panel.chunks_exact_mut(NP).zip(row) {
+                    dst[j] = v;
                 }
             }
-            t0 += tb;
+        });
+    out
+}
+
+/// The `MR × NP` register block `acc[i][j] = Σ_k w_i[k] · panel[k, j]`: `w` holds `MR` rows of
+/// length `K` back to back, `panel` is `[K, NP]`. Every one of the 16 sums starts at 0 and adds
+/// `w_i[k] · x_j[k]` in order `k = 0, 1, …` (exactly [`dot`]); they are independent accumulators,
+/// so the compiler vectorises across `j` without reordering any sum.
+#[inline(always)]
+fn block_product<F: Float>(w: &[F], k_n: usize, panel: &[F]) -> [[F; NP]; MR] {
+    let (w0, rest) = w.split_at(k_n);
+    let (w1, rest) = rest.split_at(k_n);
+    let (w2, w3) = rest.split_at(k_n);
+    let mut acc = [[F::ZERO; NP]; MR];
+    for ((((x, &a), &b), &c), &d) in panel
+        .chunks_exact(NP)
+        .zip(&w0[..k_n])
+        .zip(&w1[..k_n])
+        .zip(&w2[..k_n])
+        .zip(&w3[..k_n])
+    {
+        let x: [F; NP] = [x[0], x[1], x[2], x[3]];
+        for j in 0..NP {
+            acc[0][j] += a * x[j];
         }
-        r0 += nr;
+        for j in 0..NP {
+            acc[1][j] += b * x[j];
+        }
+        for j in 0..NP {
+            acc[2][j] += c * x[j];
+        }
+        for j in 0..NP {
+            acc[3][j] += d * x[j];
+        }
+    }
+    acc
+}
+
+/// `out_t[r, t] = Σ_k w[r, k] · x[t, k]` for one dequantized tile, each sum in order
+/// `k = 0, 1, …` from 0 (exactly [`dot`]): `panels` = [`pack_panels`] of `x` (`T` positions),
+/// `w` `[R', K]` with `R'` a multiple of [`MR`] (rows past `R` are padding), `out_t` `[R, T]`.
+/// Register-blocked `MR` rows × `NP` positions; panels outer so the tile stays in cache.
+fn tile_product<F: Float>(panels: &[F], t_n: usize, w: &[F], k_n: usize, out_t: &mut [F]) {
+    let r_n = out_t.len() / t_n;
+    for (p, panel) in panels.chunks_exact(k_n * NP).enumerate() {
+        let t0 = p * NP;
+        let nt = NP.min(t_n - t0);
+        for (b, wb) in w.chunks_exact(MR * k_n).enumerate() {
+            let acc = block_product(wb, k_n, panel);
+            let r0 = b * MR;
+            for (i, row) in acc.iter().enumerate().take(MR.min(r_n - r0)) {
+                out_t[(r0 + i) * t_n + t0..(r0 + i) * t_n + t0 + nt].copy_from_slice(&row[..nt]);
+            }
+        }
     }
 }
 
-/// Below this many positions [`tile_product`] runs 8 weight rows side by side per position
-/// instead of vectorising across positions (decode steps, `T = 1`).
-const FEW_POSITIONS: usize = 8;
+/// Below this many positions [`linear`] runs [`few_positions_product`] (decode steps, `T = 1`)
+/// instead of packing position panels.
+const FEW_POSITIONS: usize = 4;
 
-/// [`tile_product`] for `T < FEW_POSITIONS`: per position, 8 rows at a time, each sum in the
-/// order of [`dot`] (8 independent chains give the instruction-level parallelism).
-fn few_positions_product<F: Float>(xt: &[F], t_n: usize, w: &[F], k_n: usize, out_t: &mut [F]) {
+/// The tile product for `T < FEW_POSITIONS`: `x` `[T, K]`, `w` `[R', K]`, `out_t` `[R, T]`;
+/// per position, 8 rows at a time, each sum in the order of [`dot`] (8 independent chains give
+/// the instruction-level parallelism).
+fn few_positions_product<F: Float>(x: &[F], t_n: usize, w: &[F], k_n: usize, out_t: &mut [F]) {
     const R: usize = 8;
-    let r_n = w.len() / k_n;
+    let r_n = out_t.len() / t_n;
     for t in 0..t_n {
-        let x: Vec<F> = (0..k_n).map(|k| xt[k * t_n + t]).collect();
+        let x = &x[t * k_n..(t + 1) * k_n];
         let mut r0 = 0;
         while r0 + R <= r_n {
             let rows: [&[F]; R] = std::array::from_fn(|j| &w[(r0 + j) * k_n..(r0 + j + 1) * k_n]);
@@ -211,40 +253,105 @@ fn few_positions_product<F: Float>(xt: &[F], t_n: usize, w: &[F], k_n: usize, ou
             r0 += R;
         }
         for r in r0..r_n {
-            out_t[r * t_n + t] = dot(&x, &w[r * k_n..(r + 1) * k_n]);
+            out_t[r * t_n + t] = dot(x, &w[r * k_n..(r + 1) * k_n]);
         }
     }
 }
 
-/// Rows per tile for row length `k` (a multiple of 4, at least 4).
+/// Rows per tile for row length `k` (a multiple of [`MR`], at least [`MR`]).
 fn tile_rows(k: usize) -> usize {
-    ((TILE_ELEMS / k.max(1)) / 4 * 4).max(4)
+    ((TILE_ELEMS / k.max(1)) / MR * MR).max(MR)
 }
+
+/// Below this many positions [`linear`] parallelises over weight-row tiles (and transposes the
+/// small result); from here on over position panels, writing `y` directly.
+const PANEL_PARALLEL_POSITIONS: usize = 16;
+
+/// Target size (elements) of one dequantized super-tile of [`linear_by_panels`] (1 MiB of f64:
+/// stays in each core's L2 while every panel streams past it).
+const SUPER_TILE_ELEMS: usize = 128 * 1024;
 
 /// The linear layer `y = x · Wᵀ`: `x` `[T, K]`, `w` `[N, K]`, returns `y` `[T, N]` (row-major).
 ///
-/// Parallel over tiles of weight rows (rayon); each tile is dequantized once and multiplied
-/// against all `T` positions. Errors: a weight block that fails to decode (names the tensor).
+/// Every `y[t, r]` is one sum in the order of [`dot`] computed by one task, whatever the path:
+/// few positions run in parallel over tiles of weight rows (each dequantized once, multiplied
+/// against all `T` positions, the `[N, T]` result transposed); many positions run super-tile by
+/// super-tile (dequantized in parallel), in parallel over position panels. Errors: a weight
+/// block that fails to decode (names the tensor).
 pub fn linear<F: Float>(x: &[F], t_n: usize, w: MatRef<'_>) -> Result<Vec<F>, ModelError> {
     let (n, k) = (w.rows, w.cols);
     assert_eq!(x.len(), t_n * k, "linear: x is not [T, K] for {}", w.name);
     if t_n == 0 || n == 0 {
         return Ok(vec![F::ZERO; t_n * n]);
     }
+    if t_n >= PANEL_PARALLEL_POSITIONS {
+        return linear_by_panels(x, t_n, w);
+    }
     let rows = tile_rows(k);
-    let xt = transpose(x, t_n, k);
+    let panels = if t_n >= FEW_POSITIONS {
+        pack_panels(x, t_n, k)
+    } else {
+        Vec::new()
+    };
     let mut out_t = vec![F::ZERO; n * t_n];
-    out_t.par_chunks_mut(rows * t_n).enumerate().try_for_each(
-        |(i, chunk)| -> Result<(), ModelError> {
+    out_t.par_chunks_mut(rows * t_n).enumerate().try_for_each_init(
+        Vec::new,
+        |buf: &mut Vec<F>, (i, chunk)| -> Result<(), ModelError> {
             let r0 = i * rows;
             let nr = chunk.len() / t_n;
-            let mut buf = vec![F::ZERO; nr * k];
-            w.rows_into(r0, &mut buf)?;
-            tile_product(&xt, t_n, &buf, k, chunk);
+            let padded = nr.div_ceil(MR) * MR;
+            buf.clear();
+            buf.resize(padded * k, F::ZERO);
+            w.rows_into(r0, &mut buf[..nr * k])?;
+            if t_n >= FEW_POSITIONS {
+                tile_product(&panels, t_n, buf, k, chunk);
+            } else {
+                few_positions_product(x, t_n, buf, k, chunk);
+            }
             Ok(())
         },
     )?;
     Ok(transpose(&out_t, n, t_n))
+}
+
+/// [`linear`] for `T ≥ PANEL_PARALLEL_POSITIONS`: for each super-tile of weight rows (dequantized
+/// in parallel into one shared buffer), each position panel (a task) computes its `NP` rows of
+/// `y` for those weight rows with [`block_product`] and writes them in place.
+fn linear_by_panels<F: Float>(x: &[F], t_n: usize, w: MatRef<'_>) -> Result<Vec<F>, ModelError> {
+    let (n, k) = (w.rows, w.cols);
+    let panels = pack_panels(x, t_n, k);
+    let s_rows = ((SUPER_TILE_ELEMS / k.max(1)) / MR * MR).max(MR);
+    let mut y = vec![F::ZERO; t_n * n];
+    let mut buf = vec![F::ZERO; s_rows.min(n).div_ceil(MR) * MR * k];
+    let mut r0 = 0;
+    while r0 < n {
+        let nr = s_rows.min(n - r0);
+        let padded = nr.div_ceil(MR) * MR;
+        let wt = &mut buf[..padded * k];
+        // Dequantize rows r0 .. r0 + nr in parallel (chunks of MR rows); padding rows stay 0.
+        wt[nr * k..].fill(F::ZERO);
+        wt[..nr * k].par_chunks_mut(MR * k).enumerate().try_for_each(
+            |(c, dst)| -> Result<(), ModelError> { w.rows_into(r0 + c * MR, dst) },
+        )?;
+        let wt = &*wt;
+        y.par_chunks_mut(NP * n)
+            .zip(panels.par_chunks_exact(k * NP))
+            .for_each(|(yp, panel)| {
+                let nt = yp.len() / n;
+                for (b, wb) in wt.chunks_exact(MR * k).enumerate() {
+                    let acc = block_product(wb, k, panel);
+                    let c0 = r0 + b * MR;
+                    let nc = MR.min(r0 + nr - c0);
+                    for (j, yrow) in yp.chunks_exact_mut(n).enumerate().take(nt) {
+                        for i in 0..nc {
+                            yrow[c0 + i] = acc[i][j];
+                        }
+                    }
+                }
+            });
+        r0 += nr;
+    }
+    Ok(y)
 }
 
 /// `[a, b]` → `[b, a]` (row-major). Parallel over blocks of 8 output rows; each task reads one

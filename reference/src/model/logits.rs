@@ -50,26 +50,30 @@ pub fn argmax(row: &[f64], excluded: &[u32]) -> Option<u32> {
 }
 
 /// The `k` largest logits of one row `[V]` over ids not in `excluded` (sorted ascending):
-/// descending logit, lower id first on exact ties; NaN logits skipped.
-pub fn top_k(row: &[f64], k: usize, excluded: &[u32]) -> Vec<(u32, f64)> {
+/// descending logit, lower id first on exact ties; NaN logits skipped. Generic over the row's
+/// float type so callers need not widen a whole row (comparisons of `f32` values equal those
+/// of their exact `f64` widenings); the logits come back as f64.
+pub fn top_k<F: Float>(row: &[F], k: usize, excluded: &[u32]) -> Vec<(u32, f64)> {
     // `best` is kept sorted by (logit desc, id asc); ids arrive in increasing order, so an equal
     // logit never displaces an earlier (lower) id.
-    let mut best: Vec<(u32, f64)> = Vec::with_capacity(k + 1);
+    let mut best: Vec<(u32, F)> = Vec::with_capacity(k + 1);
     if k == 0 {
-        return best;
+        return Vec::new();
     }
     for (i, &v) in row.iter().enumerate() {
-        if v.is_nan() || is_excluded(excluded, i) {
+        // Cheapest test first: most ids fall below the current k-th logit (a NaN fails `>`).
+        if best.len() == k && !(v > best[k - 1].1) {
             continue;
         }
-        if best.len() == k && v <= best[k - 1].1 {
+        #[allow(clippy::eq_op)] // `v != v` is the NaN test of a generic float
+        if v != v || is_excluded(excluded, i) {
             continue;
         }
         let at = best.partition_point(|&(_, b)| b >= v);
         best.insert(at, (i as u32, v));
         best.truncate(k);
     }
-    best
+    best.into_iter().map(|(i, v)| (i, v.to_f64())).collect()
 }
 
 #[cfg(test)]

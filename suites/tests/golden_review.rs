@@ -1,0 +1,59 @@
+//! The `cargo insta review` path of goldens (`design/conformance.md` §9, style R11): a changed
+//! golden blessed without `--accept` goes to `<prompt>.snap.new` with its sidecar pending as
+//! `<prompt>.oracle.json.new`; conformance keeps reading the reviewed `.snap` and its sidecar;
+//! once the `.snap.new` is accepted (insta renames it to `.snap`), loading promotes the pending
+//! sidecar. Expected values are the goldens written by the test itself.
+
+use suites::golden::{load_goldens, write_golden, Golden, SnapshotOutcome};
+
+fn golden(tokens: Vec<u32>) -> Golden {
+    Golden {
+        schema: "golden-oracle/1".into(),
+        model_file: "m.gguf".into(),
+        model_sha256: "abc".into(),
+        oracle_version: "test".into(),
+        suite: "t".into(),
+        prompt_id: "p".into(),
+        prompt: vec![2, 5],
+        top_k: tokens.iter().map(|&t| vec![(t, 1.5), (t + 1, 1.25)]).collect(),
+        tokens,
+    }
+}
+
+#[test]
+fn unreviewed_changes_stay_pending_until_accepted() {
+    let dir = std::env::temp_dir().join(format!("golden-review-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let ids = vec!["p".to_string()];
+    // insta reads INSTA_UPDATE once per process; this binary has only this test
+    std::env::set_var("INSTA_FORCE_PASS", "0");
+    std::env::set_var("INSTA_UPDATE", "new");
+    let old = golden(vec![7, 8, 9]);
+    assert_eq!(write_golden(&dir, &old, "abc").unwrap(), SnapshotOutcome::Written);
+    // nothing reviewed yet: no golden to judge against
+    assert!(load_goldens(&dir, &ids, "abc").is_err());
+    std::fs::rename(dir.join("p.snap.new"), dir.join("p.snap")).unwrap();
+    assert_eq!(load_goldens(&dir, &ids, "abc").unwrap()["p"].tokens, [7, 8, 9]);
+
+    let new = golden(vec![7, 8, 10]);
+    assert_eq!(write_golden(&dir, &new, "abd").unwrap(), SnapshotOutcome::Written);
+    assert!(dir.join("p.snap.new").exists());
+    assert!(dir.join("p.oracle.json.new").exists());
+    // conformance still judges against the reviewed golden
+    assert_eq!(load_goldens(&dir, &ids, "abc").unwrap()["p"].tokens, [7, 8, 9]);
+
+    // `cargo insta review` accepting = renaming .snap.new over .snap
+    std::fs::rename(dir.join("p.snap.new"), dir.join("p.snap")).unwrap();
+    assert_eq!(load_goldens(&dir, &ids, "abc").unwrap()["p"].tokens, [7, 8, 10]);
+    assert!(!dir.join("p.oracle.json.new").exists());
+
+    // a sidecar that disagrees with the reviewed snapshot stops the run
+    std::fs::write(
+        dir.join("p.oracle.json"),
+        serde_json::to_string(&old).unwrap(),
+    )
+    .unwrap();
+    let e = load_goldens(&dir, &ids, "abc").unwrap_err();
+    assert!(e.to_string().contains("disagrees"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
