@@ -87,11 +87,138 @@ static __device__ __forceinline__ void matvec_body(const uint8_t* __restrict__ W
     }
 }
 
+// Q4_K fast path (spec/gguf-gemma4.md §3.4 Q4_K, same per-element decode as FmtQ4_K::dq8, so the
+// f32 weights are identical): one warp computes R = MvK<NC>::R consecutive rows; lane l takes
+// block (l >> 3) + 4i of the row (i = 0, 1, …) and, inside it, t = l & 7: the 16 qs bytes
+// 16t .. 16t + 15 (one 128-bit load), i.e. elements 64c + 16h + j (low nibbles, sub-block 2c)
+// and 64c + 32 + 16h + j (high nibbles, sub-block 2c + 1), c = t >> 1, h = t & 1, j < 16. The
+// block header (d, dmin, 12 scale bytes) is one more 128-bit load; scales are decoded once per
+// 16 elements, x values once per R rows, weights once per NC columns.
+// Summation per output (independent of NC and R): per 8-element group the same 2 chains of 4
+// products + 1 add as matvec_body, added to the lane's running sum in the order (block i, low
+// group j < 8, low group j ≥ 8, high group j < 8, high group j ≥ 8); then a 5-level warp
+// butterfly. Launch: block (MV_THREADS,1,1), grid ceil(rows / (4·R)) (host:
+// kernels::matvec_rows_per_block("q4_k", nc)).
+template <int NC> struct MvK { enum { R = (NC <= 2) ? 2 : 1 }; };
+
+static __device__ __forceinline__ uint32_t q4k_sbyte(const uint4& hd, uint32_t j) {
+    // byte j (0..11) of the 12 scale bytes = bytes 4..15 of the header (words y, z, w).
+    const uint32_t wd = (j < 4) ? hd.y : ((j < 8) ? hd.z : hd.w);
+    return (wd >> (8 * (j & 3))) & 0xffu;
+}
+
+template <int NC>
+static __device__ __forceinline__ void matvec_q4k_body(const uint8_t* __restrict__ W,
+                                                       const float* __restrict__ x,
+                                                       float* __restrict__ y, int rows, int K,
+                                                       uint64_t row_bytes) {
+    constexpr int R = MvK<NC>::R;
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const int row0 = (blockIdx.x * (MV_THREADS / 32) + wid) * R;
+    if (row0 >= rows) return;  // whole warp; no block-level synchronisation below
+    const int nblk = K >> 8;
+    const uint32_t t = lane & 7, c = t >> 1, hq = t & 1;
+    float acc[R][NC];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int cc = 0; cc < NC; ++cc) acc[r][cc] = 0.0f;
+    const uint8_t* wr[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) wr[r] = W + (uint64_t)min(row0 + r, rows - 1) * row_bytes;
+#pragma unroll 1
+    for (int blk = lane >> 3; blk < nblk; blk += 4) {
+        uint4 hd[R], qq[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const uint8_t* b = wr[r] + (uint64_t)blk * 144;
+            hd[r] = __ldg((const uint4*)b);
+            qq[r] = __ldg((const uint4*)(b + 16 + 16 * t));
+        }
+        const uint64_t e0 = (uint64_t)blk * 256 + 64 * c + 16 * hq;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            float xv[NC][16];
+#pragma unroll
+            for (int cc = 0; cc < NC; ++cc) {
+                const float4* xp = (const float4*)(x + (uint64_t)cc * K + e0 + 32 * half);
+#pragma unroll
+                for (int v = 0; v < 4; ++v) {
+                    float4 a = __ldg(xp + v);
+                    xv[cc][4 * v] = a.x; xv[cc][4 * v + 1] = a.y;
+                    xv[cc][4 * v + 2] = a.z; xv[cc][4 * v + 3] = a.w;
+                }
+            }
+            const uint32_t sb = 2 * c + half;
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const float d = f16_to_f32(hd[r].x), dmin = f16_to_f32(hd[r].x >> 16);
+                uint32_t sc, mn;
+                if (sb < 4) {
+                    sc = q4k_sbyte(hd[r], sb) & 63u;
+                    mn = q4k_sbyte(hd[r], sb + 4) & 63u;
+                } else {
+                    const uint32_t s4 = q4k_sbyte(hd[r], sb + 4);
+                    sc = (s4 & 15u) | ((q4k_sbyte(hd[r], sb - 4) >> 6) << 4);
+                    mn = (s4 >> 4) | ((q4k_sbyte(hd[r], sb) >> 6) << 4);
+                }
+                const float d1 = d * (float)sc, m1 = dmin * (float)mn;
+                const uint32_t qw[4] = {qq[r].x, qq[r].y, qq[r].z, qq[r].w};
+                float w[16];
+#pragma unroll
+                for (int i = 0; i < 16; ++i)
+                    w[i] = d1 * u2f((BYTE_AT(qw, i) >> (4 * half)) & 15u) - m1;
+#pragma unroll
+                for (int cc = 0; cc < NC; ++cc) {
+#pragma unroll
+                    for (int g = 0; g < 2; ++g) {
+                        const float* wg = w + 8 * g;
+                        const float* xg = xv[cc] + 8 * g;
+                        float s0 = wg[0] * xg[0], s1 = wg[1] * xg[1];
+                        s0 = fmaf(wg[2], xg[2], s0);
+                        s1 = fmaf(wg[3], xg[3], s1);
+                        s0 = fmaf(wg[4], xg[4], s0);
+                        s1 = fmaf(wg[5], xg[5], s1);
+                        s0 = fmaf(wg[6], xg[6], s0);
+                        s1 = fmaf(wg[7], xg[7], s1);
+                        acc[r][cc] += s0 + s1;
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int cc = 0; cc < NC; ++cc) {
+            const float s = warp_sum(acc[r][cc]);
+            if (lane == 0 && row0 + r < rows) y[(uint64_t)cc * rows + row0 + r] = s;
+        }
+}
+
+// Per-format choice of the matvec body (the generic one unless a format has a fast path).
+template <int NC, typename F> struct MatvecImpl {
+    static __device__ __forceinline__ void run(const uint8_t* __restrict__ W,
+                                               const float* __restrict__ x,
+                                               float* __restrict__ y, int rows, int K,
+                                               uint64_t row_bytes) {
+        matvec_body<NC, F>(W, x, y, rows, K, row_bytes);
+    }
+};
+template <int NC> struct MatvecImpl<NC, FmtQ4_K> {
+    static __device__ __forceinline__ void run(const uint8_t* __restrict__ W,
+                                               const float* __restrict__ x,
+                                               float* __restrict__ y, int rows, int K,
+                                               uint64_t row_bytes) {
+        matvec_q4k_body<NC>(W, x, y, rows, K, row_bytes);
+    }
+};
+
 #define MATVEC_KERNEL_NC(NAME, F, NC)                                                        \
     extern "C" __global__ void __launch_bounds__(MV_THREADS)                                 \
         matvec_##NAME##_##NC(const uint8_t* __restrict__ W, const float* __restrict__ x,     \
                              float* __restrict__ y, int rows, int K, uint64_t row_bytes) {   \
-        matvec_body<NC, F>(W, x, y, rows, K, row_bytes);                                     \
+        MatvecImpl<NC, F>::run(W, x, y, rows, K, row_bytes);                                 \
     }
 
 #define MATVEC_KERNELS(NAME, F)                                                              \

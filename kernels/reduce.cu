@@ -43,6 +43,90 @@ extern "C" __global__ void argmax_f32(const float* __restrict__ x, int* idx, flo
     }
 }
 
+// topk_f32(x, n, mask, k, out): per row of x f32 [rows, n] the k ≤ TOPK_MAX largest values over
+// ids i with mask[i] == 0 (mask u8 [n]: the model's suppressed ids; null = none), ordered by
+// value descending, lower id first on exact ties (reference::model::logits::top_k); non-finite
+// values never enter the list and are counted. out i32 [rows, 2·TOPK_MAX + 1]: ids at
+// [0, k), value bits at [TOPK_MAX, TOPK_MAX + k) (missing entries: id −1), the non-finite count
+// at [2·TOPK_MAX]. Each thread keeps a sorted top-TOPK_MAX list of its strided ids (registers,
+// fully unrolled bubble insertion); then k rounds of a block arg-best over the list heads.
+// Launch: grid (rows,1,1), block (TOPK_THREADS,1,1).
+#define TOPK_MAX 16
+#define TOPK_THREADS 512
+static __device__ __forceinline__ bool tk_better(float v, int i, float b, int j) {
+    return v > b || (v == b && i < j);
+}
+extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
+    topk_f32(const float* __restrict__ x, int n, const uint8_t* __restrict__ mask, int k,
+             int* __restrict__ out) {
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    __shared__ int sbad[32];
+    const float NEG = -__int_as_float(0x7f800000);
+    const float* xr = x + (uint64_t)blockIdx.x * n;
+    float lv[TOPK_MAX];
+    int li[TOPK_MAX];
+#pragma unroll
+    for (int j = 0; j < TOPK_MAX; ++j) { lv[j] = NEG; li[j] = 0x7fffffff; }
+    int bad = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = xr[i];
+        if (!isfinite(v)) { ++bad; continue; }
+        if (!tk_better(v, i, lv[TOPK_MAX - 1], li[TOPK_MAX - 1])) continue;
+        if (mask != nullptr && mask[i]) continue;
+        float cv = v;
+        int ci = i;
+#pragma unroll
+        for (int j = 0; j < TOPK_MAX; ++j) {
+            if (tk_better(cv, ci, lv[j], li[j])) {
+                const float tv = lv[j]; const int ti = li[j];
+                lv[j] = cv; li[j] = ci; cv = tv; ci = ti;
+            }
+        }
+    }
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int* o = out + (uint64_t)blockIdx.x * (2 * TOPK_MAX + 1);
+    // non-finite count
+    {
+        int b = bad;
+#pragma unroll
+        for (int s = 16; s > 0; s >>= 1) b += __shfl_xor_sync(0xffffffffu, b, s);
+        if (lane == 0) sbad[wid] = b;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int tot = 0;
+            for (int w = 0; w < nw; ++w) tot += sbad[w];
+            o[2 * TOPK_MAX] = tot;
+        }
+    }
+    for (int r = 0; r < k; ++r) {
+        float bv = lv[0];
+        int bi = li[0];
+#pragma unroll
+        for (int s = 16; s > 0; s >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, s);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, s);
+            if (tk_better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+        }
+        __syncthreads();
+        if (lane == 0) { sv[wid] = bv; si[wid] = bi; }
+        __syncthreads();
+        bv = sv[0]; bi = si[0];
+        for (int w = 1; w < nw; ++w)
+            if (tk_better(sv[w], si[w], bv, bi)) { bv = sv[w]; bi = si[w]; }
+        if (threadIdx.x == 0) {
+            const bool ok = bi != 0x7fffffff;
+            o[r] = ok ? bi : -1;
+            o[TOPK_MAX + r] = ok ? __float_as_int(bv) : 0;
+        }
+        if (li[0] == bi && bi != 0x7fffffff) {  // the owner pops its head
+#pragma unroll
+            for (int j = 0; j + 1 < TOPK_MAX; ++j) { lv[j] = lv[j + 1]; li[j] = li[j + 1]; }
+            lv[TOPK_MAX - 1] = NEG; li[TOPK_MAX - 1] = 0x7fffffff;
+        }
+    }
+}
+
 // sum_f32x4(x, n4, partial): read-only bandwidth probe. x = n4 float4 values; partial f32
 // [gridDim.x] gets each block's sum. Grid-stride loop, 4 loads in flight per iteration.
 extern "C" __global__ void sum_f32x4(const float4* __restrict__ x, uint64_t n4, float* partial) {

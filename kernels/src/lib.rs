@@ -58,13 +58,15 @@ pub const MATVEC_MAX_COLS: usize = 8;
 /// Threads of one `matvec` thread block (`MV_THREADS` in `matvec.cu`).
 pub const MATVEC_THREADS: u32 = 128;
 
-/// Rows computed by one `matvec_<fmt>_<nc>` thread block (`MvRows<NC>::R` in `matvec.cu`):
-/// 4 for `nc ≤ 2`, else 2. The grid is `ceil(rows / this)` blocks.
-pub fn matvec_rows_per_block(nc: usize) -> u32 {
-    if nc <= 2 {
-        4
+/// Rows computed by one `matvec_<fmt>_<nc>` thread block: for `q4_k` (warp-per-rows fast path,
+/// `MvK<NC>::R` rows per warp × 4 warps in `matvec.cu`) 8 for `nc ≤ 2`, else 4; for every other
+/// format (`MvRows<NC>::R`) 4 for `nc ≤ 2`, else 2. The grid is `ceil(rows / this)` blocks.
+pub fn matvec_rows_per_block(fmt: &str, nc: usize) -> u32 {
+    let r = if nc <= 2 { 4 } else { 2 };
+    if fmt == "q4_k" {
+        2 * r
     } else {
-        2
+        r
     }
 }
 
@@ -89,7 +91,7 @@ pub enum Family {
     Rope,
     /// `activation.cu`: `geglu_f32`, `softcap_f32`.
     Activation,
-    /// `reduce.cu`: `argmax_f32`, `sum_f32x4`, `fill_u32`, `spin_ns`.
+    /// `reduce.cu`: `argmax_f32`, `topk_f32`, `sum_f32x4`, `fill_u32`, `spin_ns`.
     Reduce,
     /// `embed.cu`: `embed_<fmt>` (scaled embedding-row lookup) for every format.
     Embed,
@@ -210,6 +212,7 @@ impl Family {
             Family::Activation => vec!["geglu_f32".into(), "softcap_f32".into()],
             Family::Reduce => vec![
                 "argmax_f32".into(),
+                "topk_f32".into(),
                 "sum_f32x4".into(),
                 "fill_u32".into(),
                 "spin_ns".into(),

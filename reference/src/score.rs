@@ -5,7 +5,7 @@
 
 use rayon::prelude::*;
 
-use crate::model::logits::top_k as select_top_k;
+use crate::model::logits::{soft_cap, top_k as select_top_k, top_k_soft_capped};
 use crate::model::{Float, Model, ModelError};
 
 /// Rows of logits materialised at once (bounds memory at `LOGIT_ROWS · V` values).
@@ -48,15 +48,23 @@ pub fn score<F: Float>(
         seqs.iter().map(|s| Vec::with_capacity(s.len())).collect();
     for (c, rows) in index.chunks(LOGIT_ROWS).enumerate() {
         let r0 = c * LOGIT_ROWS;
-        let z = model.logits_of_hidden(&hn[r0 * h..(r0 + rows.len()) * h])?;
+        // Raw logits; the soft-cap is applied only where it can change the answer
+        // (`top_k_soft_capped`, bitwise equal to capping the whole row).
+        let z = model.raw_logits_of_hidden(&hn[r0 * h..(r0 + rows.len()) * h])?;
+        let cap = model.config().final_softcap.map(F::from_f64);
+        let suppressed = model.suppressed_ids();
         let scored: Vec<PositionScore> = rows
             .par_iter()
             .zip(z.par_chunks_exact(v))
-            .map(|(&(s, t), row)| {
-                PositionScore {
-                    top_k: select_top_k(row, top_k, model.suppressed_ids()),
-                    next_logit: seqs[s].get(t + 1).map(|&id| row[id as usize].to_f64()),
-                }
+            .map(|(&(s, t), row)| PositionScore {
+                top_k: match cap {
+                    Some(c) => top_k_soft_capped(row, top_k, suppressed, c),
+                    None => select_top_k(row, top_k, suppressed),
+                },
+                next_logit: seqs[s].get(t + 1).map(|&id| {
+                    let z = row[id as usize];
+                    cap.map_or(z, |c| soft_cap(z, c)).to_f64()
+                }),
             })
             .collect();
         for (&(s, _), ps) in rows.iter().zip(scored) {

@@ -207,6 +207,85 @@ impl CudaEngine {
         fw.run(&mut self.ws, &mut self.cache, rows)
     }
 
+    /// Runs `rows` and returns, per row asking for logits, its top-`k` `(id, logit)` computed
+    /// on the device over the non-suppressed ids ([`Forward::run_topk`]; `1 ≤ k ≤`
+    /// [`crate::forward::TOPK_MAX`]); decode/verify-shaped calls replay a captured CUDA graph.
+    pub fn forward_topk(
+        &mut self,
+        rows: &[Row],
+        k: usize,
+    ) -> Result<Vec<Vec<(u32, f32)>>, RuntimeError> {
+        let fw = Forward {
+            gpu: &self.gpu,
+            model: &self.model,
+        };
+        fw.run_topk(&mut self.ws, &mut self.cache, rows, k)
+    }
+
+    /// Greedy steps of `rows` (one per row asking for logits) with the top-`top_k` of each:
+    /// on the device when `top_k ≤ TOPK_MAX` (only k pairs copied back), else from the full
+    /// logits rows on the host. `at`: step index of the first row (error messages).
+    fn step_rows(
+        &mut self,
+        rows: &[Row],
+        top_k: usize,
+        at: usize,
+    ) -> Result<Vec<GenStep>, RuntimeError> {
+        let kk = top_k.max(1);
+        if kk <= crate::forward::TOPK_MAX {
+            let tk = self
+                .forward_topk(rows, kk)
+                .map_err(|e| match e {
+                    RuntimeError::NonFinite { row } => RuntimeError::NonFinite { row: at + row },
+                    e => e,
+                })?;
+            tk.into_iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    let token = p
+                        .first()
+                        .map(|x| x.0)
+                        .ok_or(RuntimeError::NonFinite { row: at + i })?;
+                    Ok(GenStep {
+                        token,
+                        top_k: p.into_iter().map(|(id, v)| (id, v as f64)).collect(),
+                    })
+                })
+                .collect()
+        } else {
+            let lg = self.forward(rows)?;
+            lg.iter()
+                .enumerate()
+                .map(|(i, row)| self.pick(row, top_k, at + i))
+                .collect()
+        }
+    }
+
+    /// [`CudaEngine::step_rows`], or with `keep` the host path that also returns each row's
+    /// full logits.
+    #[allow(clippy::type_complexity)]
+    fn steps_keep(
+        &mut self,
+        rows: &[Row],
+        top_k: usize,
+        at: usize,
+        keep: bool,
+    ) -> Result<(Vec<GenStep>, Vec<Option<Vec<f32>>>), RuntimeError> {
+        if keep {
+            let lg = self.forward(rows)?;
+            let steps = lg
+                .iter()
+                .enumerate()
+                .map(|(i, row)| self.pick(row, top_k, at + i))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((steps, lg.into_iter().map(Some).collect()))
+        } else {
+            let steps = self.step_rows(rows, top_k, at)?;
+            let n = steps.len();
+            Ok((steps, vec![None; n]))
+        }
+    }
+
     /// All logits rows `[seq.len(), V]` of one sequence run from an empty slot 0 in one call
     /// (chunked internally).
     pub fn logits_all(&mut self, seq: &[u32]) -> Result<Vec<Vec<f32>>, RuntimeError> {
@@ -257,8 +336,10 @@ impl CudaEngine {
             })
             .collect();
         loop {
-            let lg = self.forward(&rows)?;
-            let step = self.pick(&lg[0], top_k, out.len())?;
+            let step = self
+                .step_rows(&rows, top_k, out.len())?
+                .pop()
+                .ok_or(RuntimeError::NonFinite { row: out.len() })?;
             let tok = step.token;
             out.push(step);
             if req.stop.contains(&tok) || out.len() >= req.max_tokens {
@@ -323,10 +404,9 @@ impl CudaEngine {
                     logits: i + 1 == m,
                 }));
             }
-            let lg = self.forward(&rows)?;
+            let picked = self.step_rows(&rows, top_k, 0)?;
             let mut keep = Vec::new();
-            for (mut a, row) in active.drain(..).zip(lg) {
-                let step = self.pick(&row, top_k, a.steps.len())?;
+            for (mut a, step) in active.drain(..).zip(picked) {
                 let tok = step.token;
                 a.steps.push(step);
                 let req = &reqs[a.req];
@@ -465,7 +545,6 @@ impl CudaEngine {
             return Ok(run);
         }
         let h = self.model.config.n_embd;
-        let keep = |row: Vec<f32>| keep_logits.then_some(row);
         self.reset_slot(0);
         let n = req.prompt.len();
         let rows: Vec<Row> = req
@@ -478,16 +557,15 @@ impl CudaEngine {
                 logits: i + 1 == n,
             })
             .collect();
-        let mut lg = self.forward(&rows)?;
-        let row = lg.pop().unwrap_or_default();
-        let st = self.pick(&row, top_k, 0)?;
+        let (mut sts, mut lgs) = self.steps_keep(&rows, top_k, 0, keep_logits)?;
+        let st = sts.pop().ok_or(RuntimeError::NonFinite { row: 0 })?;
         let mut committed = req.prompt.clone();
         committed.push(st.token);
         run.steps.push(SpecStep {
             token: st.token,
             top_k: st.top_k,
             kind: SpecKind::Prefill,
-            logits: keep(row),
+            logits: lgs.pop().flatten(),
         });
         // Row of the workspace's hidden states that holds the carried `h`.
         let mut hidden_row = 0usize;
@@ -501,19 +579,24 @@ impl CudaEngine {
             let k_r = k.min(remaining - 1);
             let t_p = committed[p];
             if k_r == 0 {
-                let mut lg = self.forward(&[Row {
-                    slot: 0,
-                    token: t_p,
-                    logits: true,
-                }])?;
-                let row = lg.pop().unwrap_or_default();
-                let st = self.pick(&row, top_k, run.steps.len())?;
+                let at = run.steps.len();
+                let (mut sts, mut lgs) = self.steps_keep(
+                    &[Row {
+                        slot: 0,
+                        token: t_p,
+                        logits: true,
+                    }],
+                    top_k,
+                    at,
+                    keep_logits,
+                )?;
+                let st = sts.pop().ok_or(RuntimeError::NonFinite { row: at })?;
                 committed.push(st.token);
                 run.steps.push(SpecStep {
                     token: st.token,
                     top_k: st.top_k,
                     kind: SpecKind::Decode,
-                    logits: keep(row),
+                    logits: lgs.pop().flatten(),
                 });
                 run.plain_steps += 1;
                 hidden_row = 0;
@@ -547,12 +630,11 @@ impl CudaEngine {
                 token,
                 logits: true,
             }));
-            let lg = self.forward(&rows)?;
+            let (all, mut lg) = self.steps_keep(&rows, top_k, run.steps.len(), keep_logits)?;
             // Accept: a_i = argmax of verify row i; the longest prefix with d_{i+1} = a_i.
             let mut picked = Vec::new();
             let mut n_acc_raw = 0;
-            for (i, row) in lg.iter().enumerate() {
-                let st = self.pick(row, top_k, run.steps.len() + i)?;
+            for (i, st) in all.into_iter().enumerate() {
                 let agree = i < k_r && drafts[i] == st.token;
                 picked.push(st);
                 if !agree {
@@ -571,7 +653,6 @@ impl CudaEngine {
             let n_acc = emit.len() - 1;
             self.truncate_slot(0, p + n_acc + 1)?;
             hidden_row = n_acc;
-            let mut lg = lg;
             for &r in &emit {
                 let st = picked[r].clone();
                 committed.push(st.token);
@@ -583,7 +664,7 @@ impl CudaEngine {
                     } else {
                         SpecKind::VerifyBonus
                     },
-                    logits: keep(std::mem::take(&mut lg[r])),
+                    logits: lg[r].take(),
                 });
             }
             let last = run.steps.last().map_or(0, |s| s.token);
@@ -613,6 +694,24 @@ impl CudaEngine {
                     token,
                     logits: true,
                 }));
+            }
+            if (1..=crate::forward::TOPK_MAX).contains(&k) {
+                let tk = self.forward_topk(&rows, k)?;
+                let mut it = tk.into_iter();
+                for seq in group {
+                    out.push(
+                        (0..seq.len())
+                            .map(|_| {
+                                it.next()
+                                    .unwrap_or_default()
+                                    .into_iter()
+                                    .map(|(id, v)| (id, v as f64))
+                                    .collect()
+                            })
+                            .collect(),
+                    );
+                }
+                continue;
             }
             let lg = self.forward(&rows)?;
             let mut it = lg.into_iter();

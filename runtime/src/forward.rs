@@ -14,7 +14,9 @@
 //! buffers (§4.8).
 #![allow(unsafe_code)]
 
-use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
+use std::collections::{HashMap, HashSet};
+
+use cudarc::driver::{CudaFunction, CudaGraph, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
 use kernels::{matvec_rows_per_block, Family, MATVEC_MAX_COLS, MATVEC_THREADS};
 
 use crate::error::{drv, RuntimeError};
@@ -23,6 +25,20 @@ use crate::Gpu;
 
 /// Rows processed per internal chunk of a forward (buffers are sized for this many rows).
 pub const CHUNK_ROWS: usize = 32;
+
+/// Largest `k` of the on-device top-k (`TOPK_MAX` in `reduce.cu`).
+pub const TOPK_MAX: usize = 16;
+/// i32 words per row of the top-k output (`2·TOPK_MAX + 1`, see `topk_f32` in `reduce.cu`).
+const TK_STRIDE: usize = 2 * TOPK_MAX + 1;
+/// Widest all-logits chunk whose forward is captured in a CUDA graph and replayed.
+pub const GRAPH_MAX_ROWS: usize = 16;
+
+/// A captured chunk forward (one per `(rows, k)`), replayed with new ids/slots/positions.
+struct Graph(CudaGraph);
+// SAFETY: a graph is only launched through `&mut Workspace` (one thread at a time); its raw
+// CUDA handles are not tied to the creating thread (the context is bound before each launch).
+#[allow(unsafe_code)]
+unsafe impl Send for Graph {}
 
 /// Largest context per slot (the attention kernel keeps one score per visible key in 48 KiB of
 /// shared memory).
@@ -117,6 +133,14 @@ pub struct Workspace {
     slot: CudaSlice<i32>,
     pos: CudaSlice<i32>,
     sel: CudaSlice<i32>,
+    /// Suppressed-id mask u8 `[V]` (1 = excluded from greedy choice and top-k).
+    mask: CudaSlice<u8>,
+    /// Top-k output i32 `[CHUNK_ROWS, TK_STRIDE]`.
+    tk: CudaSlice<i32>,
+    /// Captured decode/verify forwards by `(rows, k)`.
+    graphs: HashMap<(usize, usize), Graph>,
+    /// Shapes run once eagerly (kernels compiled): captured on their next use.
+    seen: HashSet<(usize, usize)>,
 }
 
 impl Workspace {
@@ -186,6 +210,18 @@ impl Workspace {
             slot: i32s(t)?,
             pos: i32s(t)?,
             sel: i32s(t)?,
+            mask: {
+                let mut m = vec![0u8; c.n_vocab];
+                for &id in &c.suppress_tokens {
+                    if let Some(b) = m.get_mut(id as usize) {
+                        *b = 1;
+                    }
+                }
+                gpu.stream.clone_htod(&m).map_err(drv("upload mask"))?
+            },
+            tk: i32s(t * TK_STRIDE)?,
+            graphs: HashMap::new(),
+            seen: HashSet::new(),
         })
     }
 }
@@ -263,7 +299,7 @@ impl Forward<'_> {
             "rmsnorm_f32" => Family::Norm,
             "rope_neox_f32" => Family::Rope,
             "geglu_f32" | "softcap_f32" => Family::Activation,
-            "argmax_f32" => Family::Reduce,
+            "argmax_f32" | "topk_f32" => Family::Reduce,
             _ => Family::Layer,
         };
         Ok(self.gpu.modules.function(fam, name)?)
@@ -291,7 +327,7 @@ impl Forward<'_> {
                 .gpu
                 .modules
                 .function_fmt(Family::Matvec, w.fmt, &name)?;
-            let grid = ((w.rows as u32).div_ceil(matvec_rows_per_block(nc)), 1, 1);
+            let grid = ((w.rows as u32).div_ceil(matvec_rows_per_block(w.fmt, nc)), 1, 1);
             launch(
                 self.gpu,
                 &f,
@@ -485,12 +521,94 @@ impl Forward<'_> {
         pos: &[i32],
         sel: &[i32],
     ) -> Result<Vec<f32>, RuntimeError> {
-        let gpu = self.gpu;
-        let m = self.model;
-        let c = &m.config;
+        self.upload(ws, ids, slots, pos, sel)?;
+        self.launch_chunk(ws, cache, ids.len(), Some(pos), sel.len(), None)?;
+        if sel.is_empty() {
+            return Ok(Vec::new());
+        }
+        let vocab = self.model.config.n_vocab;
+        self.gpu
+            .stream
+            .clone_dtoh(&ws.logits.slice(0..sel.len() * vocab))
+            .map_err(drv("download logits"))
+    }
+
+    /// Runs one chunk like [`Forward::chunk`] but returns, per selected row, the top-`k`
+    /// `(id, logit)` computed on the device (`topk_f32`, suppressed ids masked); all-logits
+    /// chunks of ≤ [`GRAPH_MAX_ROWS`] rows are replayed from a captured CUDA graph after their
+    /// first (eager) run. Errors: [`RuntimeError::NonFinite`] naming the chunk row.
+    #[allow(clippy::too_many_arguments)]
+    fn chunk_topk(
+        &self,
+        ws: &mut Workspace,
+        cache: &KvCache,
+        ids: &[i32],
+        slots: &[i32],
+        pos: &[i32],
+        sel: &[i32],
+        k: usize,
+    ) -> Result<Vec<Vec<(u32, f32)>>, RuntimeError> {
         let t = ids.len();
-        let hh = c.n_embd;
-        let s = &gpu.stream;
+        let r = sel.len();
+        self.upload(ws, ids, slots, pos, sel)?;
+        if r == 0 {
+            self.launch_chunk(ws, cache, t, Some(pos), 0, None)?;
+            return Ok(Vec::new());
+        }
+        let key = (t, k);
+        let graphable = r == t && t <= GRAPH_MAX_ROWS;
+        if graphable && ws.graphs.contains_key(&key) {
+            if let Some(g) = ws.graphs.get(&key) {
+                g.0.launch().map_err(drv("graph launch"))?;
+            }
+        } else if graphable && ws.seen.contains(&key) {
+            let s = &self.gpu.stream;
+            s.begin_capture(
+                cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+            .map_err(drv("begin capture"))?;
+            let res = self.launch_chunk(ws, cache, t, None, r, Some(k));
+            let g = s
+                .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))
+                .map_err(drv("end capture"))?;
+            res?;
+            let g = g.ok_or_else(|| RuntimeError::Capacity("empty graph captured".into()))?;
+            g.launch().map_err(drv("graph launch"))?;
+            ws.graphs.insert(key, Graph(g));
+        } else {
+            self.launch_chunk(ws, cache, t, Some(pos), r, Some(k))?;
+            ws.seen.insert(key);
+        }
+        let raw = self
+            .gpu
+            .stream
+            .clone_dtoh(&ws.tk.slice(0..r * TK_STRIDE))
+            .map_err(drv("download top-k"))?;
+        let mut out = Vec::with_capacity(r);
+        for (i, row) in raw.chunks_exact(TK_STRIDE).enumerate() {
+            if row[2 * TOPK_MAX] != 0 {
+                return Err(RuntimeError::NonFinite { row: i });
+            }
+            out.push(
+                (0..k)
+                    .filter(|&j| row[j] >= 0)
+                    .map(|j| (row[j] as u32, f32::from_bits(row[TOPK_MAX + j] as u32)))
+                    .collect(),
+            );
+        }
+        Ok(out)
+    }
+
+    fn upload(
+        &self,
+        ws: &mut Workspace,
+        ids: &[i32],
+        slots: &[i32],
+        pos: &[i32],
+        sel: &[i32],
+    ) -> Result<(), RuntimeError> {
+        let t = ids.len();
+        let s = &self.gpu.stream;
         s.memcpy_htod(ids, &mut ws.ids.slice_mut(0..t))
             .map_err(drv("upload ids"))?;
         s.memcpy_htod(slots, &mut ws.slot.slice_mut(0..t))
@@ -501,6 +619,29 @@ impl Forward<'_> {
             s.memcpy_htod(sel, &mut ws.sel.slice_mut(0..sel.len()))
                 .map_err(drv("upload sel"))?;
         }
+        Ok(())
+    }
+
+    /// Queues the forward of a chunk of `t` rows whose ids/slots/positions/selection are
+    /// already on the device, ending with the logits of `r` selected rows in `ws.logits` and,
+    /// with `topk = Some(k)`, their top-`k` in `ws.tk`. `pos`: the host positions (attention
+    /// shared memory sized to the widest row), or `None` (sized for the whole slot / window:
+    /// a launch sequence valid for any positions, so it can be captured and replayed). Only
+    /// kernel launches and device copies: capturable.
+    fn launch_chunk(
+        &self,
+        ws: &Workspace,
+        cache: &KvCache,
+        t: usize,
+        pos: Option<&[i32]>,
+        r: usize,
+        topk: Option<usize>,
+    ) -> Result<(), RuntimeError> {
+        let gpu = self.gpu;
+        let m = self.model;
+        let c = &m.config;
+        let hh = c.n_embd;
+        let s = &gpu.stream;
         let p = |b: &CudaSlice<f32>| ptr(gpu, b);
         let (x, h, q, k, v, att, a) = (
             p(&ws.x),
@@ -603,19 +744,23 @@ impl Forward<'_> {
             })?;
             let src_kv = m.layers[src].n_kv;
             let window = l.window.unwrap_or(0);
-            let span = pos
-                .iter()
-                .map(|&pp| {
-                    let pp = pp as usize;
-                    let lo = if window > 0 {
-                        (pp + 1).saturating_sub(window)
-                    } else {
-                        0
-                    };
-                    pp + 1 - lo
-                })
-                .max()
-                .unwrap_or(1);
+            let span = match pos {
+                Some(pos) => pos
+                    .iter()
+                    .map(|&pp| {
+                        let pp = pp as usize;
+                        let lo = if window > 0 {
+                            (pp + 1).saturating_sub(window)
+                        } else {
+                            0
+                        };
+                        pp + 1 - lo
+                    })
+                    .max()
+                    .unwrap_or(1),
+                None if window > 0 => window.min(cache.ctx),
+                None => cache.ctx,
+            };
             self.call(
                 "attention_f32",
                 (nh as u32, t as u32, 1),
@@ -761,11 +906,10 @@ impl Forward<'_> {
                 )?;
             }
         }
-        if sel.is_empty() {
-            return Ok(Vec::new());
+        if r == 0 {
+            return Ok(());
         }
         // §9 final norm, tied head, soft-cap — only for the selected rows.
-        let r = sel.len();
         let hs = p(&ws.hs);
         self.rmsnorm(x, Some(ptr(gpu, &m.output_norm)), h, t, hh)?;
         self.call(
@@ -793,10 +937,22 @@ impl Forward<'_> {
                 &[Arg::P(lg), Arg::P(lg), Arg::U(n as u64), Arg::F(cap as f32)],
             )?;
         }
-        let out = s
-            .clone_dtoh(&ws.logits.slice(0..r * vocab))
-            .map_err(drv("download logits"))?;
-        Ok(out)
+        if let Some(k) = topk {
+            self.call(
+                "topk_f32",
+                (r as u32, 1, 1),
+                512,
+                0,
+                &[
+                    Arg::P(lg),
+                    Arg::I(vocab as i32),
+                    Arg::P(ptr(gpu, &ws.mask)),
+                    Arg::I(k.min(TOPK_MAX) as i32),
+                    Arg::P(ptr(gpu, &ws.tk)),
+                ],
+            )?;
+        }
+        Ok(())
     }
 
     /// Runs `rows` (in order; each extends its slot by one position) and returns the logits
@@ -812,6 +968,52 @@ impl Forward<'_> {
         cache: &mut KvCache,
         rows: &[Row],
     ) -> Result<Vec<Vec<f32>>, RuntimeError> {
+        let vocab = self.model.config.n_vocab;
+        let (planned, next) = self.plan(cache, rows)?;
+        let mut out = Vec::new();
+        for ch in planned.chunks(CHUNK_ROWS) {
+            let (ids, slots, pos, sel) = split_chunk(ch);
+            let lg = self.chunk(ws, cache, &ids, &slots, &pos, &sel)?;
+            out.extend(lg.chunks_exact(vocab).map(|r| r.to_vec()));
+        }
+        cache.len = next;
+        Ok(out)
+    }
+
+    /// Runs `rows` like [`Forward::run`] but returns, for every row with `logits == true`, the
+    /// top-`k` (`1 ≤ k ≤` [`TOPK_MAX`]) `(id, logit)` computed on the device over the
+    /// non-suppressed ids (descending, lower id first on ties): only `k` pairs per row are
+    /// copied to the host. Same errors as [`Forward::run`], plus [`RuntimeError::NonFinite`].
+    pub fn run_topk(
+        &self,
+        ws: &mut Workspace,
+        cache: &mut KvCache,
+        rows: &[Row],
+        k: usize,
+    ) -> Result<Vec<Vec<(u32, f32)>>, RuntimeError> {
+        if k == 0 || k > TOPK_MAX {
+            return Err(RuntimeError::Capacity(format!(
+                "top-{k} on the device (1 ≤ k ≤ {TOPK_MAX})"
+            )));
+        }
+        let (planned, next) = self.plan(cache, rows)?;
+        let mut out = Vec::new();
+        for ch in planned.chunks(CHUNK_ROWS) {
+            let (ids, slots, pos, sel) = split_chunk(ch);
+            out.extend(self.chunk_topk(ws, cache, &ids, &slots, &pos, &sel, k)?);
+        }
+        cache.len = next;
+        Ok(out)
+    }
+
+    /// Checks `rows` and assigns positions: `(token, slot, pos, logits)` per row and the slot
+    /// lengths after the call.
+    #[allow(clippy::type_complexity)]
+    fn plan(
+        &self,
+        cache: &KvCache,
+        rows: &[Row],
+    ) -> Result<(Vec<(i32, i32, i32, bool)>, Vec<usize>), RuntimeError> {
         let vocab = self.model.config.n_vocab;
         let mut next = cache.len.clone();
         let mut planned = Vec::with_capacity(rows.len());
@@ -839,21 +1041,21 @@ impl Forward<'_> {
             next[r.slot] += 1;
             planned.push((r.token as i32, r.slot as i32, p as i32, r.logits));
         }
-        let mut out = Vec::new();
-        for ch in planned.chunks(CHUNK_ROWS) {
-            let ids: Vec<i32> = ch.iter().map(|c| c.0).collect();
-            let slots: Vec<i32> = ch.iter().map(|c| c.1).collect();
-            let pos: Vec<i32> = ch.iter().map(|c| c.2).collect();
-            let sel: Vec<i32> = ch
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| c.3)
-                .map(|(i, _)| i as i32)
-                .collect();
-            let lg = self.chunk(ws, cache, &ids, &slots, &pos, &sel)?;
-            out.extend(lg.chunks_exact(vocab).map(|r| r.to_vec()));
-        }
-        cache.len = next;
-        Ok(out)
+        Ok((planned, next))
     }
+}
+
+/// `(ids, slots, positions, selected chunk rows)` of one planned chunk.
+#[allow(clippy::type_complexity)]
+fn split_chunk(ch: &[(i32, i32, i32, bool)]) -> (Vec<i32>, Vec<i32>, Vec<i32>, Vec<i32>) {
+    let ids = ch.iter().map(|c| c.0).collect();
+    let slots = ch.iter().map(|c| c.1).collect();
+    let pos = ch.iter().map(|c| c.2).collect();
+    let sel = ch
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.3)
+        .map(|(i, _)| i as i32)
+        .collect();
+    (ids, slots, pos, sel)
 }

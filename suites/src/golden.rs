@@ -222,8 +222,9 @@ pub fn load_goldens(
     for id in prompt_ids {
         let side = dir.join(format!("{id}.oracle.json"));
         let snap = dir.join(format!("{id}.snap"));
+        let pending = dir.join(format!("{id}.oracle.json.new"));
         for p in [&side, &snap] {
-            if !p.exists() {
+            if !p.exists() && (p != &side || !pending.exists()) {
                 return Err(GoldenError::Missing {
                     path: p.clone(),
                     prompt_id: id.clone(),
@@ -251,27 +252,31 @@ pub fn load_goldens(
             message: "no prompt_tokens/tokens in the snapshot body".into(),
         })?;
         let agrees = |g: &Golden| (g.prompt.len(), &g.tokens) == (body.0, &body.1);
-        let mut g = read_sidecar(&side)?;
-        if !agrees(&g) {
-            let pending = dir.join(format!("{id}.oracle.json.new"));
-            match read_sidecar(&pending) {
+        let current = if side.exists() {
+            Some(read_sidecar(&side)?)
+        } else {
+            None
+        };
+        let g = match current {
+            Some(g) if agrees(&g) => g,
+            other => match read_sidecar(&pending) {
                 Ok(p) if agrees(&p) && p.model_sha256 == model_sha256 => {
                     std::fs::rename(&pending, &side).map_err(io(&side))?;
-                    g = p;
+                    p
                 }
                 _ => {
                     return Err(GoldenError::Format {
                         path: side,
                         message: format!(
-                            "sidecar ({} tokens) disagrees with the reviewed snapshot {} ({} tokens); re-run `cargo xtask bless` and review",
-                            g.tokens.len(),
+                            "sidecar ({}) disagrees with the reviewed snapshot {} ({} tokens); re-run `cargo xtask bless` and review",
+                            other.map_or("missing".to_string(), |g| format!("{} tokens", g.tokens.len())),
                             snap.display(),
                             body.1.len()
                         ),
                     });
                 }
-            }
-        }
+            },
+        };
         if g.model_sha256 != model_sha256 {
             return Err(GoldenError::ShaMismatch {
                 path: side,
@@ -342,7 +347,11 @@ pub fn write_golden(
     };
     let snap_path = dir.join(format!("{}.snap", golden.prompt_id));
     // insta compares bodies only: a snapshot pinned to another model (bless --force) is replaced
-    if let Some(old) = std::fs::read_to_string(&snap_path).ok().as_deref().and_then(snapshot_sha) {
+    if let Some(old) = std::fs::read_to_string(&snap_path)
+        .ok()
+        .as_deref()
+        .and_then(snapshot_sha)
+    {
         if old != golden.model_sha256 {
             std::fs::remove_file(&snap_path).map_err(|source| GoldenError::Io {
                 path: snap_path.clone(),

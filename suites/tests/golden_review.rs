@@ -15,7 +15,10 @@ fn golden(tokens: Vec<u32>) -> Golden {
         suite: "t".into(),
         prompt_id: "p".into(),
         prompt: vec![2, 5],
-        top_k: tokens.iter().map(|&t| vec![(t, 1.5), (t + 1, 1.25)]).collect(),
+        top_k: tokens
+            .iter()
+            .map(|&t| vec![(t, 1.5), (t + 1, 1.25)])
+            .collect(),
         tokens,
     }
 }
@@ -29,22 +32,37 @@ fn unreviewed_changes_stay_pending_until_accepted() {
     std::env::set_var("INSTA_FORCE_PASS", "0");
     std::env::set_var("INSTA_UPDATE", "new");
     let old = golden(vec![7, 8, 9]);
-    assert_eq!(write_golden(&dir, &old, "abc").unwrap(), SnapshotOutcome::Written);
+    assert_eq!(
+        write_golden(&dir, &old, "abc").unwrap(),
+        SnapshotOutcome::Written
+    );
     // nothing reviewed yet: no golden to judge against
     assert!(load_goldens(&dir, &ids, "abc").is_err());
     std::fs::rename(dir.join("p.snap.new"), dir.join("p.snap")).unwrap();
-    assert_eq!(load_goldens(&dir, &ids, "abc").unwrap()["p"].tokens, [7, 8, 9]);
+    assert_eq!(
+        load_goldens(&dir, &ids, "abc").unwrap()["p"].tokens,
+        [7, 8, 9]
+    );
 
     let new = golden(vec![7, 8, 10]);
-    assert_eq!(write_golden(&dir, &new, "abd").unwrap(), SnapshotOutcome::Written);
+    assert_eq!(
+        write_golden(&dir, &new, "abd").unwrap(),
+        SnapshotOutcome::Written
+    );
     assert!(dir.join("p.snap.new").exists());
     assert!(dir.join("p.oracle.json.new").exists());
     // conformance still judges against the reviewed golden
-    assert_eq!(load_goldens(&dir, &ids, "abc").unwrap()["p"].tokens, [7, 8, 9]);
+    assert_eq!(
+        load_goldens(&dir, &ids, "abc").unwrap()["p"].tokens,
+        [7, 8, 9]
+    );
 
     // `cargo insta review` accepting = renaming .snap.new over .snap
     std::fs::rename(dir.join("p.snap.new"), dir.join("p.snap")).unwrap();
-    assert_eq!(load_goldens(&dir, &ids, "abc").unwrap()["p"].tokens, [7, 8, 10]);
+    assert_eq!(
+        load_goldens(&dir, &ids, "abc").unwrap()["p"].tokens,
+        [7, 8, 10]
+    );
     assert!(!dir.join("p.oracle.json.new").exists());
 
     // a sidecar that disagrees with the reviewed snapshot stops the run

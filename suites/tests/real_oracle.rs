@@ -235,7 +235,11 @@ fn one_corrupted_weight_block_is_a_divergence() {
     assert_eq!(t.tokens()[..d], expect[..d]);
     assert_ne!(t.tokens()[d], expect[d]);
     assert_eq!(j.positions[d].oracle_top, expect[d]);
-    assert!(j.positions[d].margin > params.tau, "{}", j.positions[d].margin);
+    assert!(
+        j.positions[d].margin > params.tau,
+        "{}",
+        j.positions[d].margin
+    );
     println!(
         "corrupted block: divergence at output index {d}, margin {}",
         j.positions[d].margin

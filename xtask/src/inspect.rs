@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use reference::config::{AssistantConfig, Config};
 use reference::gguf::{sha256_file, GgufFile, Value};
 
 /// Flags of `inspect`.
@@ -187,10 +188,155 @@ pub fn render(f: &GgufFile, args: &Args) -> Result<String> {
 }
 
 /// HOOK(config): text of the derived Gemma-4 (or assistant) configuration for `f`, or `None`
-/// when the architecture is not one the config module knows. Placeholder until
-/// `reference::config` lands.
-fn derived_config(_f: &GgufFile) -> Option<String> {
-    None
+/// when `general.architecture` is not `gemma4` / `gemma4-assistant`. Read with
+/// `reference::config::Config::from_gguf` / `AssistantConfig::from_gguf` (`spec/gguf-gemma4.md`
+/// §5.1, §8.1; per-layer attributes `spec/gemma4-text.md` §1.2); a config error is shown as text.
+fn derived_config(f: &GgufFile) -> Option<String> {
+    match f.get_str("general.architecture").ok()? {
+        "gemma4" => Some(match Config::from_gguf(f) {
+            Ok(c) => render_config(&c),
+            Err(e) => format!("  error: {e}\n"),
+        }),
+        "gemma4-assistant" => Some(match AssistantConfig::from_gguf(f) {
+            Ok(c) => render_assistant(&c),
+            Err(e) => format!("  error: {e}\n"),
+        }),
+        _ => None,
+    }
+}
+
+/// Optional value for display (`-` when absent).
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "-".to_string(), |v| v.to_string())
+}
+
+/// The per-layer table and model-wide values of a target [`Config`].
+fn render_config(c: &Config) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "  L {}  H {}  V {}  ctx {}  rms_eps {:e}  softcap {}  embed scale sqrt(H) = {}",
+        c.n_layer,
+        c.n_embd,
+        c.n_vocab,
+        c.n_ctx_train,
+        c.rms_eps,
+        opt(c.final_softcap),
+        (c.n_embd as f64).sqrt()
+    );
+    let _ = writeln!(
+        o,
+        "  rope: full theta {} ({} of {} pairs rotated, proportional), sliding theta {} (all pairs); window W {}",
+        c.rope_base_full,
+        c.rope_pairs_full,
+        c.head_dim_full / 2,
+        c.rope_base_swa,
+        c.sliding_window
+    );
+    let _ = writeln!(
+        o,
+        "  KV sharing: last {} layers reuse (first reuse layer F = {})",
+        c.n_kv_shared,
+        c.first_reuse_layer()
+    );
+    let _ = writeln!(
+        o,
+        "  PLE: {}",
+        if c.n_embd_per_layer > 0 {
+            format!("P = {}", c.n_embd_per_layer)
+        } else {
+            "off".to_string()
+        }
+    );
+    let _ = writeln!(
+        o,
+        "  MoE: {}",
+        if c.moe {
+            format!(
+                "E = {}, K = {}, Ie = {}, gate/up {}",
+                c.n_expert,
+                c.n_expert_used,
+                c.n_ff_exp,
+                if c.moe_fused_gate_up { "fused" } else { "split" }
+            )
+        } else {
+            "off".to_string()
+        }
+    );
+    let _ = writeln!(o, "  suppressed ids: {}", c.suppress_tokens.len());
+    let _ = writeln!(
+        o,
+        "  {:>5}  {:7}  {:>4}  {:>3}  {:>4}  {:>9}  {:>6}  {:>6}",
+        "layer", "kind", "nh", "nkv", "d", "kv", "k_eq_v", "ffn"
+    );
+    for l in 0..c.n_layer {
+        let kv = if c.has_kv(l) {
+            "own".to_string()
+        } else {
+            format!("reuse {}", c.kv_source[l])
+        };
+        let _ = writeln!(
+            o,
+            "  {l:5}  {:7}  {:4}  {:3}  {:4}  {kv:>9}  {:>6}  {:6}",
+            if c.is_swa[l] { "sliding" } else { "full" },
+            c.n_head[l],
+            c.n_head_kv[l],
+            c.head_dim(l),
+            if c.k_eq_v[l] { "yes" } else { "no" },
+            c.n_ff[l]
+        );
+    }
+    o
+}
+
+/// The per-layer table and model-wide values of an [`AssistantConfig`].
+fn render_assistant(c: &AssistantConfig) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "  assistant: L {}  H {}  H_out {}  V {}  ctx {}  rms_eps {:e}  softcap {}",
+        c.n_layer,
+        c.n_embd,
+        c.n_embd_out,
+        c.n_vocab,
+        c.n_ctx_train,
+        c.rms_eps,
+        opt(c.final_softcap)
+    );
+    let _ = writeln!(
+        o,
+        "  rope: full theta {} ({} of {} pairs rotated), sliding theta {}; window W {}; shared KV layers {}",
+        c.rope_base_full,
+        c.rope_pairs_full,
+        c.head_dim_full / 2,
+        c.rope_base_swa,
+        c.sliding_window,
+        c.n_kv_shared
+    );
+    let _ = writeln!(
+        o,
+        "  ordered embeddings: {}  centroids: {}  centroid top-k: {}",
+        c.use_ordered_embeddings,
+        opt(c.num_centroids),
+        opt(c.centroid_intermediate_top_k)
+    );
+    let _ = writeln!(
+        o,
+        "  {:>5}  {:7}  {:>4}  {:>3}  {:>4}  {:>6}",
+        "layer", "kind", "nh", "nkv", "d", "ffn"
+    );
+    for l in 0..c.n_layer {
+        let _ = writeln!(
+            o,
+            "  {l:5}  {:7}  {:4}  {:3}  {:4}  {:6}",
+            if c.is_swa[l] { "sliding" } else { "full" },
+            c.n_head[l],
+            c.n_head_kv[l],
+            c.head_dim(l),
+            c.n_ff[l]
+        );
+    }
+    o
 }
 
 #[cfg(test)]

@@ -328,6 +328,13 @@ impl<F: Float> Model<F> {
         )
     }
 
+    /// Logits of final-normed hidden rows before the soft-cap: `hN` `[T, H]` → `[T, V]` in `F`
+    /// (§9 without the last line; `logits::soft_cap` with `config().final_softcap` finishes it).
+    pub fn raw_logits_of_hidden(&self, hn: &[F]) -> Result<Vec<F>, ModelError> {
+        let t = hn.len() / self.config.n_embd;
+        logits::logits(hn, t, self.token_embd.view(&self.file), None)
+    }
+
     /// Runs `tokens` after what `cache` holds (chunked prefill or one decode step) and returns
     /// the logits rows `[tokens.len(), V]` as f64 (after final soft-capping, no suppression).
     pub fn forward(
