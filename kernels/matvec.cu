@@ -95,9 +95,10 @@ static __device__ __forceinline__ void matvec_body(const uint8_t* __restrict__ W
 // block header (d, dmin, 12 scale bytes) is one more 128-bit load; scales are decoded once per
 // 16 elements, x values once per R rows, weights once per NC columns.
 // Summation per output (independent of NC and R): per 8-element group the same 2 chains of 4
-// products + 1 add as matvec_body, added to the lane's running sum in the order (block i, low
-// group j < 8, low group j ≥ 8, high group j < 8, high group j ≥ 8); then a 5-level warp
-// butterfly. Launch: block (MV_THREADS,1,1), grid ceil(rows / (4·R)) (host:
+// products + 1 add as matvec_body, added to one of 4 running sums of the lane (group g = 2·half
+// + (j ≥ 8): low j < 8, low j ≥ 8, high j < 8, high j ≥ 8; blocks in increasing order), then
+// (s0 + s1) + (s2 + s3) and a 5-level warp butterfly: every product passes through at most
+// ⌈K/1024⌉ + 9 f32 roundings (the generic body's depth). Launch: block (MV_THREADS,1,1), grid ceil(rows / (4·R)) (host:
 // kernels::matvec_rows_per_block("q4_k", nc)).
 template <int NC> struct MvK { enum { R = (NC <= 2) ? 2 : 1 }; };
 
@@ -118,11 +119,13 @@ static __device__ __forceinline__ void matvec_q4k_body(const uint8_t* __restrict
     if (row0 >= rows) return;  // whole warp; no block-level synchronisation below
     const int nblk = K >> 8;
     const uint32_t t = lane & 7, c = t >> 1, hq = t & 1;
-    float acc[R][NC];
+    float acc[R][NC][4];
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
-        for (int cc = 0; cc < NC; ++cc) acc[r][cc] = 0.0f;
+        for (int cc = 0; cc < NC; ++cc)
+#pragma unroll
+            for (int g = 0; g < 4; ++g) acc[r][cc][g] = 0.0f;
     const uint8_t* wr[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) wr[r] = W + (uint64_t)min(row0 + r, rows - 1) * row_bytes;
@@ -181,7 +184,7 @@ static __device__ __forceinline__ void matvec_q4k_body(const uint8_t* __restrict
                         s1 = fmaf(wg[5], xg[5], s1);
                         s0 = fmaf(wg[6], xg[6], s0);
                         s1 = fmaf(wg[7], xg[7], s1);
-                        acc[r][cc] += s0 + s1;
+                        acc[r][cc][2 * half + g] += s0 + s1;
                     }
                 }
             }
@@ -191,7 +194,8 @@ static __device__ __forceinline__ void matvec_q4k_body(const uint8_t* __restrict
     for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int cc = 0; cc < NC; ++cc) {
-            const float s = warp_sum(acc[r][cc]);
+            const float* a = acc[r][cc];
+            const float s = warp_sum((a[0] + a[1]) + (a[2] + a[3]));
             if (lane == 0 && row0 + r < rows) y[(uint64_t)cc * rows + row0 + r] = s;
         }
 }

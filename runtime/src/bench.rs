@@ -197,54 +197,69 @@ pub fn run(ty: GgmlType, prompt: usize, decode: usize) -> Result<serde_json::Val
     let model = synthetic(&gpu, config_12b(), ty, 0x1234)?;
     let gen_s = t0.elapsed().as_secs_f64();
     let wb = model.weight_bytes;
+    let batches = [1usize, 2, 4, 8];
     let mut eng = CudaEngine::from_parts(
         gpu,
         model,
         EngineOptions {
-            slots: 1,
-            max_ctx: prompt + decode + 32,
+            slots: 8,
+            max_ctx: prompt + decode + 64,
         },
     )?;
-    let rows: Vec<Row> = (0..prompt)
-        .map(|i| Row {
-            slot: 0,
-            token: (i * 7919 % 262_144) as u32,
-            logits: i + 1 == prompt,
-        })
-        .collect();
+    let prompt_rows = |slot: usize| -> Vec<Row> {
+        (0..prompt)
+            .map(|i| Row {
+                slot,
+                token: ((i + 13 * slot) * 7919 % 262_144) as u32,
+                logits: i + 1 == prompt,
+            })
+            .collect()
+    };
     let tp = Instant::now();
-    eng.forward(&rows)?;
+    eng.forward(&prompt_rows(0))?;
     let prefill_s = tp.elapsed().as_secs_f64();
-    // Warm-up (kernel compile/JIT) then timed decode.
+    // Before (reference point in the same run): eager launches, full logits row to the host,
+    // argmax on the host.
+    let base0 = eng.slot_len(0);
+    let eager_n = 16.min(decode.max(1));
     eng.forward(&[Row {
         slot: 0,
         token: 5,
         logits: true,
     }])?;
-    let td = Instant::now();
+    let te = Instant::now();
     let mut tok = 7u32;
-    for _ in 0..decode {
+    for _ in 0..eager_n {
         let lg = eng.forward(&[Row {
             slot: 0,
             token: tok,
             logits: true,
         }])?;
-        tok = lg[0]
-            .iter()
-            .enumerate()
-            .fold((0usize, f32::NEG_INFINITY), |b, (i, &v)| {
-                if v > b.1 {
-                    (i, v)
-                } else {
-                    b
-                }
-            })
-            .0 as u32;
+        tok = reference::model::logits::top_k(&lg[0], 1, &[])
+            .first()
+            .map_or(0, |x| x.0);
+    }
+    let eager_step_s = te.elapsed().as_secs_f64() / eager_n as f64;
+    eng.truncate_slot(0, base0)?;
+    // After: on-device top-1, graph replay, one id copied back per step.
+    let one = |tok: u32| {
+        [Row {
+            slot: 0,
+            token: tok,
+            logits: true,
+        }]
+    };
+    eng.forward_topk(&one(5), 1)?; // eager (compiles kernels)
+    eng.forward_topk(&one(6), 1)?; // captured
+    let td = Instant::now();
+    let mut tok = 7u32;
+    for _ in 0..decode {
+        tok = eng.forward_topk(&one(tok), 1)?[0][0].0;
     }
     let dec_s = td.elapsed().as_secs_f64();
     let tps = decode as f64 / dec_s;
-    // Verify-forward cost (spec/gemma4-assistant-mtp.md §5): one forward over K+1 rows with all
-    // logits rows returned, rolled back after each, ÷ one plain decode step (same path).
+    // Verify-forward cost (spec/gemma4-assistant-mtp.md §5): one forward over K+1 rows (top-k
+    // on the device, graph replay), rolled back after each, ÷ one decode step.
     let base = eng.slot_len(0);
     let step_s = dec_s / decode.max(1) as f64;
     let mut verify = Vec::new();
@@ -256,18 +271,61 @@ pub fn run(ty: GgmlType, prompt: usize, decode: usize) -> Result<serde_json::Val
                 logits: true,
             })
             .collect();
-        eng.forward(&rows)?;
-        eng.truncate_slot(0, base)?;
-        let reps = 6;
+        for _ in 0..2 {
+            eng.forward_topk(&rows, 1)?;
+            eng.truncate_slot(0, base)?;
+        }
+        let reps = 8;
         let tv = Instant::now();
         for _ in 0..reps {
-            eng.forward(&rows)?;
+            eng.forward_topk(&rows, 1)?;
             eng.truncate_slot(0, base)?;
         }
         let vs = tv.elapsed().as_secs_f64() / reps as f64;
         verify.push(
             json!({"k": k, "rows": k + 1, "verify_s": vs, "ratio_to_decode_step": vs / step_s}),
         );
+    }
+    // Batch scaling: b sequences (slots 0..b, each with the prompt), one token each per step.
+    for s in 1..8 {
+        eng.forward(&prompt_rows(s))?;
+    }
+    let mut batch = Vec::new();
+    let bsteps = (decode / 2).max(8);
+    for &b in &batches {
+        let lens: Vec<usize> = (0..b).map(|s| eng.slot_len(s)).collect();
+        let mut toks: Vec<u32> = (0..b as u32).map(|s| 100 + s).collect();
+        let mk = |toks: &[u32]| -> Vec<Row> {
+            toks.iter()
+                .enumerate()
+                .map(|(s, &token)| Row {
+                    slot: s,
+                    token,
+                    logits: true,
+                })
+                .collect()
+        };
+        for _ in 0..2 {
+            eng.forward_topk(&mk(&toks), 1)?;
+        }
+        let tb = Instant::now();
+        for _ in 0..bsteps {
+            let out = eng.forward_topk(&mk(&toks), 1)?;
+            toks = out.iter().map(|p| p[0].0).collect();
+        }
+        let bs = tb.elapsed().as_secs_f64();
+        for (s, &l) in lens.iter().enumerate() {
+            eng.truncate_slot(s, l)?;
+        }
+        batch.push(
+            json!({"batch": b, "steps": bsteps, "step_s": bs / bsteps as f64,
+            "tok_per_s": (b * bsteps) as f64 / bs}),
+        );
+    }
+    let b1 = batch[0]["tok_per_s"].as_f64().unwrap_or(1.0);
+    for e in batch.iter_mut() {
+        let t = e["tok_per_s"].as_f64().unwrap_or(0.0);
+        e["speedup_vs_batch1"] = json!(t / b1);
     }
     let ctx_mid = prompt + 1 + decode / 2;
     let kv_bytes_per_pos: usize = eng
@@ -294,7 +352,10 @@ pub fn run(ty: GgmlType, prompt: usize, decode: usize) -> Result<serde_json::Val
         "roofline_tok_per_s": roof,
         "fraction_of_roofline": tps / roof,
         "decode_step_s": step_s,
+        "eager_full_logits_step_s": eager_step_s,
+        "eager_full_logits_tok_per_s": 1.0 / eager_step_s,
         "verify_cost": verify,
-        "notes": "eager launches (no CUDA graph), f32 activations and KV, logits row copied to host every token",
+        "batch": batch,
+        "notes": "decode = CUDA graph replay per step, top-1 on the device (one id copied back); eager_full_logits = the previous path (eager launches, logits row to host); f32 activations and KV",
     }))
 }

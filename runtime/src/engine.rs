@@ -233,12 +233,10 @@ impl CudaEngine {
     ) -> Result<Vec<GenStep>, RuntimeError> {
         let kk = top_k.max(1);
         if kk <= crate::forward::TOPK_MAX {
-            let tk = self
-                .forward_topk(rows, kk)
-                .map_err(|e| match e {
-                    RuntimeError::NonFinite { row } => RuntimeError::NonFinite { row: at + row },
-                    e => e,
-                })?;
+            let tk = self.forward_topk(rows, kk).map_err(|e| match e {
+                RuntimeError::NonFinite { row } => RuntimeError::NonFinite { row: at + row },
+                e => e,
+            })?;
             tk.into_iter()
                 .enumerate()
                 .map(|(i, p)| {

@@ -327,7 +327,11 @@ impl Forward<'_> {
                 .gpu
                 .modules
                 .function_fmt(Family::Matvec, w.fmt, &name)?;
-            let grid = ((w.rows as u32).div_ceil(matvec_rows_per_block(w.fmt, nc)), 1, 1);
+            let grid = (
+                (w.rows as u32).div_ceil(matvec_rows_per_block(w.fmt, nc)),
+                1,
+                1,
+            );
             launch(
                 self.gpu,
                 &f,

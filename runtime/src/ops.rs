@@ -144,7 +144,11 @@ impl Gpu {
         let f = self.func(Family::Matvec, &name)?;
         let (rows_i, k_i, rb_u) = (rows as i32, k as i32, rb as u64);
         let cfg = LaunchConfig {
-            grid_dim: ((rows as u32).div_ceil(matvec_rows_per_block(fmt, ncols)), 1, 1),
+            grid_dim: (
+                (rows as u32).div_ceil(matvec_rows_per_block(fmt, ncols)),
+                1,
+                1,
+            ),
             block_dim: (MATVEC_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };

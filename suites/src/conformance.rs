@@ -5,13 +5,14 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::acceptance::{acceptance_rows, DrafterRef, OracleSpec};
 use crate::budgets::Budgets;
 use crate::engine::{Engine, Mode, Request};
 use crate::golden::{self, Golden, GoldenError, SnapshotOutcome, ORACLE_VERSION, SIDECAR_SCHEMA};
 use crate::oracle::{Codec, Oracle, ScoreCache};
 use crate::reference_engine::{GemmaCodec, ReferenceEngine, ReferenceOracle};
 use crate::report::{ModelRef, Report, Run};
-use crate::runner::{run_suite, RunConfig};
+use crate::runner::{run_suite_with, RunConfig, RunExtras};
 use crate::suite::Suite;
 
 /// A run that cannot be judged (exit code 2): bad arguments, unreadable model or suite, golden
@@ -54,6 +55,10 @@ pub struct Options {
     pub out_dir: PathBuf,
     /// Progress bars.
     pub progress: bool,
+    /// Row invariance (`--strict-invariance`, §7).
+    pub strict_invariance: bool,
+    /// A `slow-spec` acceptance note fails the run (`--require-acceptance`, §7).
+    pub require_acceptance: bool,
 }
 
 /// Builds the engine named `name` for `model`.
@@ -125,6 +130,16 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
         let stem = golden::model_stem(&m.path);
         let budgets =
             Budgets::load(&opts.goldens_root.join(&stem).join("budgets.toml")).map_err(fatal)?;
+        let drafter = match &m.draft {
+            Some(d) => Some(DrafterRef {
+                stem: golden::model_stem(d),
+                sha256: reference::gguf::sha256_file(d)
+                    .map_err(|e| Fatal(format!("{}: {e}", d.display())))?,
+            }),
+            None => None,
+        };
+        // the f64 assistant for the oracle's own spec:K, loaded on first use
+        let mut assistant: Option<Result<reference::spec::Assistant<f64>, String>> = None;
         for suite_path in m.suites.as_ref().unwrap_or(&opts.suites) {
             let mut suite = Suite::load(suite_path).map_err(fatal)?;
             if !retain_prompts(&mut suite, &opts.prompts)? {
@@ -160,12 +175,16 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
                 tau,
                 tau_source,
                 model: model_ref(&m.path, &sha),
-                draft: m.draft.as_ref().map(|d| model_ref(d, "")),
+                draft: m
+                    .draft
+                    .as_ref()
+                    .zip(drafter.as_ref())
+                    .map(|(d, r)| model_ref(d, &r.sha256)),
                 goldens_dir: goldens.as_ref().map(|_| gdir.display().to_string()),
                 progress: opts.progress,
             };
             let mut cache = ScoreCache::new(Some(opts.out_dir.join("cache")));
-            let run = run_suite(
+            let mut run = run_suite_with(
                 engine.as_mut(),
                 &mut oracle,
                 &codec,
@@ -173,17 +192,72 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
                 &suite,
                 goldens.as_ref(),
                 &cfg,
+                &RunExtras {
+                    strict_invariance: opts.strict_invariance,
+                },
             )
             .map_err(fatal)?;
+            if let (Some(d), Some(path)) = (&drafter, &m.draft) {
+                let has_spec = run.modes.iter().any(|x| x.starts_with("spec:"));
+                if has_spec && assistant.is_none() {
+                    assistant = Some(
+                        reference::spec::Assistant::<f64>::load(path)
+                            .and_then(|a| a.check_target(oracle.model().config()).map(|_| a))
+                            .map_err(|e| format!("{}: {e}", path.display())),
+                    );
+                }
+                let reqs = suite_requests(&codec, &suite)?;
+                let floor = suite.settings.acceptance_floor.get(&d.stem).copied();
+                let mut os = match assistant.as_ref() {
+                    Some(Ok(a)) => Some(OracleSpec {
+                        target: oracle.model(),
+                        assistant: a,
+                        target_sha256: sha.clone(),
+                        drafter_sha256: d.sha256.clone(),
+                        dir: Some(opts.out_dir.join("cache")),
+                        hits: 0,
+                        misses: 0,
+                    }),
+                    _ => None,
+                };
+                let t0 = std::time::Instant::now();
+                run.acceptance =
+                    acceptance_rows(&run, &reqs, d, floor, os.as_mut(), goldens.as_ref())
+                        .map_err(fatal)?;
+                run.oracle_s += t0.elapsed().as_secs_f64();
+                if let Some(Err(e)) = &assistant {
+                    for a in &mut run.acceptance {
+                        a.note = Some(format!("oracle acceptance not computed: {e}"));
+                    }
+                }
+            }
             write_plots(&opts.out_dir, &run);
             runs.push(run);
         }
     }
-    let report = Report::new(runs);
+    let report = Report::with_acceptance(runs, opts.require_acceptance);
     report
         .write(&opts.out_dir)
         .map_err(|e| Fatal(format!("{}: {e}", opts.out_dir.display())))?;
     Ok(report)
+}
+
+/// The suite's requests as the runner builds them (prompt ids through the codec).
+fn suite_requests(codec: &GemmaCodec, suite: &Suite) -> Result<Vec<Request>, Fatal> {
+    suite
+        .prompts
+        .iter()
+        .map(|p| {
+            Ok(Request {
+                id: p.id.clone(),
+                prompt: codec
+                    .encode(&p.input, suite.settings.enable_thinking)
+                    .map_err(|e| Fatal(format!("prompt {}: {e}", p.id)))?,
+                max_tokens: p.max_tokens,
+                stop: suite.settings.stop_ids.clone(),
+            })
+        })
+        .collect()
 }
 
 fn write_plots(out_dir: &Path, run: &Run) {

@@ -37,6 +37,23 @@ pub trait Engine {
     fn request_errors(&mut self) -> Vec<(String, String)> {
         Vec::new()
     }
+    /// Plain decode rows for a given continuation (`--strict-invariance`, conformance §7): the
+    /// engine prefills `prompt` and then feeds `tokens` one per forward, as `plain` does;
+    /// returns per output index `t` the top-`top_k` `(id, logit)` (descending) of the row on the
+    /// prefix `prompt ‖ tokens[..t]` (rows `[tokens.len()]`). The runner compares them with the
+    /// rows the engine produced in `prefill`, `batch:N` and `spec:K`.
+    ///
+    /// Default: `Ok(None)` — the engine cannot replay a given continuation (row invariance is
+    /// then reported as unsupported, never failed). Errors: [`EngineError`].
+    fn decode_rows(
+        &mut self,
+        prompt: &[u32],
+        tokens: &[u32],
+        top_k: usize,
+    ) -> Result<Option<Vec<Vec<(u32, f64)>>>, EngineError> {
+        let _ = (prompt, tokens, top_k);
+        Ok(None)
+    }
 }
 
 /// A decoding mode (conformance §2), written `prefill`, `plain`, `batch:N`, `spec:K`.

@@ -8,6 +8,8 @@
 //! - [`golden`]: insta snapshots + full-precision sidecars (§9).
 //! - [`budgets`]: `goldens/<model>/budgets.toml` (§6, §9); [`calibrate`]: measuring τ (§6).
 //! - [`runner`]: runs an engine on a suite and judges it (§2–§4).
+//! - [`invariance`]: row invariance, `--strict-invariance` (§7).
+//! - [`acceptance`]: speculative acceptance vs the oracle's own and the suite's floor (§7).
 //! - [`report`], [`plot`]: `report.json`, `report.md`, margin SVGs (§8).
 //! - [`reference_engine`]: the oracle as engine (`reference-f64`/`-f32`), arbiter and codec.
 //! - [`spec_engine`]: `spec:K` of the reference engines with per-row logits (§2, §7).
@@ -15,6 +17,7 @@
 //! - [`mock`]: a toy model, codec and a perturbing wrapper engine for tests.
 //! - `http` (feature `http`, default on): external engines over HTTP (llama-server, OpenAI).
 
+pub mod acceptance;
 pub mod budgets;
 pub mod calibrate;
 pub mod conformance;
@@ -23,6 +26,7 @@ pub mod cuda_engine;
 pub mod engine;
 pub mod explain;
 pub mod golden;
+pub mod invariance;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod mock;

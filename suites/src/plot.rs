@@ -49,13 +49,14 @@ pub fn margin_plot(path: &Path, prompt: &str, entries: &[&Entry], tau: f64) -> R
         )
         .margin(10)
         .x_label_area_size(30)
-        .y_label_area_size(60)
+        .y_label_area_size(70)
         .build_cartesian_2d(0usize..n, (FLOOR..ymax).log_scale())
         .map_err(|e| err(&e))?;
     chart
         .configure_mesh()
         .x_desc("output index")
-        .y_desc("logits")
+        .y_desc("top-2 margin (logits)")
+        .y_label_formatter(&|v: &f64| format!("{v:.0e}"))
         .draw()
         .map_err(|e| err(&e))?;
     chart

@@ -289,6 +289,15 @@ impl<F: Float> Engine for ReferenceEngine<F> {
             })
             .collect())
     }
+
+    fn decode_rows(
+        &mut self,
+        prompt: &[u32],
+        tokens: &[u32],
+        top_k: usize,
+    ) -> Result<Option<Vec<Vec<(u32, f64)>>>, EngineError> {
+        ReferenceEngine::decode_rows(self, prompt, tokens, top_k).map(Some)
+    }
 }
 
 /// The f64 oracle as the arbiter of the rule.

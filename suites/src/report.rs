@@ -8,7 +8,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::acceptance::Acceptance;
 use crate::engine::SpecStats;
+use crate::invariance::RowInvariance;
 use crate::rule::{Fork, PositionVerdict, Verdict};
 
 /// Schema name of `report.json`.
@@ -104,6 +106,10 @@ pub struct Entry {
     pub spec: Option<SpecStats>,
     /// Error message for the `error` verdict.
     pub error: Option<String>,
+    /// Row invariance against plain decode rows (`--strict-invariance`, §7); absent when not
+    /// checked (plain mode, `error` entries, or the flag off). `passes` is false when it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row_invariance: Option<RowInvariance>,
 }
 
 /// A cross-mode fork (§4) with decoded tokens.
@@ -164,6 +170,15 @@ pub struct Run {
     pub oracle_s: f64,
     /// Oracle scorings answered from the cache / computed.
     pub cache: (usize, usize),
+    /// Whether row invariance was checked (`--strict-invariance`).
+    #[serde(default)]
+    pub strict_invariance: bool,
+    /// Seconds spent on row invariance (plain decode rows and oracle look-ups).
+    #[serde(default)]
+    pub invariance_s: f64,
+    /// Speculative acceptance per `spec:K` mode (§7); empty without a drafter.
+    #[serde(default)]
+    pub acceptance: Vec<Acceptance>,
 }
 
 /// Summary over all runs.
@@ -177,7 +192,16 @@ pub struct Summary {
     pub failed: usize,
     /// Count per verdict.
     pub by_verdict: BTreeMap<String, usize>,
-    /// 0 all pass, 1 some fail.
+    /// Entries whose row invariance failed (counted in `failed` too).
+    #[serde(default)]
+    pub invariance_failures: usize,
+    /// `spec:K` acceptance rows below their floor (`slow-spec` notes).
+    #[serde(default)]
+    pub slow_spec: usize,
+    /// Whether `slow-spec` fails the run (`--require-acceptance`).
+    #[serde(default)]
+    pub require_acceptance: bool,
+    /// 0 all pass, 1 some fail (or `slow-spec` under `--require-acceptance`).
     pub exit_code: i32,
 }
 
@@ -195,8 +219,14 @@ pub struct Report {
 }
 
 impl Report {
-    /// Builds a report with its summary.
+    /// Builds a report with its summary (`slow-spec` does not fail the run).
     pub fn new(runs: Vec<Run>) -> Report {
+        Report::with_acceptance(runs, false)
+    }
+
+    /// Builds a report with its summary; `require_acceptance`: a `slow-spec` row fails the run
+    /// (exit code 1).
+    pub fn with_acceptance(runs: Vec<Run>, require_acceptance: bool) -> Report {
         let mut by_verdict = BTreeMap::new();
         let (mut passed, mut failed) = (0, 0);
         for e in runs.iter().flat_map(|r| &r.entries) {
@@ -209,6 +239,16 @@ impl Report {
                 failed += 1
             }
         }
+        let invariance_failures = runs
+            .iter()
+            .flat_map(|r| &r.entries)
+            .filter(|e| e.row_invariance.as_ref().is_some_and(|i| i.failed))
+            .count();
+        let slow_spec = runs
+            .iter()
+            .flat_map(|r| &r.acceptance)
+            .filter(|a| a.slow_spec)
+            .count();
         let created_unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -221,7 +261,10 @@ impl Report {
                 passed,
                 failed,
                 by_verdict,
-                exit_code: i32::from(failed > 0),
+                invariance_failures,
+                slow_spec,
+                require_acceptance,
+                exit_code: i32::from(failed > 0 || (require_acceptance && slow_spec > 0)),
             },
             runs,
         }
@@ -242,7 +285,7 @@ impl Report {
         let _ = writeln!(s, "# Conformance report\n");
         let _ = writeln!(
             s,
-            "{} entries: {} pass, {} fail ({}). Exit code {}.\n",
+            "{} entries: {} pass, {} fail ({}){}{}. Exit code {}.\n",
             sm.entries,
             sm.passed,
             sm.failed,
@@ -251,6 +294,24 @@ impl Report {
                 .map(|(k, v)| format!("{k} {v}"))
                 .collect::<Vec<_>>()
                 .join(", "),
+            if sm.invariance_failures > 0 {
+                format!("; {} row-invariance failure(s)", sm.invariance_failures)
+            } else {
+                String::new()
+            },
+            if sm.slow_spec > 0 {
+                format!(
+                    "; {} slow-spec note(s){}",
+                    sm.slow_spec,
+                    if sm.require_acceptance {
+                        " (--require-acceptance: failing)"
+                    } else {
+                        ""
+                    }
+                )
+            } else {
+                String::new()
+            },
             sm.exit_code
         );
         for run in &self.runs {
@@ -309,13 +370,20 @@ fn markdown_run(s: &mut String, run: &Run) {
                     .find(|e| e.prompt == *p && &e.mode == m)
                     .map_or("–".into(), |e| {
                         let mark = if e.passes { "" } else { " ✗" };
-                        format!("{}{mark}", e.verdict.as_str())
+                        let inv = if e.row_invariance.as_ref().is_some_and(|i| i.failed) {
+                            " (rows)"
+                        } else {
+                            ""
+                        };
+                        format!("{}{inv}{mark}", e.verdict.as_str())
                     })
             })
             .collect();
         let _ = writeln!(s, "| {p} | {} |", cells.join(" | "));
     }
     s.push('\n');
+    markdown_invariance(s, run);
+    markdown_acceptance(s, run);
     for e in run.entries.iter().filter(|e| e.verdict != Verdict::Exact) {
         let _ = writeln!(
             s,
@@ -404,4 +472,114 @@ fn markdown_run(s: &mut String, run: &Run) {
         }
         s.push('\n');
     }
+}
+
+fn fmt_opt(x: Option<f64>) -> String {
+    x.map_or("–".into(), |x| format!("{x:.6}"))
+}
+
+/// The row-invariance table (§7): one line per checked entry, then every flip.
+fn markdown_invariance(s: &mut String, run: &Run) {
+    if !run.strict_invariance {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "### Row invariance (vs plain decode rows, {:.1} s)\n",
+        run.invariance_s
+    );
+    let _ = writeln!(
+        s,
+        "| prompt | mode | rows | max \\|Δ logit\\| (at index) | flips | result |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|");
+    let mut flips = Vec::new();
+    for e in &run.entries {
+        let Some(inv) = &e.row_invariance else {
+            continue;
+        };
+        let result = match (&inv.unsupported, inv.failed) {
+            (Some(why), _) => format!("unsupported: {}", md_escape(why)),
+            (None, true) => "**fail**".into(),
+            (None, false) => "ok".into(),
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {}{} | {}{} | {} | {} |",
+            e.prompt,
+            e.mode,
+            inv.compared,
+            if inv.missing > 0 {
+                format!(" ({} without logits)", inv.missing)
+            } else {
+                String::new()
+            },
+            fmt_opt(inv.max_abs_diff),
+            inv.max_diff_index
+                .map_or(String::new(), |i| format!(" ({i})")),
+            inv.flips.len(),
+            result
+        );
+        for f in &inv.flips {
+            flips.push((e, f));
+        }
+    }
+    s.push('\n');
+    for (e, f) in flips {
+        let _ = writeln!(
+            s,
+            "- {} / {} at position {} (output index {}): {} row argmax `{}` ({}) vs plain row `{}` ({}); oracle margin {:.6} {} τ = {}; own top-2 gaps {} / {}",
+            e.prompt,
+            e.mode,
+            f.position,
+            f.index,
+            e.mode,
+            md_escape(&f.mode_top.text),
+            f.mode_top.id,
+            md_escape(&f.plain_top.text),
+            f.plain_top.id,
+            f.oracle_margin,
+            if f.exceeds_tau { "> **FAIL**" } else { "≤" },
+            run.tau,
+            fmt_opt(f.mode_gap),
+            fmt_opt(f.plain_gap)
+        );
+    }
+    s.push('\n');
+}
+
+/// The speculative acceptance table (§7).
+fn markdown_acceptance(s: &mut String, run: &Run) {
+    if run.acceptance.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "### Speculative acceptance\n");
+    let _ = writeln!(
+        s,
+        "| mode | drafter | engine (accepted/drafted) | oracle | floor | oracle = plain | note |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+    let rate = |c: &crate::acceptance::AcceptanceCount| {
+        format!(
+            "{} ({}/{})",
+            c.rate.map_or("–".into(), |r| format!("{r:.3}")),
+            c.accepted,
+            c.drafted
+        )
+    };
+    for a in &run.acceptance {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            a.mode,
+            a.drafter,
+            rate(&a.engine),
+            a.oracle.as_ref().map_or("–".into(), rate),
+            a.floor.map_or("–".into(), |f| format!("{f:.3}")),
+            a.oracle_matches_plain
+                .map_or("–", |m| if m { "yes" } else { "**no**" }),
+            a.note.as_deref().map(md_escape).unwrap_or_default()
+        );
+    }
+    s.push('\n');
 }

@@ -10,6 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::engine::{Engine, EngineError, Mode, Request, Step, StepKind, Trajectory};
 use crate::golden::Golden;
+use crate::invariance::{compare_rows, InvarianceInput, RowInvariance};
 use crate::oracle::{Codec, Oracle, ScoreCache};
 use crate::report::{Candidate, Entry, Event, ForkReport, ModelRef, Run, TokenRef};
 use crate::rule::{compare_modes, judge, Judgement, OracleRow, PositionVerdict, RuleParams};
@@ -32,6 +33,15 @@ pub struct RunConfig {
     pub goldens_dir: Option<String>,
     /// Show an indicatif progress bar (hidden anyway when stderr is not a terminal).
     pub progress: bool,
+}
+
+/// Optional checks of a run beyond §3 (kept apart from [`RunConfig`] so that existing callers
+/// keep building).
+#[derive(Debug, Clone, Default)]
+pub struct RunExtras {
+    /// Row invariance (`--strict-invariance`, §7): compare every non-plain mode's rows with
+    /// the engine's plain decode rows on the same prefixes.
+    pub strict_invariance: bool,
 }
 
 /// A run that could not be judged (exit code 2).
@@ -250,6 +260,7 @@ pub fn make_entry(
         wall_s: traj.wall.as_secs_f64(),
         spec: traj.spec.clone(),
         error: j.error.clone(),
+        row_invariance: None,
     }
 }
 
@@ -298,6 +309,32 @@ pub fn run_suite(
     suite: &Suite,
     goldens: Option<&BTreeMap<String, Golden>>,
     cfg: &RunConfig,
+) -> Result<Run, RunError> {
+    run_suite_with(
+        engine,
+        oracle,
+        codec,
+        cache,
+        suite,
+        goldens,
+        cfg,
+        &RunExtras::default(),
+    )
+}
+
+/// [`run_suite`] with the optional checks of [`RunExtras`]: with `strict_invariance`, every
+/// non-`error` entry of a mode other than `plain` gets its [`RowInvariance`], and an entry whose
+/// invariance failed (a flip with oracle margin > τ) does not pass.
+#[allow(clippy::too_many_arguments)]
+pub fn run_suite_with(
+    engine: &mut dyn Engine,
+    oracle: &mut dyn Oracle,
+    codec: &dyn Codec,
+    cache: &mut ScoreCache,
+    suite: &Suite,
+    goldens: Option<&BTreeMap<String, Golden>>,
+    cfg: &RunConfig,
+    extras: &RunExtras,
 ) -> Result<Run, RunError> {
     let st = &suite.settings;
     let mut reqs = Vec::new();
@@ -352,7 +389,7 @@ pub fn run_suite(
     } else {
         ProgressBar::hidden()
     };
-    let (mut engine_s, mut oracle_s) = (0.0, 0.0);
+    let (mut engine_s, mut oracle_s, mut invariance_s) = (0.0, 0.0, 0.0);
     let mut entries = Vec::new();
     let mut judged_by_prompt: BTreeMap<String, Vec<(Mode, Trajectory, Judged)>> = BTreeMap::new();
     for mode in &modes {
@@ -428,7 +465,7 @@ pub fn run_suite(
                 })?,
             };
             oracle_s += t1.elapsed().as_secs_f64();
-            entries.push(make_entry(
+            let mut entry = make_entry(
                 codec,
                 &req.id,
                 mode,
@@ -436,7 +473,39 @@ pub fn run_suite(
                 &traj,
                 &judged,
                 cfg.tau,
-            ));
+            );
+            if extras.strict_invariance
+                && *mode != Mode::Plain
+                && entry.verdict != crate::rule::Verdict::Error
+            {
+                let t2 = Instant::now();
+                let prefix = match (*mode, golden) {
+                    (Mode::Prefill, Some(g)) => g.tokens.clone(),
+                    _ => traj.tokens(),
+                };
+                let inv = row_invariance(
+                    engine,
+                    oracle,
+                    codec,
+                    cache,
+                    &InvarianceInput {
+                        prompt: &req.prompt,
+                        prefix_tokens: &prefix,
+                        steps: &traj.steps,
+                        oracle_rows: &judged.rows,
+                        tau: cfg.tau,
+                    },
+                    st.top_k,
+                )
+                .map_err(|source| RunError::Oracle {
+                    id: req.id.clone(),
+                    source,
+                })?;
+                entry.passes &= !inv.failed;
+                entry.row_invariance = Some(inv);
+                invariance_s += t2.elapsed().as_secs_f64();
+            }
+            entries.push(entry);
             judged_by_prompt
                 .entry(req.id.clone())
                 .or_default()
@@ -474,7 +543,41 @@ pub fn run_suite(
         engine_s,
         oracle_s,
         cache: (cache.hits, cache.misses),
+        strict_invariance: extras.strict_invariance,
+        invariance_s,
+        acceptance: Vec::new(),
     })
+}
+
+/// Row invariance of one entry: the engine's plain decode rows on the entry's prefixes, compared
+/// with its rows ([`compare_rows`]). An engine without plain decode rows, or one that fails to
+/// give them, is reported `unsupported` (never a failure of the entry).
+fn row_invariance(
+    engine: &mut dyn Engine,
+    oracle: &mut dyn Oracle,
+    codec: &dyn Codec,
+    cache: &mut ScoreCache,
+    input: &InvarianceInput<'_>,
+    top_k: usize,
+) -> Result<RowInvariance, EngineError> {
+    match engine.decode_rows(input.prompt, input.prefix_tokens, top_k) {
+        Ok(Some(rows)) if rows.len() == input.prefix_tokens.len() => {
+            compare_rows(oracle, cache, codec, input, &rows, top_k)
+        }
+        Ok(Some(rows)) => Ok(RowInvariance::unsupported(format!(
+            "engine {} gave {} plain decode rows for {} tokens",
+            engine.name(),
+            rows.len(),
+            input.prefix_tokens.len()
+        ))),
+        Ok(None) => Ok(RowInvariance::unsupported(format!(
+            "engine {} has no plain decode rows",
+            engine.name()
+        ))),
+        Err(e) => Ok(RowInvariance::unsupported(format!(
+            "plain decode rows failed: {e}"
+        ))),
+    }
 }
 
 fn error_judged(err: String) -> Judged {

@@ -1,6 +1,7 @@
 //! Suite TOML files (`design/conformance.md` §9): a `[suite]` table of settings with the §9
 //! defaults, then `[[prompt]]` tables with `id`, either `messages` or `text`, and `max_tokens`.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -65,6 +66,12 @@ pub struct SuiteSettings {
     /// Relative oracle-tie threshold: `ε_oracle = oracle_tie_rel · max|ℓ_t|` (default 1e-9).
     #[serde(default = "default_oracle_tie_rel")]
     pub oracle_tie_rel: f64,
+    /// Speculative acceptance floors (§7), `[suite.acceptance_floor]`: drafter file stem (e.g.
+    /// `"dense-assistant.F32"`) → minimum acceptance rate (accepted / drafted, in `[0, 1]`) of
+    /// every `spec:K` mode with that drafter. Below it: a `slow-spec` note (fails only under
+    /// `--require-acceptance`). Drafters not listed have no floor.
+    #[serde(default)]
+    pub acceptance_floor: BTreeMap<String, f64>,
 }
 
 fn default_top_k() -> usize {
@@ -104,6 +111,7 @@ impl Default for SuiteSettings {
             stop_ids: default_stop_ids(),
             enable_thinking: false,
             oracle_tie_rel: default_oracle_tie_rel(),
+            acceptance_floor: BTreeMap::new(),
         }
     }
 }
@@ -217,6 +225,16 @@ impl Suite {
                     "[suite] tie_budget = {} (must be >= 0)",
                     settings.tie_budget
                 ),
+            });
+        }
+        if let Some((d, f)) = settings
+            .acceptance_floor
+            .iter()
+            .find(|(_, f)| !(0.0..=1.0).contains(*f))
+        {
+            return Err(SuiteError::Toml {
+                path: path.to_path_buf(),
+                message: format!("[suite.acceptance_floor] {d:?} = {f} (must be in [0, 1])"),
             });
         }
         let mut prompts: Vec<Prompt> = Vec::new();

@@ -40,6 +40,13 @@ pub struct Args {
     /// Allow an HTTP engine on a non-loopback address.
     #[arg(long)]
     pub allow_remote: bool,
+    /// Row invariance (conformance §7): compare every prefill / batch:N / spec:K row with the
+    /// engine's plain decode row on the same prefix; a flip with oracle margin > τ fails.
+    #[arg(long)]
+    pub strict_invariance: bool,
+    /// A spec:K acceptance below the suite's floor (`slow-spec`) fails the run (exit 1).
+    #[arg(long)]
+    pub require_acceptance: bool,
 }
 
 /// The workspace root (the folder above `xtask/`).
@@ -213,6 +220,8 @@ pub fn options(
         goldens_root: workspace_root().join("goldens"),
         out_dir: workspace_root().join("target/conformance"),
         progress: true,
+        strict_invariance: false,
+        require_acceptance: false,
     }
 }
 
@@ -227,6 +236,8 @@ pub fn run(a: &Args) -> i32 {
     );
     o.engine.clone_from(&a.engine);
     o.progress = !a.quiet;
+    o.strict_invariance = a.strict_invariance;
+    o.require_acceptance = a.require_acceptance;
     if let Some(out) = &a.out {
         o.out_dir.clone_from(out);
     }
@@ -277,6 +288,40 @@ pub fn run(a: &Args) -> i32 {
                     "  engine {:.1} s, oracle {:.1} s (cache {} hits, {} scored)",
                     run.engine_s, run.oracle_s, run.cache.0, run.cache.1
                 );
+                if run.strict_invariance {
+                    let checked: Vec<_> = run
+                        .entries
+                        .iter()
+                        .filter_map(|e| e.row_invariance.as_ref().map(|i| (e, i)))
+                        .collect();
+                    let max = checked
+                        .iter()
+                        .filter_map(|(_, i)| i.max_abs_diff)
+                        .fold(0.0f64, f64::max);
+                    let flips: usize = checked.iter().map(|(_, i)| i.flips.len()).sum();
+                    let failed: Vec<String> = checked
+                        .iter()
+                        .filter(|(_, i)| i.failed)
+                        .map(|(e, _)| format!("{}/{}", e.prompt, e.mode))
+                        .collect();
+                    println!(
+                        "  row invariance: {} entries, max |Δ logit| {max:.3e}, {flips} flip(s), {} failed{} ({:.1} s)",
+                        checked.len(),
+                        failed.len(),
+                        if failed.is_empty() { String::new() } else { format!(": {}", failed.join(", ")) },
+                        run.invariance_s
+                    );
+                }
+                for acc in &run.acceptance {
+                    println!(
+                        "  {} acceptance {} (oracle {}, floor {}){}",
+                        acc.mode,
+                        acc.engine.rate.map_or("–".into(), |r| format!("{r:.3}")),
+                        acc.oracle.as_ref().and_then(|o| o.rate).map_or("–".into(), |r| format!("{r:.3}")),
+                        acc.floor.map_or("–".into(), |f| format!("{f:.3}")),
+                        acc.note.as_ref().map_or(String::new(), |n| format!(" — {n}"))
+                    );
+                }
             }
             println!(
                 "{} pass, {} fail in {:.1} s. Report: {}",
