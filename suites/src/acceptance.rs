@@ -264,7 +264,11 @@ pub fn acceptance_rows(
             oracle_count = Some(count);
             matches = all_match;
         } else {
-            notes.push("oracle acceptance not computed".into());
+            notes.push(
+                "oracle acceptance not computed ([suite] oracle_acceptance = false; \
+                 --oracle-acceptance)"
+                    .into(),
+            );
         }
         let slow = match (floor, engine.rate) {
             (Some(f), Some(r)) => r < f,

@@ -59,6 +59,9 @@ pub struct Options {
     pub strict_invariance: bool,
     /// A `slow-spec` acceptance note fails the run (`--require-acceptance`, §7).
     pub require_acceptance: bool,
+    /// Run the oracle's own `spec:K` on every suite, not only those with
+    /// `[suite] oracle_acceptance = true` (`--oracle-acceptance`, §7).
+    pub oracle_acceptance: bool,
 }
 
 /// Builds the engine named `name` for `model`.
@@ -199,7 +202,8 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
             .map_err(fatal)?;
             if let (Some(d), Some(path)) = (&drafter, &m.draft) {
                 let has_spec = run.modes.iter().any(|x| x.starts_with("spec:"));
-                if has_spec && assistant.is_none() {
+                let want_oracle = opts.oracle_acceptance || suite.settings.oracle_acceptance;
+                if has_spec && want_oracle && assistant.is_none() {
                     assistant = Some(
                         reference::spec::Assistant::<f64>::load(path)
                             .and_then(|a| a.check_target(oracle.model().config()).map(|_| a))
@@ -208,7 +212,7 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
                 }
                 let reqs = suite_requests(&codec, &suite)?;
                 let floor = suite.settings.acceptance_floor.get(&d.stem).copied();
-                let mut os = match assistant.as_ref() {
+                let mut os = match assistant.as_ref().filter(|_| want_oracle) {
                     Some(Ok(a)) => Some(OracleSpec {
                         target: oracle.model(),
                         assistant: a,
@@ -225,7 +229,7 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
                     acceptance_rows(&run, &reqs, d, floor, os.as_mut(), goldens.as_ref())
                         .map_err(fatal)?;
                 run.oracle_s += t0.elapsed().as_secs_f64();
-                if let Some(Err(e)) = &assistant {
+                if let (Some(Err(e)), true) = (&assistant, want_oracle) {
                     for a in &mut run.acceptance {
                         a.note = Some(format!("oracle acceptance not computed: {e}"));
                     }

@@ -72,6 +72,12 @@ pub struct SuiteSettings {
     /// `--require-acceptance`). Drafters not listed have no floor.
     #[serde(default)]
     pub acceptance_floor: BTreeMap<String, f64>,
+    /// Also run the f64 oracle's own `spec:K` (with the real drafter) on this suite's prompts
+    /// and report its acceptance beside the engine's (§7; default false: it is an f64
+    /// generation per prompt and K, cached under `target/conformance/cache/spec-*.json`).
+    /// `--oracle-acceptance` turns it on for every suite.
+    #[serde(default)]
+    pub oracle_acceptance: bool,
 }
 
 fn default_top_k() -> usize {
@@ -112,6 +118,7 @@ impl Default for SuiteSettings {
             enable_thinking: false,
             oracle_tie_rel: default_oracle_tie_rel(),
             acceptance_floor: BTreeMap::new(),
+            oracle_acceptance: false,
         }
     }
 }

@@ -270,11 +270,19 @@ fn prefix_scores_agree_with_the_oracle_on_f32() {
     assert_eq!(o[0].len(), seq.len());
     let mut compared = 0;
     for (t, (er, or)) in e[0].rows.iter().zip(&o[0]).enumerate() {
-        assert!(er.len() == 8, "position {t}: {} engine candidates", er.len());
+        assert!(
+            er.len() == 8,
+            "position {t}: {} engine candidates",
+            er.len()
+        );
         let (a, la) = or.top_k[0];
         let (b, lb) = or.top_k[1];
         if la - lb > 0.05 {
-            assert_eq!(er[0].0, a, "position {t}: engine top {:?}, oracle {a}", er[0]);
+            assert_eq!(
+                er[0].0, a,
+                "position {t}: engine top {:?}, oracle {a}",
+                er[0]
+            );
         }
         let (ea, eb) = (
             er.iter().find(|c| c.0 == a).map(|c| c.1),
@@ -286,5 +294,9 @@ fn prefix_scores_agree_with_the_oracle_on_f32() {
             compared += 1;
         }
     }
-    assert!(compared >= seq.len() / 2, "{compared} of {} compared", seq.len());
+    assert!(
+        compared >= seq.len() / 2,
+        "{compared} of {} compared",
+        seq.len()
+    );
 }

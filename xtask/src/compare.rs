@@ -7,8 +7,9 @@
 //! from B), the first differing output index is found; each side's oracle margin there is the
 //! one its own run measured on the shared prefix (0 where that run agreed with the oracle's
 //! argmax), and the fork is classified `tie-split`, `<side> wrong` or `both wrong`.
-//! Exit code 0: no side wrong; 1: some side diverges from the oracle at a fork; 2: unreadable
-//! or incompatible runs.
+//! Only forks and pairs with an `error` side are listed; identical outputs are counted in the
+//! closing summary line. Exit code 0: no side wrong; 1: some side diverges from the oracle at a
+//! fork; 2: unreadable or incompatible runs.
 
 use std::path::{Path, PathBuf};
 
@@ -157,9 +158,9 @@ pub fn run(a: &Args) -> i32 {
     };
     let mut any_wrong = false;
     let mut compared = 0;
+    let (mut identical, mut forks, mut wrong, mut errors) = (0usize, 0usize, 0usize, 0usize);
     println!("A = {} · B = {}\n", a.run_a, a.run_b);
-    println!("| model | suite | prompt | A | B | verdicts | fork at | tokens (A / B) | oracle m (A / B) | engine gap (A / B) | class |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut lines: Vec<String> = Vec::new();
     for run_a in &ra.runs {
         for run_b in rb
             .runs
@@ -175,51 +176,73 @@ pub fn run(a: &Args) -> i32 {
             }
             for row in compare_runs(run_a, run_b) {
                 compared += 1;
+                if row.verdicts.0 == Verdict::Error || row.verdicts.1 == Verdict::Error {
+                    errors += 1;
+                } else if row.fork.is_none() {
+                    // identical outputs: counted in the summary line, not listed
+                    identical += 1;
+                    continue;
+                } else {
+                    forks += 1;
+                }
                 let (fork_at, toks, margins, gaps, class) = match &row.fork {
                     None => (
-                        "identical".to_string(),
+                        "– (an error side)".to_string(),
                         String::new(),
                         String::new(),
                         String::new(),
                         String::new(),
                     ),
                     Some(f) => {
-                        let text = |r: &Run, mode: &str, t: Option<u32>| {
-                            let e = r
-                                .entries
-                                .iter()
-                                .find(|e| e.prompt == row.prompt && e.mode == mode);
-                            match (t, e) {
-                                (Some(id), Some(e)) => {
-                                    let piece = e
-                                        .events
+                        // a token's text: from any event at the fork index of either side
+                        // (its own token, the oracle's top or a top-5 candidate)
+                        let prompt = row.prompt.as_str();
+                        let events: Vec<&suites::report::Event> =
+                            [(run_a, &row.modes.0[2..]), (run_b, &row.modes.1[2..])]
+                                .into_iter()
+                                .flat_map(|(r, mode)| {
+                                    r.entries
                                         .iter()
-                                        .find(|ev| ev.index == f.index)
-                                        .map(|ev| ev.token.text.clone())
-                                        .unwrap_or_default();
-                                    format!("{id} {piece:?}")
+                                        .filter(move |e| e.prompt == prompt && e.mode == mode)
+                                })
+                                .flat_map(|e| e.events.iter().chain(e.first_divergence.iter()))
+                                .filter(|ev| ev.index == f.index)
+                                .collect();
+                        let text = |t: Option<u32>| match t {
+                            Some(id) => {
+                                let piece = events.iter().find_map(|ev| {
+                                    [&ev.token, &ev.oracle_top]
+                                        .into_iter()
+                                        .find(|tr| tr.id == id)
+                                        .map(|tr| tr.text.clone())
+                                        .or_else(|| {
+                                            ev.oracle_top5
+                                                .iter()
+                                                .find(|c| c.id == id)
+                                                .map(|c| c.text.clone())
+                                        })
+                                });
+                                match piece {
+                                    Some(p) => format!("{id} {p:?}"),
+                                    None => id.to_string(),
                                 }
-                                (Some(id), None) => id.to_string(),
-                                (None, _) => "(end)".into(),
                             }
+                            None => "(end)".into(),
                         };
                         if matches!(f.class, ForkClass::Wrong(_) | ForkClass::BothWrong) {
                             any_wrong = true;
+                            wrong += 1;
                         }
                         (
                             format!("{} (index {})", row.position.unwrap_or(0), f.index),
-                            format!(
-                                "{} / {}",
-                                text(run_a, &row.modes.0[2..], f.tokens.0),
-                                text(run_b, &row.modes.1[2..], f.tokens.1)
-                            ),
+                            format!("{} / {}", text(f.tokens.0), text(f.tokens.1)),
                             format!("{} / {}", fmt_m(f.margins.0), fmt_m(f.margins.1)),
                             format!("{} / {}", fmt_m(f.engine_gaps.0), fmt_m(f.engine_gaps.1)),
                             f.class.to_string(),
                         )
                     }
                 };
-                println!(
+                lines.push(format!(
                     "| {} | {} | {} | {} | {} | {} / {} | {fork_at} | {toks} | {margins} | {gaps} | {class} |",
                     run_a.model.stem,
                     run_a.suite,
@@ -228,8 +251,17 @@ pub fn run(a: &Args) -> i32 {
                     &row.modes.1[2..],
                     row.verdicts.0.as_str(),
                     row.verdicts.1.as_str(),
-                );
+                ));
             }
+        }
+    }
+    if lines.is_empty() {
+        println!("no forks: every compared pair has token-identical outputs");
+    } else {
+        println!("| model | suite | prompt | A | B | verdicts | fork at | tokens (A / B) | oracle m (A / B) | engine gap (A / B) | class |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|");
+        for l in &lines {
+            println!("{l}");
         }
     }
     if compared == 0 {
@@ -237,7 +269,11 @@ pub fn run(a: &Args) -> i32 {
         return 2;
     }
     println!(
-        "\nτ = {} (A) / {} (B); oracle m = ℓ[argmax] − ℓ[token] on the shared prefix (0: that side took the oracle's argmax).",
+        "\n{compared} (prompt, mode A, mode B) pairs: {identical} identical outputs (not listed), \
+         {forks} forks ({wrong} with a side wrong), {errors} with an error side."
+    );
+    println!(
+        "τ = {} (A) / {} (B); oracle m = ℓ[argmax] − ℓ[token] on the shared prefix (0: that side took the oracle's argmax).",
         ra.runs.first().map_or(f64::NAN, |r| r.tau),
         rb.runs.first().map_or(f64::NAN, |r| r.tau)
     );

@@ -47,6 +47,10 @@ pub struct Args {
     /// A spec:K acceptance below the suite's floor (`slow-spec`) fails the run (exit 1).
     #[arg(long)]
     pub require_acceptance: bool,
+    /// Run the f64 oracle's own spec:K (cached) on every suite and report its acceptance beside
+    /// the engine's (default: only suites with `oracle_acceptance = true`, i.e. smoke).
+    #[arg(long)]
+    pub oracle_acceptance: bool,
 }
 
 /// The workspace root (the folder above `xtask/`).
@@ -222,6 +226,7 @@ pub fn options(
         progress: true,
         strict_invariance: false,
         require_acceptance: false,
+        oracle_acceptance: false,
     }
 }
 
@@ -238,6 +243,7 @@ pub fn run(a: &Args) -> i32 {
     o.progress = !a.quiet;
     o.strict_invariance = a.strict_invariance;
     o.require_acceptance = a.require_acceptance;
+    o.oracle_acceptance = a.oracle_acceptance;
     if let Some(out) = &a.out {
         o.out_dir.clone_from(out);
     }

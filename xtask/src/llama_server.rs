@@ -293,6 +293,12 @@ pub fn run(a: &Args) -> Result<()> {
     if !model.exists() {
         bail!("model not found: {}", model.display());
     }
+    // absolute, without `..`: the printed command works from any folder
+    let model = model.canonicalize().unwrap_or(model);
+    let draft = a
+        .draft
+        .as_ref()
+        .map(|d| d.canonicalize().unwrap_or(d.clone()));
     let port = match a.port {
         Some(p) => p,
         None => free_port()?,
@@ -300,13 +306,13 @@ pub fn run(a: &Args) -> Result<()> {
     let mut cmd = server_command(
         &bin,
         &model,
-        a.draft.as_deref().map(|d| (d, a.spec_k)),
+        draft.as_deref().map(|d| (d, a.spec_k)),
         port,
         a.parallel,
         a.ctx,
     );
     cmd.args(&a.extra);
-    let spec = match &a.draft {
+    let spec = match &draft {
         Some(_) => format!("llama-server=http://127.0.0.1:{port},spec={}", a.spec_k),
         None => format!("llama-server=http://127.0.0.1:{port}"),
     };
@@ -331,17 +337,22 @@ pub fn run(a: &Args) -> Result<()> {
         model.display(),
         log.display()
     );
+    let label = if draft.is_some() { "mtp" } else { "plain" };
     println!(
-        "judge it: cargo xtask conformance --engine {spec} --model {}",
+        "judge it: cargo xtask conformance --engine {spec} --model {} --label {label}",
         model.display()
     );
     if a.detach {
-        std::fs::write(
-            ext_dir().join(format!("llama-server-{port}.pid")),
-            child.id().to_string(),
-        )?;
+        let pid_file = ext_dir().join(format!("llama-server-{port}.pid"));
+        std::fs::write(&pid_file, child.id().to_string())?;
+        println!(
+            "stop it: kill {} (pid also in {})",
+            child.id(),
+            pid_file.display()
+        );
         return Ok(());
     }
+    println!("stop it: Ctrl-C (judge from another terminal, or start with --detach)");
     let status = child.wait()?;
     bail!("llama-server exited: {status}")
 }

@@ -177,7 +177,9 @@ fn pack_panels<F: Float>(x: &[F], t_n: usize, k_n: usize) -> Vec<F> {
 /// length `K` back to back, `panel` is `[K, NP]`. Every one of the 16 sums starts at 0 and adds
 /// `w_i[k] · x_j[k]` in order `k = 0, 1, …` (exactly [`dot`]); they are independent accumulators,
 /// so the compiler vectorises across `j` without reordering any sum.
-#[inline(always)]
+// Not inlined: compiled on its own, the SLP vectoriser reliably packs the accumulators (inlined
+// into a larger closure it was seen to fall back to scalar code with spills).
+#[inline(never)]
 fn block_product<F: Float>(w: &[F], k_n: usize, panel: &[F]) -> [[F; NP]; MR] {
     let (w0, rest) = w.split_at(k_n);
     let (w1, rest) = rest.split_at(k_n);
