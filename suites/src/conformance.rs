@@ -202,7 +202,11 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
             .map_err(fatal)?;
             if let (Some(d), Some(path)) = (&drafter, &m.draft) {
                 let has_spec = run.modes.iter().any(|x| x.starts_with("spec:"));
-                let want_oracle = opts.oracle_acceptance || suite.settings.oracle_acceptance;
+                // the oracle's spec:K is an f64 generation per prompt and K: run by default
+                // only for a drafter the suite sets a floor for, on a suite that asks for it
+                let floor = suite.settings.acceptance_floor.get(&d.stem).copied();
+                let want_oracle = opts.oracle_acceptance
+                    || (suite.settings.oracle_acceptance && floor.is_some());
                 if has_spec && want_oracle && assistant.is_none() {
                     assistant = Some(
                         reference::spec::Assistant::<f64>::load(path)
@@ -211,7 +215,6 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
                     );
                 }
                 let reqs = suite_requests(&codec, &suite)?;
-                let floor = suite.settings.acceptance_floor.get(&d.stem).copied();
                 let mut os = match assistant.as_ref().filter(|_| want_oracle) {
                     Some(Ok(a)) => Some(OracleSpec {
                         target: oracle.model(),

@@ -72,10 +72,11 @@ pub struct SuiteSettings {
     /// `--require-acceptance`). Drafters not listed have no floor.
     #[serde(default)]
     pub acceptance_floor: BTreeMap<String, f64>,
-    /// Also run the f64 oracle's own `spec:K` (with the real drafter) on this suite's prompts
-    /// and report its acceptance beside the engine's (§7; default false: it is an f64
-    /// generation per prompt and K, cached under `target/conformance/cache/spec-*.json`).
-    /// `--oracle-acceptance` turns it on for every suite.
+    /// Also run the f64 oracle's own `spec:K` (with the real drafter) on this suite's prompts,
+    /// for every drafter listed in `acceptance_floor`, and report its acceptance beside the
+    /// engine's (§7; default false: it is an f64 generation per prompt and K, cached under
+    /// `target/conformance/cache/spec-*.json`). `--oracle-acceptance` runs it for every suite
+    /// and drafter.
     #[serde(default)]
     pub oracle_acceptance: bool,
 }

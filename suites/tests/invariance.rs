@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use suites::conformance::{conformance, ModelSpec, Options};
 use suites::golden::{golden_dir, load_goldens, Golden};
-use suites::oracle::{Codec, Oracle, ScoreCache};
+use suites::oracle::{Oracle, ScoreCache};
 use suites::reference_engine::{GemmaCodec, ReferenceEngine, ReferenceOracle};
 use suites::report::{ModelRef, Report};
 use suites::runner::{run_suite_with, RunConfig, RunExtras};
@@ -140,6 +140,7 @@ fn reference_rows_equal_plain_decode_rows_bitwise() {
         .unwrap()
         .with_draft(Some(s.draft.clone()));
     let mut cache = ScoreCache::new(None);
+    let c = cfg(&s, &modes, 2f64.powi(-9));
     let run = run_suite_with(
         &mut engine,
         &mut s.oracle,
@@ -147,7 +148,7 @@ fn reference_rows_equal_plain_decode_rows_bitwise() {
         &mut cache,
         &s.suite,
         Some(&s.goldens),
-        &cfg(&s, &modes, 2f64.powi(-9)),
+        &c,
         &RunExtras {
             strict_invariance: true,
         },
@@ -193,6 +194,7 @@ fn a_swapped_batch_row_fails_row_invariance_at_that_position() {
         index,
     };
     let mut cache = ScoreCache::new(None);
+    let c = cfg(&s, &[Mode::Plain, Mode::Batch { n: 4 }], tau);
     let run = run_suite_with(
         &mut engine,
         &mut s.oracle,
@@ -200,7 +202,7 @@ fn a_swapped_batch_row_fails_row_invariance_at_that_position() {
         &mut cache,
         &s.suite,
         Some(&s.goldens),
-        &cfg(&s, &[Mode::Plain, Mode::Batch { n: 4 }], tau),
+        &c,
         &RunExtras {
             strict_invariance: true,
         },
