@@ -77,8 +77,6 @@ static __device__ __forceinline__ void attend_block(const float* __restrict__ qh
         float acc = 0.0f;
         const float* vr = vc + (base * nkv + g) * d + j;
         const uint64_t stride = (uint64_t)nkv * d;
-        // Unrolled so several V loads are in flight (same fma order).
-#pragma unroll 8
         for (int i = 0; i < n; ++i) acc = fmaf(sc[i], vr[i * stride], acc);
         o[j] = acc;
     }

@@ -265,8 +265,8 @@ pub fn acceptance_rows(
             matches = all_match;
         } else {
             notes.push(
-                "oracle acceptance not computed ([suite] oracle_acceptance = false; \
-                 --oracle-acceptance)"
+                "oracle acceptance not computed (it runs for drafters with a floor on suites \
+                 with oracle_acceptance = true, or with --oracle-acceptance)"
                     .into(),
             );
         }

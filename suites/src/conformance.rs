@@ -205,8 +205,8 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
                 // the oracle's spec:K is an f64 generation per prompt and K: run by default
                 // only for a drafter the suite sets a floor for, on a suite that asks for it
                 let floor = suite.settings.acceptance_floor.get(&d.stem).copied();
-                let want_oracle = opts.oracle_acceptance
-                    || (suite.settings.oracle_acceptance && floor.is_some());
+                let want_oracle =
+                    opts.oracle_acceptance || (suite.settings.oracle_acceptance && floor.is_some());
                 if has_spec && want_oracle && assistant.is_none() {
                     assistant = Some(
                         reference::spec::Assistant::<f64>::load(path)

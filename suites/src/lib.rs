@@ -26,9 +26,9 @@ pub mod cuda_engine;
 pub mod engine;
 pub mod explain;
 pub mod golden;
-pub mod invariance;
 #[cfg(feature = "http")]
 pub mod http;
+pub mod invariance;
 pub mod mock;
 pub mod oracle;
 pub mod plot;

@@ -465,15 +465,7 @@ pub fn run_suite_with(
                 })?,
             };
             oracle_s += t1.elapsed().as_secs_f64();
-            let mut entry = make_entry(
-                codec,
-                &req.id,
-                mode,
-                &req.prompt,
-                &traj,
-                &judged,
-                cfg.tau,
-            );
+            let mut entry = make_entry(codec, &req.id, mode, &req.prompt, &traj, &judged, cfg.tau);
             if extras.strict_invariance
                 && *mode != Mode::Plain
                 && entry.verdict != crate::rule::Verdict::Error

@@ -20,8 +20,8 @@ use suites::golden::{golden_dir, load_goldens, Golden};
 use suites::oracle::{Oracle, ScoreCache};
 use suites::reference_engine::{GemmaCodec, ReferenceEngine, ReferenceOracle};
 use suites::report::{ModelRef, Report};
-use suites::runner::{run_suite_with, RunConfig, RunExtras};
 use suites::rule::Verdict;
+use suites::runner::{run_suite_with, RunConfig, RunExtras};
 use suites::suite::Suite;
 use suites::{Engine, EngineError, Mode, Request, Scores, Trajectory};
 
@@ -167,7 +167,12 @@ fn reference_rows_equal_plain_decode_rows_bitwise() {
         assert_eq!(inv.compared, e.tokens.len(), "{} {}", e.prompt, e.mode);
         assert_eq!(inv.missing, 0);
         assert_eq!(inv.max_abs_diff, Some(0.0), "{} {}", e.prompt, e.mode);
-        assert!(inv.flips.is_empty() && !inv.failed, "{} {}", e.prompt, e.mode);
+        assert!(
+            inv.flips.is_empty() && !inv.failed,
+            "{} {}",
+            e.prompt,
+            e.mode
+        );
     }
     let report = Report::new(vec![run]);
     assert_eq!(report.summary.invariance_failures, 0);
@@ -256,7 +261,9 @@ fn a_swapped_batch_row_fails_row_invariance_at_that_position() {
         .unwrap();
     assert_eq!(entry["row_invariance"]["flips"][0]["index"], index);
     // entries without the check omit the field (schema conformance-report/1 unchanged)
-    assert!(json["runs"][0]["entries"][0].get("row_invariance").is_none());
+    assert!(json["runs"][0]["entries"][0]
+        .get("row_invariance")
+        .is_none());
 }
 
 #[test]
@@ -335,7 +342,11 @@ fn oracle_spec_matches_plain_and_a_high_floor_gives_slow_spec() {
     assert_eq!(r2.runs[0].acceptance[0].oracle_cache, (3, 0));
     assert_eq!(
         r2.runs[0].acceptance[0].oracle,
-        run.acceptance.iter().find(|a| a.mode == "spec:2").unwrap().oracle
+        run.acceptance
+            .iter()
+            .find(|a| a.mode == "spec:2")
+            .unwrap()
+            .oracle
     );
     assert_eq!(r2.summary.exit_code, 1);
     assert!(std::fs::read_to_string(dir.join("out/report.md"))

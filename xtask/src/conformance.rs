@@ -323,9 +323,14 @@ pub fn run(a: &Args) -> i32 {
                         "  {} acceptance {} (oracle {}, floor {}){}",
                         acc.mode,
                         acc.engine.rate.map_or("–".into(), |r| format!("{r:.3}")),
-                        acc.oracle.as_ref().and_then(|o| o.rate).map_or("–".into(), |r| format!("{r:.3}")),
+                        acc.oracle
+                            .as_ref()
+                            .and_then(|o| o.rate)
+                            .map_or("–".into(), |r| format!("{r:.3}")),
                         acc.floor.map_or("–".into(), |f| format!("{f:.3}")),
-                        acc.note.as_ref().map_or(String::new(), |n| format!(" — {n}"))
+                        acc.note
+                            .as_ref()
+                            .map_or(String::new(), |n| format!(" — {n}"))
                     );
                 }
             }
