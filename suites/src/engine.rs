@@ -50,11 +50,14 @@ pub trait Engine {
         prompt: &[u32],
         tokens: &[u32],
         top_k: usize,
-    ) -> Result<Option<Vec<Vec<(u32, f64)>>>, EngineError> {
+    ) -> Result<Option<TopKRows>, EngineError> {
         let _ = (prompt, tokens, top_k);
         Ok(None)
     }
 }
+
+/// Top-k rows: per position, `(id, logit)` descending by logit (`[positions][k]`).
+pub type TopKRows = Vec<Vec<(u32, f64)>>;
 
 /// A decoding mode (conformance §2), written `prefill`, `plain`, `batch:N`, `spec:K`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

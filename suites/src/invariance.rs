@@ -134,8 +134,8 @@ pub fn compare_rows(
         unsupported: None,
     };
     let mut full_rows: Option<Vec<OracleRow>> = None;
-    for t in 0..n {
-        let (Some(mode_row), prow) = (input.steps[t].top_k.as_deref(), plain[t].as_slice()) else {
+    for (t, prow) in plain.iter().enumerate().take(n) {
+        let (Some(mode_row), prow) = (input.steps[t].top_k.as_deref(), prow.as_slice()) else {
             out.missing += 1;
             continue;
         };

@@ -40,5 +40,5 @@ pub mod spec_engine;
 pub mod suite;
 
 pub use engine::{
-    Engine, EngineError, Mode, Request, Scores, SpecStats, Step, StepKind, Trajectory,
+    Engine, EngineError, Mode, Request, Scores, SpecStats, Step, StepKind, TopKRows, Trajectory,
 };

@@ -17,7 +17,9 @@ use reference::tokenizer::{ChatMessage, GemmaTokenizer};
 
 use reference::spec::Assistant;
 
-use crate::engine::{Engine, EngineError, Mode, Request, Scores, Step, StepKind, Trajectory};
+use crate::engine::{
+    Engine, EngineError, Mode, Request, Scores, Step, StepKind, TopKRows, Trajectory,
+};
 use crate::oracle::{Codec, Oracle};
 use crate::rule::OracleRow;
 use crate::spec_engine::spec_generate;
@@ -295,7 +297,7 @@ impl<F: Float> Engine for ReferenceEngine<F> {
         prompt: &[u32],
         tokens: &[u32],
         top_k: usize,
-    ) -> Result<Option<Vec<Vec<(u32, f64)>>>, EngineError> {
+    ) -> Result<Option<TopKRows>, EngineError> {
         ReferenceEngine::decode_rows(self, prompt, tokens, top_k).map(Some)
     }
 }

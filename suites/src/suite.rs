@@ -364,6 +364,28 @@ mod tests {
     }
 
     #[test]
+    fn acceptance_floors_are_read_and_checked() {
+        let s = parse(
+            "[suite]\noracle_acceptance = true\n[suite.acceptance_floor]\n\"d.F32\" = 0.8\n[[prompt]]\nid = \"a\"\ntext = \"x\"\nmax_tokens = 1\n",
+        )
+        .unwrap();
+        assert_eq!(s.settings.acceptance_floor.get("d.F32"), Some(&0.8));
+        assert!(s.settings.oracle_acceptance);
+        assert!(
+            parse("[[prompt]]\nid = \"a\"\ntext = \"x\"\nmax_tokens = 1\n")
+                .unwrap()
+                .settings
+                .acceptance_floor
+                .is_empty()
+        );
+        let e = parse(
+            "[suite.acceptance_floor]\n\"d.F32\" = 1.5\n[[prompt]]\nid = \"a\"\ntext = \"x\"\nmax_tokens = 1\n",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("d.F32"), "{e}");
+    }
+
+    #[test]
     fn prompt_errors_name_file_and_id() {
         let e = parse("[[prompt]]\nid = \"x1\"\ntext = \"hi\"\n").unwrap_err();
         let msg = e.to_string();

@@ -23,7 +23,7 @@ use suites::report::{ModelRef, Report};
 use suites::rule::Verdict;
 use suites::runner::{run_suite_with, RunConfig, RunExtras};
 use suites::suite::Suite;
-use suites::{Engine, EngineError, Mode, Request, Scores, Trajectory};
+use suites::{Engine, EngineError, Mode, Request, Scores, TopKRows, Trajectory};
 
 fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -76,7 +76,7 @@ impl Engine for SwapBatchRow {
         prompt: &[u32],
         tokens: &[u32],
         top_k: usize,
-    ) -> Result<Option<Vec<Vec<(u32, f64)>>>, EngineError> {
+    ) -> Result<Option<TopKRows>, EngineError> {
         Engine::decode_rows(&mut self.inner, prompt, tokens, top_k)
     }
 }

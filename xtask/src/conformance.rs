@@ -318,20 +318,36 @@ pub fn run(a: &Args) -> i32 {
                         run.invariance_s
                     );
                 }
-                for acc in &run.acceptance {
+                if let Some(first) = run.acceptance.first() {
+                    let rate = |r: Option<f64>| r.map_or("–".into(), |r| format!("{r:.3}"));
+                    let cells: Vec<String> = run
+                        .acceptance
+                        .iter()
+                        .map(|a| {
+                            format!(
+                                "{} {}{}",
+                                a.mode,
+                                rate(a.engine.rate),
+                                a.oracle.as_ref().map_or(String::new(), |o| format!(
+                                    " (oracle {})",
+                                    rate(o.rate)
+                                ))
+                            )
+                        })
+                        .collect();
                     println!(
-                        "  {} acceptance {} (oracle {}, floor {}){}",
-                        acc.mode,
-                        acc.engine.rate.map_or("–".into(), |r| format!("{r:.3}")),
-                        acc.oracle
-                            .as_ref()
-                            .and_then(|o| o.rate)
-                            .map_or("–".into(), |r| format!("{r:.3}")),
-                        acc.floor.map_or("–".into(), |f| format!("{f:.3}")),
-                        acc.note
-                            .as_ref()
-                            .map_or(String::new(), |n| format!(" — {n}"))
+                        "  acceptance, drafter {} (floor {}): {}",
+                        first.drafter,
+                        first.floor.map_or("none".into(), |f| format!("{f:.3}")),
+                        cells.join(", ")
                     );
+                    for a in run
+                        .acceptance
+                        .iter()
+                        .filter(|a| a.slow_spec || a.oracle_matches_plain == Some(false))
+                    {
+                        println!("  {}: {}", a.mode, a.note.as_deref().unwrap_or(""));
+                    }
                 }
             }
             println!(

@@ -257,7 +257,11 @@ fn render_config(c: &Config) -> String {
                 c.n_expert,
                 c.n_expert_used,
                 c.n_ff_exp,
-                if c.moe_fused_gate_up { "fused" } else { "split" }
+                if c.moe_fused_gate_up {
+                    "fused"
+                } else {
+                    "split"
+                }
             )
         } else {
             "off".to_string()

@@ -296,23 +296,26 @@ pub fn linear<F: Float>(x: &[F], t_n: usize, w: MatRef<'_>) -> Result<Vec<F>, Mo
         Vec::new()
     };
     let mut out_t = vec![F::ZERO; n * t_n];
-    out_t.par_chunks_mut(rows * t_n).enumerate().try_for_each_init(
-        Vec::new,
-        |buf: &mut Vec<F>, (i, chunk)| -> Result<(), ModelError> {
-            let r0 = i * rows;
-            let nr = chunk.len() / t_n;
-            let padded = nr.div_ceil(MR) * MR;
-            buf.clear();
-            buf.resize(padded * k, F::ZERO);
-            w.rows_into(r0, &mut buf[..nr * k])?;
-            if t_n >= FEW_POSITIONS {
-                tile_product(&panels, t_n, buf, k, chunk);
-            } else {
-                few_positions_product(x, t_n, buf, k, chunk);
-            }
-            Ok(())
-        },
-    )?;
+    out_t
+        .par_chunks_mut(rows * t_n)
+        .enumerate()
+        .try_for_each_init(
+            Vec::new,
+            |buf: &mut Vec<F>, (i, chunk)| -> Result<(), ModelError> {
+                let r0 = i * rows;
+                let nr = chunk.len() / t_n;
+                let padded = nr.div_ceil(MR) * MR;
+                buf.clear();
+                buf.resize(padded * k, F::ZERO);
+                w.rows_into(r0, &mut buf[..nr * k])?;
+                if t_n >= FEW_POSITIONS {
+                    tile_product(&panels, t_n, buf, k, chunk);
+                } else {
+                    few_positions_product(x, t_n, buf, k, chunk);
+                }
+                Ok(())
+            },
+        )?;
     Ok(transpose(&out_t, n, t_n))
 }
 
@@ -332,9 +335,10 @@ fn linear_by_panels<F: Float>(x: &[F], t_n: usize, w: MatRef<'_>) -> Result<Vec<
         let wt = &mut buf[..padded * k];
         // Dequantize rows r0 .. r0 + nr in parallel (chunks of MR rows); padding rows stay 0.
         wt[nr * k..].fill(F::ZERO);
-        wt[..nr * k].par_chunks_mut(MR * k).enumerate().try_for_each(
-            |(c, dst)| -> Result<(), ModelError> { w.rows_into(r0 + c * MR, dst) },
-        )?;
+        wt[..nr * k]
+            .par_chunks_mut(MR * k)
+            .enumerate()
+            .try_for_each(|(c, dst)| -> Result<(), ModelError> { w.rows_into(r0 + c * MR, dst) })?;
         let wt = &*wt;
         y.par_chunks_mut(NP * n)
             .zip(panels.par_chunks_exact(k * NP))

@@ -3,6 +3,8 @@
 //! transformers `Gemma4ForCausalLM.forward` (`logits = lm_head(h)`, `tanh(x/c)·c`),
 //! `SuppressTokensLogitsProcessor` + `argmax` (lowest id on exact ties).
 
+use std::cmp::Ordering;
+
 use rayon::prelude::*;
 
 use super::linear::{linear, MatRef};
@@ -51,7 +53,7 @@ pub fn top_k_soft_capped<F: Float>(raw: &[F], k: usize, excluded: &[u32], c: F) 
         let capped: Vec<F> = raw.iter().map(|&z| soft_cap(z, c)).collect();
         top_k(&capped, k, excluded)
     };
-    if F::NAME != "f64" || k == 0 || !(c.to_f64() > 0.0) {
+    if F::NAME != "f64" || k == 0 || c.to_f64().partial_cmp(&0.0) != Some(Ordering::Greater) {
         return plain();
     }
     // k-th largest y over allowed, non-NaN ids (raw order = y order: division by c > 0 is
@@ -64,7 +66,8 @@ pub fn top_k_soft_capped<F: Float>(raw: &[F], k: usize, excluded: &[u32], c: F) 
     let y_k = kth[k - 1].1 / cf;
     let lo = y_k - (1.0 + y_k.abs()) * 2f64.powi(-20);
     let gap = y_k.tanh() - lo.tanh();
-    if !y_k.is_finite() || !(gap > 4.0 * 2f64.powi(-32) + 2f64.powi(-50)) {
+    let needed = 4.0 * 2f64.powi(-32) + 2f64.powi(-50);
+    if !y_k.is_finite() || gap.partial_cmp(&needed) != Some(Ordering::Greater) {
         return plain();
     }
     let mut cand: Vec<(usize, F)> = Vec::new();
@@ -122,7 +125,7 @@ pub fn top_k<F: Float>(row: &[F], k: usize, excluded: &[u32]) -> Vec<(u32, f64)>
     }
     for (i, &v) in row.iter().enumerate() {
         // Cheapest test first: most ids fall below the current k-th logit (a NaN fails `>`).
-        if best.len() == k && !(v > best[k - 1].1) {
+        if best.len() == k && v.partial_cmp(&best[k - 1].1) != Some(Ordering::Greater) {
             continue;
         }
         #[allow(clippy::eq_op)] // `v != v` is the NaN test of a generic float
