@@ -51,8 +51,10 @@ pub struct Options {
     pub prompts: Vec<String>,
     /// `goldens/` root.
     pub goldens_root: PathBuf,
-    /// Output folder (`target/conformance`).
+    /// Output folder (`target/conformance`, or `target/conformance/runs/LABEL`).
     pub out_dir: PathBuf,
+    /// Scoring cache (§3: `target/conformance/cache`, shared by every labelled run).
+    pub cache_dir: PathBuf,
     /// Progress bars.
     pub progress: bool,
     /// Row invariance (`--strict-invariance`, §7).
@@ -186,7 +188,7 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
                 goldens_dir: goldens.as_ref().map(|_| gdir.display().to_string()),
                 progress: opts.progress,
             };
-            let mut cache = ScoreCache::new(Some(opts.out_dir.join("cache")));
+            let mut cache = ScoreCache::new(Some(opts.cache_dir.clone()));
             let mut run = run_suite_with(
                 engine.as_mut(),
                 &mut oracle,
@@ -221,7 +223,7 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
                         assistant: a,
                         target_sha256: sha.clone(),
                         drafter_sha256: d.sha256.clone(),
-                        dir: Some(opts.out_dir.join("cache")),
+                        dir: Some(opts.cache_dir.clone()),
                         hits: 0,
                         misses: 0,
                     }),

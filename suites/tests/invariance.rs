@@ -304,6 +304,7 @@ fn oracle_spec_matches_plain_and_a_high_floor_gives_slow_spec() {
         prompts: vec![],
         goldens_root: workspace().join("goldens"),
         out_dir: dir.join("out"),
+        cache_dir: dir.join("out/cache"),
         progress: false,
         strict_invariance: false,
         require_acceptance: false,

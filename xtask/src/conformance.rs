@@ -223,6 +223,7 @@ pub fn options(
             .unwrap_or_default(),
         goldens_root: workspace_root().join("goldens"),
         out_dir: workspace_root().join("target/conformance"),
+        cache_dir: workspace_root().join("target/conformance/cache"),
         progress: true,
         strict_invariance: false,
         require_acceptance: false,

@@ -57,7 +57,7 @@ pub fn run(a: &Args) -> i32 {
         modes,
         engine: a.engine.clone(),
         goldens_root: o.goldens_root,
-        cache_dir: Some(o.out_dir.join("cache")),
+        cache_dir: Some(o.cache_dir.clone()),
         continuation: a.continuation,
     };
     match explain(&opts) {
