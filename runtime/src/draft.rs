@@ -17,7 +17,6 @@
 use cudarc::driver::CudaSlice;
 use reference::config::{blk, AssistantConfig, Config};
 use reference::gguf::GgufFile;
-use reference::quant::GgmlType;
 use reference::spec::StoreLayers;
 
 use crate::error::{drv, RuntimeError};
@@ -517,43 +516,16 @@ fn load_centroid(
     };
     let centroids = ld.mat("masked_embd_centroids.weight")?;
     let t = file.tensor(ord_name).map_err(|e| model_err(ord_name, e))?;
-    let bytes = file.tensor_data(t);
-    let ordering: Vec<i64> = match t.ggml_type {
-        GgmlType::I32 => bytes
-            .chunks_exact(4)
-            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64)
-            .collect(),
-        GgmlType::I64 => bytes
-            .chunks_exact(8)
-            .map(|b| i64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
-            .collect(),
-        ty => {
-            return Err(model_err(
-                ord_name,
-                format!("type {ty}, expected I32 or I64"),
-            ))
-        }
-    };
     let v = cfg.n_vocab;
     let cn = centroids.rows;
-    if ordering.len() != v || cn == 0 || !v.is_multiple_of(cn) {
+    if cn == 0 || !v.is_multiple_of(cn) {
         return Err(model_err(
-            ord_name,
-            format!("{} entries for V = {v} and {cn} centroids", ordering.len()),
+            "masked_embd_centroids.weight",
+            format!("{cn} centroids do not divide the vocabulary {v}"),
         ));
     }
-    let mut seen = vec![false; v];
-    let mut out = Vec::with_capacity(v);
-    for (i, &id) in ordering.iter().enumerate() {
-        if id < 0 || id as usize >= v || seen[id as usize] {
-            return Err(model_err(
-                ord_name,
-                format!("entry {i} = {id}: not a permutation"),
-            ));
-        }
-        seen[id as usize] = true;
-        out.push(id as u32);
-    }
+    let out = reference::spec::assistant::read_token_ordering(file, t, v)
+        .map_err(|problem| model_err(ord_name, problem))?;
     Ok(Some(CentroidHead {
         centroids,
         ordering: out,

@@ -552,6 +552,49 @@ impl<F: Float> Assistant<F> {
     }
 }
 
+/// Reads the centroid head's token ordering (`masked_embd_ordering`, §1.2, §3.1): an I32 or I64
+/// tensor that must be a permutation of `0 … n_vocab−1`. Shared by the oracle and the CUDA
+/// drafter so both accept exactly the same files.
+///
+/// Errors: a description of the problem (wrong type, entry out of range or repeated), for the
+/// caller to wrap with the tensor name.
+pub fn read_token_ordering(
+    file: &GgufFile,
+    t: &crate::gguf::TensorInfo,
+    n_vocab: usize,
+) -> Result<Vec<u32>, String> {
+    let bytes = file.tensor_data(t);
+    let ordering: Vec<i64> = match t.ggml_type {
+        GgmlType::I32 => bytes
+            .chunks_exact(4)
+            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64)
+            .collect(),
+        GgmlType::I64 => bytes
+            .chunks_exact(8)
+            .map(|b| i64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+            .collect(),
+        ty => return Err(format!("type {ty}, expected I32 or I64")),
+    };
+    if ordering.len() != n_vocab {
+        return Err(format!(
+            "{} entries, expected V = {n_vocab}",
+            ordering.len()
+        ));
+    }
+    let mut seen = vec![false; n_vocab];
+    let mut out = Vec::with_capacity(n_vocab);
+    for (i, &id) in ordering.iter().enumerate() {
+        if id < 0 || id as usize >= n_vocab || seen[id as usize] {
+            return Err(format!(
+                "entry {i} = {id}: not a permutation of 0..{n_vocab}"
+            ));
+        }
+        seen[id as usize] = true;
+        out.push(id as u32);
+    }
+    Ok(out)
+}
+
 /// Loads the centroid head when both tensors are present (§3.4, `gguf-gemma4.md` §8.2 project
 /// extension): checks `C` against `num_centroids`, `V % C == 0`, and that the ordering is a
 /// permutation of `0 … V−1`.
@@ -600,30 +643,7 @@ fn load_centroid_head(
             format!("{} entries, expected V = {v}", t.n_elements()),
         ));
     }
-    let bytes = file.tensor_data(t);
-    let ordering: Vec<i64> = match t.ggml_type {
-        GgmlType::I32 => bytes
-            .chunks_exact(4)
-            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64)
-            .collect(),
-        GgmlType::I64 => bytes
-            .chunks_exact(8)
-            .map(|b| i64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
-            .collect(),
-        ty => return Err(bad(ord_name, format!("type {ty}, expected I32 or I64"))),
-    };
-    let mut seen = vec![false; v];
-    let mut out = Vec::with_capacity(v);
-    for (i, &id) in ordering.iter().enumerate() {
-        if id < 0 || id as usize >= v || seen[id as usize] {
-            return Err(bad(
-                ord_name,
-                format!("entry {i} = {id}: not a permutation of 0..{v}"),
-            ));
-        }
-        seen[id as usize] = true;
-        out.push(id as u32);
-    }
+    let out = read_token_ordering(file, t, v).map_err(|problem| bad(ord_name, problem))?;
     Ok(Some(CentroidHead {
         centroids,
         ordering: out,
