@@ -249,3 +249,384 @@ FOR_EACH_FORMAT(MATVEC_KERNELS)
     }
 
 FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
+
+// =============================================================================================
+// Tensor-core matvec `mvtc_<fmt>` (formats with a `Tc` decoder below: q2_k q3_k q4_k q5_k q6_k
+// q4_0; host: kernels::TC_FORMATS, K % 256 == 0, sm_80+).
+//
+// Every weight is W[r, e] = a_{r,G} · q_{r,e} + b_{r,G}: a small integer q (|q| < 128, exact in
+// bf16) and the f32 scale a and offset b of its scale group G (16 or 32 elements; spec
+// §3.3–§3.4, the same fields as the FmtX::dq8 decoders above). Activations are split exactly
+// into three bf16 pieces x = hi + mid + lo (8 + 8 + 8 significand bits of the f32, by
+// truncation; `mvtc_prep`). Then
+//   y[c, r] = Σ_G a_{r,G} · P_{r,c,G} + b_{r,G} · S_{c,G},
+//   P_{r,c,G} = Σ_{e∈G} q_{r,e} · (lo + mid + hi)_{c,e}   (mma.sync m16n8k16 bf16 → f32: every
+//               product exact, summed by the tensor core in f32),
+//   S_{c,G}   = Σ_{e∈G} x_{c,e}                             (f32, `mvtc_prep`).
+// Error: per group ≤ 3 tensor-core f32 accumulations of 16 exact products + 2 f32 roundings,
+// then one running f32 sum per warp over its K/2048 super-blocks' groups and a fixed 8-warp sum:
+// no dependence on the number of columns (all 1..8 columns cost one launch and the same bits).
+//
+// Tile: a block (TC_WARPS = 8 warps) computes 16 rows × 8 columns; warp w takes the 256-element
+// super-blocks w, w + 8, … of those rows (next super-block's weights loaded while the current one
+// is computed; a half super-block's activation fragments loaded before first use); lane = 4·g + t holds rows g and g + 8 and, per 16-group,
+// the elements e = 4t .. 4t+3 (mma k-slots 2t ↔ e=4t, 2t+1 ↔ 4t+2, 2t+8 ↔ 4t+1, 2t+9 ↔ 4t+3), so a
+// 32-bit word of 4 consecutive bytes gives the thread's two bf16 pairs with one mask each.
+// Launch: block (256,1,1), grid (ceil(rows / 16), 1, 1), after mvtc_prep of the same x.
+// =============================================================================================
+
+#define TC_WORDS 8  // u32 words per (column, 16-group, thread) in the prep buffer
+
+// mvtc_prep(x, nc, K, xp, xs): x f32 [nc, K] (column c at x + c·K), 1 ≤ nc ≤ 8, K % 16 == 0.
+//   xp u32 [nc][K/16][4][8]: column c, group G, thread t: words 0,1 = hi pairs (e 4t, 4t+2),
+//      (4t+1, 4t+3) of elements 16G + e; 2,3 = mid pairs; 4,5 = lo pairs; 6,7 = 0.
+//   xs f32 [K/16][8]: S_{c,G} at xs[8G + c] (sequential f32 sum of the 16 elements; 0 for c ≥ nc).
+// Launch: one thread per (c < 8, G): grid ceil(8·K/16 / 128), block 128.
+static __device__ __forceinline__ void tc_split3(float v, uint32_t& h, uint32_t& m, uint32_t& l) {
+    const uint32_t hb = __float_as_uint(v) & 0xffff0000u;
+    const float r1 = v - __uint_as_float(hb);  // exact: the low 16 significand bits of v
+    const uint32_t mb = __float_as_uint(r1) & 0xffff0000u;
+    const float r2 = r1 - __uint_as_float(mb);  // exact, ≤ 8 significand bits left
+    h = hb >> 16;
+    m = mb >> 16;
+    l = __float_as_uint(r2) >> 16;
+}
+
+extern "C" __global__ void __launch_bounds__(128) mvtc_prep(const float* __restrict__ x, int nc,
+                                                          int K, uint32_t* __restrict__ xp,
+                                                          float* __restrict__ xs) {
+    const int ng = K >> 4;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= 8 * ng) return;
+    const int c = i / ng, G = i - c * ng;
+    if (c >= nc) {
+        xs[8 * G + c] = 0.0f;
+        return;
+    }
+    const float4* p = (const float4*)(x + (uint64_t)c * K + 16 * G);
+    float v[16];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const float4 a = p[j];
+        v[4 * j] = a.x; v[4 * j + 1] = a.y; v[4 * j + 2] = a.z; v[4 * j + 3] = a.w;
+    }
+    float s = v[0];
+#pragma unroll
+    for (int j = 1; j < 16; ++j) s += v[j];
+    xs[8 * G + c] = s;
+    uint4* out = (uint4*)(xp + ((uint64_t)c * ng + G) * 4 * TC_WORDS);
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+        uint32_t h[4], m[4], l[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) tc_split3(v[4 * t + j], h[j], m[j], l[j]);
+        out[2 * t] = make_uint4(h[0] | (h[2] << 16), h[1] | (h[3] << 16), m[0] | (m[2] << 16),
+                                m[1] | (m[3] << 16));
+        out[2 * t + 1] = make_uint4(l[0] | (l[2] << 16), l[1] | (l[3] << 16), 0u, 0u);
+    }
+}
+
+// bf16 pair (128 + v_lo, 128 + v_hi) for 16-bit lanes v < 128, minus `bias` in both lanes
+// (bias ∈ [128, 256), exact): the integer pair (v_lo + 128 − bias, v_hi + 128 − bias).
+template <int BIAS>
+static __device__ __forceinline__ uint32_t tc_pair(uint32_t v) {
+    constexpr uint32_t nb = 0xC300u | (uint32_t)(BIAS - 128);
+    const uint32_t one = 0x3F803F80u, neg = nb | (nb << 16);
+    uint32_t r;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(v | 0x43004300u), "r"(one), "r"(neg));
+    return r;
+}
+
+static __device__ __forceinline__ void tc_mma(float (&d)[4], uint32_t a0, uint32_t a1,
+                                              uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Tc<F>: OK (has a decoder); SB = bytes of one 256-element super-block of a row; GPS = 16-groups
+// per scale group; HAS_MIN = b ≠ 0; Row = what one thread loads of one row's super-block;
+// load(blk, t, R); pairs(R, G, p0, p1): the bf16 integer pairs of 16-group G (0..15) for this
+// thread's elements (p0 = e 4t, 4t+2; p1 = e 4t+1, 4t+3); scale(R, s, a, b) of scale group s.
+template <typename F> struct Tc { enum { OK = 0, SB = 1, GPS = 1, HAS_MIN = 0 }; struct Row {};
+    static __device__ __forceinline__ void load(const uint8_t*, int, Row&) {}
+    static __device__ __forceinline__ void pairs(const Row&, int, uint32_t& p0, uint32_t& p1) { p0 = p1 = 0; }
+    static __device__ __forceinline__ void scale(const Row&, int, float& a, float& b) { a = b = 0.0f; }
+};
+
+// §3.4 Q4_K: W = (d·sc)·q − dmin·mn, q = nibble; sub-block s (32 elements) = groups 2s, 2s+1.
+template <> struct Tc<FmtQ4_K> { enum { OK = 1, SB = 144, GPS = 2, HAS_MIN = 1 };
+    struct Row { uint4 hd; uint32_t q[8]; };
+    static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
+        R.hd = __ldg((const uint4*)b);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) R.q[i] = ld_u32_a4(b + 16 + 16 * i + 4 * t);
+    }
+    static __device__ __forceinline__ void pairs(const Row& R, int G, uint32_t& p0, uint32_t& p1) {
+        const int s = G >> 1, w = 2 * (s >> 1) + (G & 1), sh = 4 * (s & 1);
+        p0 = tc_pair<128>((R.q[w] >> sh) & 0x000F000Fu);
+        p1 = tc_pair<128>((R.q[w] >> (sh + 8)) & 0x000F000Fu);
+    }
+    static __device__ __forceinline__ void scale(const Row& R, int s, float& a, float& b) {
+        const float d = f16_to_f32(R.hd.x), dmin = f16_to_f32(R.hd.x >> 16);
+        uint32_t sc, mn;
+        if (s < 4) {
+            sc = q4k_sbyte(R.hd, s) & 63u;
+            mn = q4k_sbyte(R.hd, s + 4) & 63u;
+        } else {
+            const uint32_t s4 = q4k_sbyte(R.hd, s + 4);
+            sc = (s4 & 15u) | ((q4k_sbyte(R.hd, s - 4) >> 6) << 4);
+            mn = (s4 >> 4) | ((q4k_sbyte(R.hd, s) >> 6) << 4);
+        }
+        a = d * u2f(sc);
+        b = -(dmin * u2f(mn));
+    }
+};
+
+// §3.4 Q5_K: q = nibble | (qh bit s)·16; otherwise as Q4_K.
+template <> struct Tc<FmtQ5_K> { enum { OK = 1, SB = 176, GPS = 2, HAS_MIN = 1 };
+    struct Row { uint4 hd; uint32_t qh[2]; uint32_t q[8]; };
+    static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
+        R.hd = __ldg((const uint4*)b);
+        R.qh[0] = ld_u32_a4(b + 16 + 4 * t);
+        R.qh[1] = ld_u32_a4(b + 32 + 4 * t);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) R.q[i] = ld_u32_a4(b + 48 + 16 * i + 4 * t);
+    }
+    static __device__ __forceinline__ void pairs(const Row& R, int G, uint32_t& p0, uint32_t& p1) {
+        const int s = G >> 1, w = 2 * (s >> 1) + (G & 1), sh = 4 * (s & 1);
+        const uint32_t h = R.qh[G & 1];
+        p0 = tc_pair<128>(((R.q[w] >> sh) & 0x000F000Fu) | (((h >> s) & 0x00010001u) << 4));
+        p1 = tc_pair<128>(((R.q[w] >> (sh + 8)) & 0x000F000Fu) |
+                          (((h >> (s + 8)) & 0x00010001u) << 4));
+    }
+    static __device__ __forceinline__ void scale(const Row& R, int s, float& a, float& b) {
+        Tc<FmtQ4_K>::Row r4;
+        r4.hd = R.hd;
+        Tc<FmtQ4_K>::scale(r4, s, a, b);
+    }
+};
+
+// §3.4 Q6_K: W = (d·sc_G)·(q − 32), q = ql nibble | qh 2 bits · 16; 16-element scale groups.
+template <> struct Tc<FmtQ6_K> { enum { OK = 1, SB = 210, GPS = 1, HAS_MIN = 0 };
+    struct Row { uint32_t ql[8]; uint32_t qh[4]; uint32_t sc[4]; float d; };
+    static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
+        // ql word i = (h, j&1, gh) = (i >> 2, (i >> 1) & 1, i & 1); qh word i = (h, gh).
+#pragma unroll
+        for (int i = 0; i < 8; ++i) R.ql[i] = ld_u32_a2(b + 64 * (i >> 2) + 32 * ((i >> 1) & 1) + 16 * (i & 1) + 4 * t);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) R.qh[i] = ld_u32_a2(b + 128 + 32 * (i >> 1) + 16 * (i & 1) + 4 * t);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) R.sc[i] = ld_u32_a2(b + 192 + 4 * i);
+        R.d = f16_to_f32(ld_u16(b + 208));
+    }
+    static __device__ __forceinline__ void pairs(const Row& R, int G, uint32_t& p0, uint32_t& p1) {
+        const int sb = G >> 1, h = sb >> 2, j = sb & 3, gh = G & 1;
+        const uint32_t l = R.ql[4 * h + 2 * (j & 1) + gh], q = R.qh[2 * h + gh];
+        const int lsh = 4 * (j >> 1), hsh = 2 * j;
+        p0 = tc_pair<160>(((l >> lsh) & 0x000F000Fu) | (((q >> hsh) & 0x00030003u) << 4));
+        p1 = tc_pair<160>(((l >> (lsh + 8)) & 0x000F000Fu) | (((q >> (hsh + 8)) & 0x00030003u) << 4));
+    }
+    static __device__ __forceinline__ void scale(const Row& R, int G, float& a, float& b) {
+        a = R.d * s8f(R.sc[G >> 2] >> (8 * (G & 3)));
+        b = 0.0f;
+    }
+};
+
+// §3.4 Q2_K: W = (d·(s & 15))·q − dmin·(s >> 4), q 2 bits; 16-element scale groups.
+template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1 };
+    struct Row { uint32_t sc[4]; uint32_t q[4]; uint32_t dd; };
+    static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) R.sc[i] = ld_u32_a4(b + 4 * i);
+        // q word i = (h, gh) = (i >> 1, i & 1)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) R.q[i] = ld_u32_a4(b + 16 + 32 * (i >> 1) + 16 * (i & 1) + 4 * t);
+        R.dd = ld_u32_a4(b + 80);
+    }
+    static __device__ __forceinline__ void pairs(const Row& R, int G, uint32_t& p0, uint32_t& p1) {
+        const int h = G >> 3, j = (G >> 1) & 3, gh = G & 1;
+        const uint32_t w = R.q[2 * h + gh];
+        p0 = tc_pair<128>((w >> (2 * j)) & 0x00030003u);
+        p1 = tc_pair<128>((w >> (2 * j + 8)) & 0x00030003u);
+    }
+    static __device__ __forceinline__ void scale(const Row& R, int G, float& a, float& b) {
+        const uint32_t s = (R.sc[G >> 2] >> (8 * (G & 3))) & 0xffu;
+        a = f16_to_f32(R.dd) * u2f(s & 15u);
+        b = -(f16_to_f32(R.dd >> 16) * u2f(s >> 4));
+    }
+};
+
+// §3.4 Q3_K: W = (d·S_G)·(low2 + 4·hbit − 4); 16-element scale groups.
+template <> struct Tc<FmtQ3_K> { enum { OK = 1, SB = 110, GPS = 1, HAS_MIN = 0 };
+    struct Row { uint32_t hm[2]; uint32_t q[4]; uint32_t sc[3]; float d; };
+    static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
+        R.hm[0] = ld_u32_a2(b + 4 * t);
+        R.hm[1] = ld_u32_a2(b + 16 + 4 * t);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) R.q[i] = ld_u32_a2(b + 32 + 32 * (i >> 1) + 16 * (i & 1) + 4 * t);
+#pragma unroll
+        for (int i = 0; i < 3; ++i) R.sc[i] = ld_u32_a2(b + 96 + 4 * i);
+        R.d = f16_to_f32(ld_u16(b + 108));
+    }
+    static __device__ __forceinline__ void pairs(const Row& R, int G, uint32_t& p0, uint32_t& p1) {
+        const int sb = G >> 1, h = sb >> 2, j = sb & 3, gh = G & 1;
+        const uint32_t w = R.q[2 * h + gh], m = R.hm[gh];
+        const int hs = 4 * h + j;
+        p0 = tc_pair<132>(((w >> (2 * j)) & 0x00030003u) | (((m >> hs) & 0x00010001u) << 2));
+        p1 = tc_pair<132>(((w >> (2 * j + 8)) & 0x00030003u) | (((m >> (hs + 8)) & 0x00010001u) << 2));
+    }
+    static __device__ __forceinline__ void scale(const Row& R, int G, float& a, float& b) {
+        const uint32_t lowb = (G < 8) ? (R.sc[G >> 2] >> (8 * (G & 3))) : (R.sc[(G - 8) >> 2] >> (8 * ((G - 8) & 3) + 4));
+        const uint32_t hib = R.sc[2] >> (8 * (G & 3) + 2 * (G >> 2));
+        a = R.d * U2F_OFF((lowb & 15u) | ((hib & 3u) << 4), 32);
+        b = 0.0f;
+    }
+};
+
+// §3.3 Q4_0: W = d·(nib − 8); a 256-element super-block is 8 blocks of 18 bytes; block i =
+// groups 2i (low nibbles) and 2i + 1 (high nibbles) of the same 16 bytes.
+template <> struct Tc<FmtQ4_0> { enum { OK = 1, SB = 144, GPS = 2, HAS_MIN = 0 };
+    struct Row { uint32_t q[8]; float d[8]; };
+    static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            R.q[i] = ld_u32_a2(b + 18 * i + 2 + 4 * t);
+            R.d[i] = f16_to_f32(ld_u16(b + 18 * i));
+        }
+    }
+    static __device__ __forceinline__ void pairs(const Row& R, int G, uint32_t& p0, uint32_t& p1) {
+        const uint32_t w = R.q[G >> 1];
+        const int sh = 4 * (G & 1);
+        p0 = tc_pair<136>((w >> sh) & 0x000F000Fu);
+        p1 = tc_pair<136>((w >> (sh + 8)) & 0x000F000Fu);
+    }
+    static __device__ __forceinline__ void scale(const Row& R, int s, float& a, float& b) {
+        a = R.d[s];
+        b = 0.0f;
+    }
+};
+
+#define TC_WARPS 8  // warps per mvtc block (split-K over super-blocks)
+
+template <typename F>
+static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
+                                                 const uint32_t* __restrict__ xp,
+                                                 const float* __restrict__ xs,
+                                                 float* __restrict__ y, int rows, int K,
+                                                 uint64_t row_bytes, int nc, int tile) {
+#if __CUDA_ARCH__ >= 800
+    typedef Tc<F> T;
+    __shared__ float red[TC_WARPS][32][4];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int row0 = tile * 16;
+    const uint8_t* wa = W + (uint64_t)min(row0 + g, rows - 1) * row_bytes;
+    const uint8_t* wb = W + (uint64_t)min(row0 + g + 8, rows - 1) * row_bytes;
+    const int nsb = K >> 8, ng = K >> 4;
+    // Lanes of a column ≥ nc read column nc − 1 (valid memory, no branch): their products only
+    // reach output columns ≥ nc, which are never written.
+    const int col = min(g, nc - 1);
+    const uint4* xq = (const uint4*)(xp + ((uint64_t)col * ng * 4 + t) * TC_WORDS);
+    const float2* xs2 = (const float2*)(xs + 2 * t);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    typename T::Row A, B;
+    if (wid < nsb) {
+        T::load(wa + (uint64_t)wid * T::SB, t, A);
+        T::load(wb + (uint64_t)wid * T::SB, t, B);
+    }
+#pragma unroll 1
+    for (int sb = wid; sb < nsb; sb += TC_WARPS) {
+        // Next super-block's weights in flight while this one is computed.
+        typename T::Row An, Bn;
+        const int sn = sb + TC_WARPS;
+        if (sn < nsb) {
+            T::load(wa + (uint64_t)sn * T::SB, t, An);
+            T::load(wb + (uint64_t)sn * T::SB, t, Bn);
+        }
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            // All activation fragments (and 16-sums) of 8 groups issued before their first use.
+            uint4 xv[16];
+            float2 Sv[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+                const int Ga = 16 * sb + 8 * hf + u;
+                const uint4* p = xq + (uint64_t)Ga * 4 * (TC_WORDS / 4);
+                xv[2 * u] = __ldg(p);
+                xv[2 * u + 1] = __ldg(p + 1);
+                if (T::HAS_MIN) Sv[u] = __ldg(xs2 + 4 * Ga);
+            }
+#pragma unroll
+            for (int s = 8 * hf / T::GPS; s < 8 * (hf + 1) / T::GPS; ++s) {
+                float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                for (int u = 0; u < T::GPS; ++u) {
+                    const int G = s * T::GPS + u, ul = G - 8 * hf;
+                    uint32_t a0, a1, a2, a3;
+                    T::pairs(A, G, a0, a2);
+                    T::pairs(B, G, a1, a3);
+                    const uint4 x0 = xv[2 * ul], x1 = xv[2 * ul + 1];
+                    tc_mma(part, a0, a1, a2, a3, x1.x, x1.y);  // lo
+                    tc_mma(part, a0, a1, a2, a3, x0.z, x0.w);  // mid
+                    tc_mma(part, a0, a1, a2, a3, x0.x, x0.y);  // hi
+                }
+                float sa, ma, sbb, mb;
+                T::scale(A, s, sa, ma);
+                T::scale(B, s, sbb, mb);
+                acc[0] = fmaf(sa, part[0], acc[0]);
+                acc[1] = fmaf(sa, part[1], acc[1]);
+                acc[2] = fmaf(sbb, part[2], acc[2]);
+                acc[3] = fmaf(sbb, part[3], acc[3]);
+                if (T::HAS_MIN) {
+#pragma unroll
+                    for (int u = 0; u < T::GPS; ++u) {
+                        const float2 S = Sv[s * T::GPS + u - 8 * hf];
+                        acc[0] = fmaf(ma, S.x, acc[0]);
+                        acc[1] = fmaf(ma, S.y, acc[1]);
+                        acc[2] = fmaf(mb, S.x, acc[2]);
+                        acc[3] = fmaf(mb, S.y, acc[3]);
+                    }
+                }
+            }
+        }
+        A = An;
+        B = Bn;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) red[wid][lane][i] = acc[i];
+    __syncthreads();
+    if (wid == 0) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            float v = 0.0f;
+#pragma unroll
+            for (int w = 0; w < TC_WARPS; w += 2) v += red[w][lane][i] + red[w + 1][lane][i];
+            const int r = row0 + g + 8 * (i >> 1), c = 2 * t + (i & 1);
+            if (r < rows && c < nc) y[(uint64_t)c * rows + r] = v;
+        }
+    }
+#endif
+}
+
+// mvtc_<fmt>(W, xp, xs, y, rows, K, row_bytes, nc, W2, y2, rows2): y = W·x and, in the same
+// launch, y2 = W2·x (same format and K; rows2 = 0 for none): blocks ≥ ceil(rows / 16) take W2.
+// Grid ceil(rows / 16) + ceil(rows2 / 16).
+#define MVTC_KERNEL(NAME, F)                                                                 \
+    extern "C" __global__ void __launch_bounds__(32 * TC_WARPS) mvtc_##NAME(                 \
+        const uint8_t* __restrict__ W, const uint32_t* __restrict__ xp,                      \
+        const float* __restrict__ xs, float* __restrict__ y, int rows, int K,                \
+        uint64_t row_bytes, int nc, const uint8_t* __restrict__ W2, float* __restrict__ y2,  \
+        int rows2) {                                                                         \
+        if constexpr (Tc<F>::OK) {                                                           \
+            const int tiles = (rows + 15) >> 4;                                              \
+            if ((int)blockIdx.x < tiles)                                                     \
+                mvtc_body<F>(W, xp, xs, y, rows, K, row_bytes, nc, blockIdx.x);              \
+            else                                                                             \
+                mvtc_body<F>(W2, xp, xs, y2, rows2, K, row_bytes, nc, blockIdx.x - tiles);   \
+        }                                                                                    \
+    }
+
+FOR_EACH_FORMAT(MVTC_KERNEL)

@@ -70,6 +70,31 @@ pub fn matvec_rows_per_block(fmt: &str, nc: usize) -> u32 {
     }
 }
 
+/// Formats with a tensor-core matvec `mvtc_<fmt>` (`matvec.cu`: weights decoded to exact bf16
+/// integers, activations split exactly into three bf16 pieces, `mma.sync` bf16 → f32).
+pub const TC_FORMATS: [&str; 6] = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_0"];
+/// Elements of one `mvtc` super-block: `K` must be a multiple of this.
+pub const TC_SUPER_BLOCK: usize = 256;
+/// Rows of one `mvtc_<fmt>` thread block (grid `ceil(rows / TC_ROWS)`, block [`TC_THREADS`]).
+pub const TC_ROWS: u32 = 16;
+/// Threads of one `mvtc_<fmt>` thread block (`32 · TC_WARPS` in `matvec.cu`).
+pub const TC_THREADS: u32 = 256;
+/// `u32` words of the `mvtc_prep` activation buffer per column and input element (`8 · 4 · 8`
+/// words per 16 elements = 2 per element); the sums buffer holds `K / 16 · 8` f32.
+pub const TC_PREP_WORDS_PER_ELEMENT: usize = 2;
+
+/// Whether the tensor-core matvec serves format `fmt` with row length `k` on a device of compute
+/// capability `cc` (needs `mma.sync` bf16 and `fma.rn.bf16x2`: sm_80 or newer).
+pub fn tc_supported(fmt: &str, k: usize, cc: (i32, i32)) -> bool {
+    TC_FORMATS.contains(&fmt) && k.is_multiple_of(TC_SUPER_BLOCK) && k > 0 && cc.0 >= 8
+}
+
+/// Kernel name of the tensor-core matvec for format `fmt` (defined, empty, for every format;
+/// only [`TC_FORMATS`] compute).
+pub fn mvtc_kernel(fmt: &str) -> String {
+    format!("mvtc_{fmt}")
+}
+
 /// Dynamic shared memory (bytes) of an `attention*_f32` launch whose widest query row sees `span`
 /// keys: `(round_up(span, 4) + 4) · 4`. The padding covers the vector read ptxas makes of the
 /// ≤ 3-score remainder of the output loop (see `attention.cu`); without it compute-sanitizer
@@ -190,7 +215,9 @@ impl Family {
                     (1..=MATVEC_MAX_COLS)
                         .map(move |nc| matvec_kernel(f, nc))
                         .chain(std::iter::once(format!("matvec_ids_{f}")))
+                        .chain(std::iter::once(mvtc_kernel(f)))
                 })
+                .chain(std::iter::once("mvtc_prep".to_string()))
                 .collect(),
             Family::Embed => FORMATS.iter().map(|f| format!("embed_{f}")).collect(),
             Family::Attention => vec!["attention_f32".into(), "attention_rows_f32".into()],

@@ -2,10 +2,13 @@
 //! (`spec/gemma4-assistant-mtp.md` §4.1, §6, §6.3 checks 2, 3, 4, 7, 8) with scripted drafters:
 //! - the `scripted_drafter` case of `dense-target.F32.greedy.json` (README-models §10): emitted
 //!   ids, counters, per-round accepted counts and the whole round log;
-//! - drafters forced wrong at chosen steps before and after the sliding window (16) fills:
+//! - drafters forced wrong at chosen steps before and after the sliding window (16) fills and
+//!   when the verify rows wrap around the sliding ring (`W + K` rows, reserve `R = K`):
 //!   after every round the target cache equals, bit for bit, a fresh cache prefilled with the
-//!   committed tokens, the carried hidden equals the teacher-forced final-normed row `p−1`, the
-//!   drafter sees `p` full and `min(p, W−1)` sliding rows, and `n'` is what the rule implies;
+//!   committed tokens (at every position a later query can read), the carried hidden equals the
+//!   teacher-forced final-normed row `p−1`, the drafter sees `p` full and `min(p, W−1)` sliding
+//!   rows, `n'` is what the rule implies, and the emitted ids are the fixture's plain greedy
+//!   ids (transformers);
 //! - EOS as an accepted draft mid-round, as the bonus, and the budget ending mid-round.
 
 mod spec_common;
@@ -44,21 +47,20 @@ fn scripted_drafter_fixture_case() {
     }
 }
 
-/// Asserts `a` and `b` hold bit-identical K/V for every layer and position.
+/// Asserts `a` and `b` hold bit-identical K/V for every layer at every position a later query
+/// can read (`needed`: the last `W − 1` positions on sliding rings, all on full layers).
 fn assert_same_cache(a: &KvCache<f64>, b: &KvCache<f64>, what: &str) {
     assert_eq!(a.len(), b.len(), "{what}: cache length");
     for l in 0..a.n_layer() {
+        let need = a.needed(l);
+        assert_eq!(need, b.needed(l), "{what}: needed rows of layer {l}");
+        let (ka, va) = a.rows(l, need.clone()).expect("rows of a");
+        let (kb, vb) = b.rows(l, need).expect("rows of b");
         let same = |x: &[f64], y: &[f64]| {
             x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits())
         };
-        assert!(
-            same(a.keys(l), b.keys(l)),
-            "{what}: keys of layer {l} differ"
-        );
-        assert!(
-            same(a.values(l), b.values(l)),
-            "{what}: values of layer {l} differ"
-        );
+        assert!(same(&ka, &kb), "{what}: keys of layer {l} differ");
+        assert!(same(&va, &vb), "{what}: values of layer {l} differ");
     }
 }
 
@@ -72,7 +74,7 @@ fn rollback_case(
     first: FirstRound,
     wrong: fn(usize) -> Option<usize>,
     what: &str,
-) -> [bool; 3] {
+) -> [bool; 4] {
     let mut seq = prompt.to_vec();
     seq.extend_from_slice(greedy);
     let max_new = greedy.len();
@@ -90,7 +92,13 @@ fn rollback_case(
     };
     let mut dec = SpecDecoder::new(target, prompt, opts).expect("prefill");
     let w = target.config().sliding_window;
+    // The decoder's cache: reserve R = K, sliding rings of W + K rows, full layers linear.
+    let sl = dec.store_layers().sliding.expect("a sliding store layer");
+    let cap = w + k;
+    assert_eq!(dec.cache().reserve(), k, "{what}: reserve");
+    assert_eq!(dec.cache().capacity(sl), Some(cap), "{what}: ring capacity");
     let (mut saw_before_window, mut saw_after_window, mut saw_zero_at_kmax) = (false, false, false);
+    let mut saw_wrap = false;
     while !dec.is_done() {
         let p0 = dec.position();
         let round = dec.stats().rounds + 1;
@@ -110,7 +118,13 @@ fn rollback_case(
                 saw_before_window |= p0 + log.k < w;
                 saw_after_window |= p0 >= w;
                 saw_zero_at_kmax |= log.accepted == 0 && log.k == k;
+                // The verify rows p0 … p0+K_r crossed a multiple of the ring capacity after the
+                // ring had filled once: rejected rows overwrote the ring's oldest rows.
+                saw_wrap |= p0 + log.k >= cap && p0 / cap != (p0 + log.k) / cap;
             }
+            // The ring holds at most W + K rows once it has filled.
+            let held = dec.cache().held(sl);
+            assert!(held.len() <= cap, "{what}: ring holds {held:?}");
         }
         // Cache after rollback = a plain cache over the committed tokens t_0 … t_{p−1}.
         let mut fresh = target.new_cache();
@@ -158,7 +172,12 @@ fn rollback_case(
         st.target_forwards,
         st.prefill_chunks + st.rounds + st.plain_steps
     );
-    [saw_before_window, saw_after_window, saw_zero_at_kmax]
+    [
+        saw_before_window,
+        saw_after_window,
+        saw_zero_at_kmax,
+        saw_wrap,
+    ]
 }
 
 /// Wrong at draft 1 in rounds 1, 5, 9 (n' = 0, maximal overwrite), draft 2 in rounds 2, 6, at the
@@ -175,7 +194,7 @@ fn rule(round: usize) -> Option<usize> {
 #[test]
 fn rollback_before_and_after_the_window_fills() {
     let Some(fix) = fixtures() else { return };
-    let mut seen = [false; 3];
+    let mut seen = [false; 4];
     for stem in ["dense-target.F32", "e2b-target.BF16"] {
         let pair = load_pair(&fix, stem);
         for pr in pair.json["prompts"].as_array().expect("prompts") {
@@ -189,7 +208,7 @@ fn rollback_before_and_after_the_window_fills() {
                 let what = format!("{stem} / {name} / {first:?}");
                 let saw =
                     rollback_case(&pair.target, &prompt, &greedy[..40], 4, first, rule, &what);
-                println!("{what}: rejections before the window fills / after / n' = 0 at K_r = K: {saw:?}");
+                println!("{what}: rejections before the window fills / after / n' = 0 at K_r = K / across a ring wrap: {saw:?}");
                 for (s, w) in seen.iter_mut().zip(saw) {
                     *s |= w;
                 }
@@ -197,9 +216,56 @@ fn rollback_before_and_after_the_window_fills() {
         }
     }
     assert_eq!(
-        seen, [true; 3],
-        "the rule must reject before and after the window fills, and reject all K"
+        seen, [true; 4],
+        "the rule must reject before and after the window fills, reject all K, and reject across a ring wrap"
     );
+}
+
+/// Wrong at draft 1 in every second round (n' = 0: all `K_r` rejected rows overwrite the ring),
+/// at draft 2 every fourth round (no rejection when `K = 1`).
+fn rule_dense(round: usize) -> Option<usize> {
+    match round % 4 {
+        1 | 3 => Some(1),
+        2 => Some(2),
+        _ => None,
+    }
+}
+
+/// The tightest rings: `K = 1` (ring `W + 1`, one row rolled back) and `K = 7` (ring `W + 7`,
+/// seven rows rolled back when the first draft is wrong), on the dense target (three sliding
+/// layers with own rings) and e2b (KV sharing: reuse layers read the store layer's ring).
+#[test]
+fn rollback_with_tight_rings_k1_and_k7() {
+    let Some(fix) = fixtures() else { return };
+    let mut seen = [false; 4];
+    for stem in ["dense-target.F32", "e2b-target.BF16"] {
+        let pair = load_pair(&fix, stem);
+        for pr in pair.json["prompts"].as_array().expect("prompts") {
+            let name = pr["name"].as_str().unwrap_or("?");
+            if name == "count_chat" {
+                continue;
+            }
+            let prompt = ids(&pr["prompt_ids"]);
+            let greedy = ids(&pr["greedy_ids"]);
+            for k in [1, 7] {
+                let what = format!("{stem} / {name} / K = {k}");
+                let saw = rollback_case(
+                    &pair.target,
+                    &prompt,
+                    &greedy,
+                    k,
+                    FirstRound::Spec41,
+                    rule_dense,
+                    &what,
+                );
+                println!("{what}: {saw:?}");
+                for (s, w) in seen.iter_mut().zip(saw) {
+                    *s |= w;
+                }
+            }
+        }
+    }
+    assert_eq!(seen, [true; 4]);
 }
 
 #[test]

@@ -54,11 +54,52 @@ pub fn config_12b() -> Config {
     }
 }
 
-/// Random blocks per (rows, cols) shape, generated once on the host and uploaded per tensor.
+/// Which block format each weight of the synthetic 12B model gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightMix {
+    /// Every weight matrix (and the tied embedding) in one format.
+    Uniform(GgmlType),
+    /// llama.cpp's Q2_K mix (`llama-quant.cpp`, `LLAMA_FTYPE_MOSTLY_Q2_K`): `attn_v` and
+    /// `ffn_down` Q3_K, `token_embd` (tied output) Q6_K, every other matrix Q2_K.
+    Q2KMix,
+}
+
+impl WeightMix {
+    /// Parses `Q2_K_MIX` (case-insensitive) or a ggml type name.
+    pub fn parse(s: &str) -> Option<WeightMix> {
+        if s.eq_ignore_ascii_case("q2_k_mix") {
+            Some(WeightMix::Q2KMix)
+        } else {
+            GgmlType::from_name(s).map(WeightMix::Uniform)
+        }
+    }
+
+    /// The format of the weight named `name` (`attn_q`, `ffn_down`, `token_embd`, …).
+    pub fn type_for(self, name: &str) -> GgmlType {
+        match self {
+            WeightMix::Uniform(t) => t,
+            WeightMix::Q2KMix => match name {
+                "attn_v" | "ffn_down" => GgmlType::Q3_K,
+                "token_embd" => GgmlType::Q6_K,
+                _ => GgmlType::Q2_K,
+            },
+        }
+    }
+
+    /// Display name (`Q4_K`, `Q2_K_MIX`).
+    pub fn name(self) -> String {
+        match self {
+            WeightMix::Uniform(t) => t.name().to_string(),
+            WeightMix::Q2KMix => "Q2_K_MIX".into(),
+        }
+    }
+}
+
+/// Random blocks per (type, rows, cols), generated once on the host and uploaded per tensor.
 struct Gen {
-    ty: GgmlType,
+    mix: WeightMix,
     rng: Rng,
-    cache: std::collections::HashMap<(usize, usize), Vec<u8>>,
+    cache: std::collections::HashMap<(GgmlType, usize, usize), Vec<u8>>,
     bytes: usize,
 }
 
@@ -70,12 +111,12 @@ impl Gen {
         rows: usize,
         cols: usize,
     ) -> Result<Mat, RuntimeError> {
-        let ty = self.ty;
+        let ty = self.mix.type_for(name);
         let rb = row_bytes(ty, cols, name)?;
         let rng = &mut self.rng;
         let host = self
             .cache
-            .entry((rows, cols))
+            .entry((ty, rows, cols))
             .or_insert_with(|| random_blocks(ty, rows * cols, rng));
         let data = gpu
             .stream
@@ -98,15 +139,15 @@ fn ones(gpu: &Gpu, n: usize) -> Result<CudaSlice<f32>, RuntimeError> {
     gpu.stream.clone_htod(&vec![1f32; n]).map_err(drv("ones"))
 }
 
-/// A model of `cfg`'s shapes with random weights of type `ty` (norm weights 1).
+/// A model of `cfg`'s shapes with random weights in the formats of `mix` (norm weights 1).
 pub fn synthetic(
     gpu: &Gpu,
     cfg: Config,
-    ty: GgmlType,
+    mix: WeightMix,
     seed: u64,
 ) -> Result<DeviceModel, RuntimeError> {
     let mut g = Gen {
-        ty,
+        mix,
         rng: Rng::new(seed),
         cache: Default::default(),
         bytes: 0,
@@ -190,11 +231,15 @@ pub fn b_read(gpu: &Gpu) -> Result<f64, RuntimeError> {
 }
 
 /// Decode benchmark: `prompt` tokens prefilled, then `decode` single-token forwards timed.
-pub fn run(ty: GgmlType, prompt: usize, decode: usize) -> Result<serde_json::Value, RuntimeError> {
+pub fn run(
+    mix: WeightMix,
+    prompt: usize,
+    decode: usize,
+) -> Result<serde_json::Value, RuntimeError> {
     let gpu = Gpu::new(0)?;
     let bread = b_read(&gpu)?;
     let t0 = Instant::now();
-    let model = synthetic(&gpu, config_12b(), ty, 0x1234)?;
+    let model = synthetic(&gpu, config_12b(), mix, 0x1234)?;
     let gen_s = t0.elapsed().as_secs_f64();
     let wb = model.weight_bytes;
     let batches = [1usize, 2, 4, 8];
@@ -339,7 +384,7 @@ pub fn run(ty: GgmlType, prompt: usize, decode: usize) -> Result<serde_json::Val
     let roof = bread / per_tok as f64;
     Ok(json!({
         "shape": "gemma4-12B (spec §13.3)",
-        "format": ty.name(),
+        "format": mix.name(),
         "weight_bytes": wb,
         "kv_bytes_read_per_token_mid": kv_read,
         "b_read_gb_per_s": bread / 1e9,

@@ -329,6 +329,7 @@ fn matvec_case(
     rows: usize,
     k: usize,
     nc: usize,
+    tc: bool,
 ) -> Result<(bool, f64, f64, usize)> {
     let wbytes = random_blocks(ty, rows * k, rng);
     let mut w64 = vec![0f64; rows * k];
@@ -337,7 +338,9 @@ fn matvec_case(
     let wd = gpu.stream.clone_htod(&wbytes)?;
     let xd = gpu.stream.clone_htod(&x)?;
     let mut yd = poisoned(gpu, nc * rows)?;
-    gpu.matvec(
+    let mv = if tc { Gpu::matvec_tc } else { Gpu::matvec };
+    mv(
+        gpu,
         ty,
         &wd.as_view(),
         rows,
@@ -347,7 +350,7 @@ fn matvec_case(
         &mut yd.as_view_mut(),
     )?;
     let y = gpu.stream.clone_dtoh(&yd)?;
-    let depth = k.div_ceil(1024) as f64 + 16.0;
+    let depth = matvec_tol_units(k, tc);
     let (mut pass, mut worst_units, mut worst_rel, mut bad) = (true, 0f64, 0f64, 0usize);
     for c in 0..nc {
         let xc = &x[c * k..(c + 1) * k];
@@ -382,6 +385,18 @@ fn matvec_case(
     Ok((pass, worst_units, worst_rel, bad))
 }
 
+/// Tolerance of [`matvec_case`] in units of `2⁻²⁴ · Σ|w·x|`: CUDA-core `⌈K/1024⌉ + 16`
+/// (`matvec.cu`); tensor-core `K/16 + 64`: one f32 rounding per 16-group scale step and per
+/// offset term plus the tensor cores' f32 sums, and the offset form `a·Σq·x + b·Σx` can cancel
+/// (an error relative to `Σ|a·q·x| + Σ|b·x|`, not to `Σ|w·x|`).
+fn matvec_tol_units(k: usize, tc: bool) -> f64 {
+    if tc {
+        (k / 16) as f64 + 64.0
+    } else {
+        k.div_ceil(1024) as f64 + 16.0
+    }
+}
+
 fn check_matvec(
     gpu: &Gpu,
     rng: &mut Rng,
@@ -399,16 +414,23 @@ fn check_matvec(
         let mut entries = Vec::new();
         let mut line = format!("matvec  {:7}", ty.name());
         let mut ty_ok = true;
+        let fmt = crate::ops::format_suffix(ty, "check")?;
         for (rows, k, ncs) in &cases {
             for &nc in ncs {
-                let (pass, units, rel, bad) = matvec_case(gpu, rng, ty, *rows, *k, nc)?;
-                ty_ok &= pass;
-                let _ = write!(
-                    line,
-                    " [{rows}x{k} n{nc}: {}{units:.2}u]",
-                    if pass { "" } else { "FAIL " }
-                );
-                entries.push(json!({"rows": rows, "k": k, "ncols": nc, "pass": pass, "max_err_units_of_2^-24_sum_abs": units, "max_rel_err": rel, "failing_outputs": bad, "tol_units": k.div_ceil(1024) as f64 + 16.0}));
+                for tc in [false, true] {
+                    if tc && !kernels::tc_supported(fmt, *k, gpu.cc) {
+                        continue;
+                    }
+                    let (pass, units, rel, bad) = matvec_case(gpu, rng, ty, *rows, *k, nc, tc)?;
+                    ty_ok &= pass;
+                    let _ = write!(
+                        line,
+                        " [{}{rows}x{k} n{nc}: {}{units:.2}u]",
+                        if tc { "tc " } else { "" },
+                        if pass { "" } else { "FAIL " }
+                    );
+                    entries.push(json!({"path": if tc { "tensor-core" } else { "cuda-core" }, "rows": rows, "k": k, "ncols": nc, "pass": pass, "max_err_units_of_2^-24_sum_abs": units, "max_rel_err": rel, "failing_outputs": bad, "tol_units": matvec_tol_units(*k, tc)}));
+                }
             }
         }
         *ok &= ty_ok;
@@ -674,12 +696,12 @@ fn bandwidth_matvec(
     log: &mut Log,
     report: &mut Value,
 ) -> Result<()> {
-    let mut cases: Vec<(GgmlType, usize, usize, usize)> = SUPPORTED_TYPES
+    let mut cases: Vec<(GgmlType, usize, usize, usize, bool)> = SUPPORTED_TYPES
         .iter()
-        .map(|&t| (t, 15360, 3840, 1))
+        .map(|&t| (t, 15360, 3840, 1, false))
         .collect();
     for nc in [2, 4, 8] {
-        cases.push((GgmlType::Q4_K, 15360, 3840, nc));
+        cases.push((GgmlType::Q4_K, 15360, 3840, nc, false));
     }
     for t in [
         GgmlType::Q4_K,
@@ -687,12 +709,28 @@ fn bandwidth_matvec(
         GgmlType::Q6_K,
         GgmlType::Q8_0,
     ] {
-        cases.push((t, 3840, 15360, 1));
+        cases.push((t, 3840, 15360, 1, false));
+    }
+    // Tensor-core path: every TC format, 1 and 8 columns, both 12B shapes.
+    for t in [
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+        GgmlType::Q4_0,
+    ] {
+        for (rows, k) in [(15360, 3840), (3840, 15360)] {
+            for nc in [1, 8] {
+                cases.push((t, rows, k, nc, true));
+            }
+        }
     }
     let mut out = Vec::new();
     let mut cache: Option<(GgmlType, usize, usize, CudaSlice<u8>, usize, usize)> = None;
-    for (ty, rows, k, nc) in cases {
+    for (ty, rows, k, nc, tc) in cases {
         let rb = row_bytes(ty, k, "bandwidth")?;
+        let mv = if tc { Gpu::matvec_tc } else { Gpu::matvec };
         let bytes = rows * rb;
         let same = matches!(&cache, Some((t, r, kk, ..)) if *t == ty && *r == rows && *kk == k);
         if !same {
@@ -723,7 +761,16 @@ fn bandwidth_matvec(
             for i in 0..iters {
                 let c = i % copies;
                 let w = buf.slice(c * stride..c * stride + bytes);
-                gpu.matvec(ty, &w, rows, k, &xd.as_view(), nc, &mut yd.as_view_mut())?;
+                mv(
+                    gpu,
+                    ty,
+                    &w,
+                    rows,
+                    k,
+                    &xd.as_view(),
+                    nc,
+                    &mut yd.as_view_mut(),
+                )?;
             }
             host_us = th.elapsed().as_secs_f64() * 1e6 / iters as f64;
             end.record(&gpu.stream)?;
@@ -735,13 +782,14 @@ fn bandwidth_matvec(
         let med = median(&mut batches) as f64;
         let gbs = bytes as f64 / (med * 1e-3) / 1e9;
         log.line(&format!(
-            "matvec BW {:7} {rows}×{k} n={nc}: {:.1} MB in {:.2} µs = {gbs:.0} GB/s = {:.1}% of B_read ({copies} copies; host {host_us:.1} µs/launch; outputs finite: {finite})",
+            "matvec BW {:7}{} {rows}×{k} n={nc}: {:.1} MB in {:.2} µs = {gbs:.0} GB/s = {:.1}% of B_read ({copies} copies; host {host_us:.1} µs/launch; outputs finite: {finite})",
             ty.name(),
+            if tc { " tc" } else { "" },
             bytes as f64 / 1e6,
             med * 1e3,
             100.0 * gbs / b_read
         ));
-        out.push(json!({"type": ty.name(), "rows": rows, "k": k, "ncols": nc, "weight_bytes": bytes, "us_per_launch": med * 1e3, "gb_per_s": gbs, "fraction_of_b_read": gbs / b_read, "host_us_per_launch": host_us, "outputs_finite": finite}));
+        out.push(json!({"type": ty.name(), "path": if tc { "tensor-core" } else { "cuda-core" }, "rows": rows, "k": k, "ncols": nc, "weight_bytes": bytes, "us_per_launch": med * 1e3, "gb_per_s": gbs, "fraction_of_b_read": gbs / b_read, "host_us_per_launch": host_us, "outputs_finite": finite}));
     }
     report["matvec_bandwidth"] = Value::Array(out);
     Ok(())

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUdevice_attribute;
-use cudarc::driver::{CudaContext, CudaStream};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use kernels::ModuleCache;
 
 use crate::error::{drv, RuntimeError};
@@ -28,7 +28,17 @@ pub struct Gpu {
     pub sm_count: u32,
     /// Total device memory in bytes.
     pub total_mem: usize,
+    /// Scratch of the tensor-core matvec (`mvtc_prep` output, see `matvec.cu`), shared by every
+    /// forward on [`Gpu::stream`] (in-order, so one at a time): split activations of up to 8
+    /// columns of [`TC_MAX_K`] elements, and their 16-element sums.
+    pub(crate) tc_xp: CudaSlice<u32>,
+    /// 16-element sums `[TC_MAX_K / 16, 8]` of the same columns.
+    pub(crate) tc_xs: CudaSlice<f32>,
 }
+
+/// Longest row (input length `K`) the tensor-core matvec scratch holds; longer rows use the
+/// CUDA-core matvec.
+pub const TC_MAX_K: usize = 1 << 16;
 
 /// Why no GPU can be used here, or `None` when `libcuda` and `libnvrtc` open and a device
 /// context can be created. Never panics.
@@ -72,7 +82,15 @@ impl Gpu {
             .map_err(drv("SM count"))? as u32;
         let total_mem = ctx.total_mem().map_err(drv("total memory"))?;
         let modules = ModuleCache::new(ctx.clone())?;
+        let tc_xp = stream
+            .alloc_zeros::<u32>(8 * TC_MAX_K * kernels::TC_PREP_WORDS_PER_ELEMENT)
+            .map_err(drv("alloc mvtc scratch"))?;
+        let tc_xs = stream
+            .alloc_zeros::<f32>(TC_MAX_K / 16 * 8)
+            .map_err(drv("alloc mvtc scratch"))?;
         Ok(Gpu {
+            tc_xp,
+            tc_xs,
             ctx,
             stream,
             modules,

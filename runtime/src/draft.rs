@@ -182,12 +182,7 @@ impl DeviceAssistant {
                 (config.rope_base_full, config.rope_pairs_full)
             };
             let inv: Vec<f64> = reference::model::rope::inv_freq::<f64>(theta, d, pairs);
-            let scale_name = name("layer_output_scale.weight");
-            let layer_scalar = if file.tensor(&scale_name).is_ok() {
-                ld.host_vec(&scale_name)?.first().copied().unwrap_or(1.0)
-            } else {
-                1.0
-            };
+            let layer_scalar = ld.layer_scalar(l)?;
             layers.push(DraftLayer {
                 sliding,
                 n_head: nh,

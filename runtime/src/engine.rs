@@ -353,6 +353,52 @@ impl CudaEngine {
         Ok(out)
     }
 
+    /// Plain decode rows for a given continuation (row invariance, `--strict-invariance`,
+    /// `design/conformance.md` §7): in slot 0, prefill `prompt` in one forward as
+    /// [`CudaEngine::greedy`] does, then feed `tokens` one per forward (the decode-shaped calls
+    /// plain decoding makes, CUDA-graph replay included) instead of the engine's own choices.
+    /// Returns per output index `t` the top-`top_k` `(id, logit)` (descending, suppressed ids
+    /// excluded) of the row on the prefix `prompt ‖ tokens[..t]`: rows `[tokens.len()]`; the
+    /// last token is never fed. The calls are [`decode_row_feeds`].
+    ///
+    /// Errors: [`RuntimeError::Shape`] for an empty prompt with a non-empty continuation,
+    /// [`RuntimeError::Capacity`] when `prompt ‖ tokens` does not fit a slot, forward/driver
+    /// errors, [`RuntimeError::NonFinite`] naming the output index.
+    pub fn decode_rows(
+        &mut self,
+        prompt: &[u32],
+        tokens: &[u32],
+        top_k: usize,
+    ) -> Result<Vec<TopK>, RuntimeError> {
+        if tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        if prompt.is_empty() {
+            return Err(RuntimeError::Shape {
+                what: "decode_rows".into(),
+                detail: format!(
+                    "empty prompt with a continuation of {} tokens",
+                    tokens.len()
+                ),
+            });
+        }
+        self.reset_slot(0);
+        let mut out = Vec::with_capacity(tokens.len());
+        let res = decode_row_feeds(prompt, tokens).iter().try_for_each(
+            |rows| -> Result<(), RuntimeError> {
+                let at = out.len();
+                let st = self
+                    .step_rows(rows, top_k, at)?
+                    .pop()
+                    .ok_or(RuntimeError::NonFinite { row: at })?;
+                out.push(st.top_k);
+                Ok(())
+            },
+        );
+        self.reset_slot(0);
+        res.map(|()| out)
+    }
+
     /// Running batch of width `n` (≤ slots): each forward carries, per active sequence, its
     /// whole prompt (joining) or its last token (decoding); requests join in order as others
     /// finish. Returns the steps of every request, in request order.
@@ -728,5 +774,108 @@ impl CudaEngine {
         }
         self.reset();
         Ok(out)
+    }
+}
+
+/// The forward calls of [`CudaEngine::decode_rows`] in slot 0, in order: the whole `prompt`
+/// with logits on its last row, then one row per token of `tokens[..n−1]`, each with logits,
+/// so that call `t` returns the row on the prefix `prompt ‖ tokens[..t]` (`n = tokens.len()`
+/// calls in all, none when `tokens` is empty). This is the call sequence of
+/// [`CudaEngine::greedy`] with the emitted tokens given.
+pub fn decode_row_feeds(prompt: &[u32], tokens: &[u32]) -> Vec<Vec<Row>> {
+    let Some((_, fed)) = tokens.split_last() else {
+        return Vec::new();
+    };
+    let n = prompt.len();
+    let first: Vec<Row> = prompt
+        .iter()
+        .enumerate()
+        .map(|(i, &token)| Row {
+            slot: 0,
+            token,
+            logits: i + 1 == n,
+        })
+        .collect();
+    std::iter::once(first)
+        .chain(fed.iter().map(|&token| {
+            vec![Row {
+                slot: 0,
+                token,
+                logits: true,
+            }]
+        }))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(token: u32, logits: bool) -> Row {
+        Row {
+            slot: 0,
+            token,
+            logits,
+        }
+    }
+
+    /// Hand-derived: prompt [5, 6, 7], continuation [8, 9, 10] gives 3 rows — the prefill on
+    /// [5, 6, 7] (prefix ‖ []), then 8 (prefix ‖ [8]), then 9 (prefix ‖ [8, 9]); 10 is never
+    /// fed. Exactly one logits row per call, so output index t comes from call t.
+    #[test]
+    fn decode_row_feeds_match_plain_decoding() {
+        let f = decode_row_feeds(&[5, 6, 7], &[8, 9, 10]);
+        assert_eq!(
+            f,
+            vec![
+                vec![row(5, false), row(6, false), row(7, true)],
+                vec![row(8, true)],
+                vec![row(9, true)],
+            ]
+        );
+        for call in &f {
+            assert_eq!(call.iter().filter(|r| r.logits).count(), 1);
+            assert!(call.last().is_some_and(|r| r.logits));
+        }
+    }
+
+    #[test]
+    fn decode_row_feeds_edge_cases() {
+        assert!(decode_row_feeds(&[5, 6], &[]).is_empty());
+        assert_eq!(decode_row_feeds(&[5], &[8]), vec![vec![row(5, true)]]);
+    }
+
+    /// On a GPU with the fixtures: decode rows on the plain greedy continuation are the
+    /// greedy steps' own top-k, bitwise (the same calls in the same order), and the argmax of
+    /// row t is greedy token t.
+    #[test]
+    fn decode_rows_equal_greedy_rows_on_gpu() {
+        if let Some(why) = crate::device::unavailable_reason() {
+            println!("skipped: {why}");
+            return;
+        }
+        let fx = std::env::var_os("GEMMA4_FIXTURES")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| {
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures")
+            });
+        let path = fx.join("models/dense-target.Q4_K_M.gguf");
+        if !path.exists() {
+            println!("skipped: fixtures not found at {}", fx.display());
+            return;
+        }
+        let mut e = CudaEngine::load(&path, EngineOptions::default()).unwrap();
+        let req = GenRequest {
+            prompt: vec![2, 16308, 16302, 16281],
+            max_tokens: 12,
+            stop: vec![],
+        };
+        let g = e.greedy(&req, 16).unwrap();
+        let toks: Vec<u32> = g.iter().map(|s| s.token).collect();
+        let rows = e.decode_rows(&req.prompt, &toks, 16).unwrap();
+        assert_eq!(rows.len(), g.len());
+        for (t, (r, s)) in rows.iter().zip(&g).enumerate() {
+            assert_eq!(r, &s.top_k, "output index {t}");
+        }
     }
 }

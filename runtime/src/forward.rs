@@ -319,36 +319,140 @@ impl Forward<'_> {
 
     /// `y[c, :] = W · x[c, :]` for `t` columns (groups of ≤ 8 per launch).
     pub(crate) fn mv(&self, w: &Mat, x: u64, t: usize, y: u64) -> Result<(), RuntimeError> {
+        self.mvs(&[(w, y)], x, t)
+    }
+
+    /// `y_i[c, :] = W_i · x[c, :]` for every `(W_i, y_i)` of `outs` (all with `x`'s length as
+    /// their row length) and `t` columns: per group of ≤ 8 columns the activations are split
+    /// once (`mvtc_prep`) and shared by every tensor-core matvec of the group; other formats
+    /// use the CUDA-core `matvec_<fmt>_<nc>`.
+    pub(crate) fn mvs(&self, outs: &[(&Mat, u64)], x: u64, t: usize) -> Result<(), RuntimeError> {
+        let gpu = self.gpu;
+        let tc = |w: &Mat| {
+            kernels::tc_supported(w.fmt, w.cols, gpu.cc) && w.cols <= crate::device::TC_MAX_K
+        };
         let mut c0 = 0;
         while c0 < t {
             let nc = (t - c0).min(MATVEC_MAX_COLS);
-            let name = kernels::matvec_kernel(w.fmt, nc);
-            let f = self
-                .gpu
-                .modules
-                .function_fmt(Family::Matvec, w.fmt, &name)?;
-            let grid = (
-                (w.rows as u32).div_ceil(matvec_rows_per_block(w.fmt, nc)),
-                1,
-                1,
-            );
-            launch(
-                self.gpu,
-                &f,
-                &name,
-                lc(grid, MATVEC_THREADS, 0),
-                &[
-                    Arg::P(ptr(self.gpu, &w.data)),
-                    Arg::P(x + (c0 * w.cols * 4) as u64),
-                    Arg::P(y + (c0 * w.rows * 4) as u64),
-                    Arg::I(w.rows as i32),
-                    Arg::I(w.cols as i32),
-                    Arg::U(w.row_bytes as u64),
-                ],
-            )?;
+            let mut prepped = None;
+            let mut i = 0;
+            while i < outs.len() {
+                let (w, y) = outs[i];
+                let xc = x + (c0 * w.cols * 4) as u64;
+                let yc = |w: &Mat, y: u64| y + (c0 * w.rows * 4) as u64;
+                if !tc(w) {
+                    self.cuda_core_matvec(w, xc, nc, yc(w, y))?;
+                    i += 1;
+                    continue;
+                }
+                if prepped != Some(w.cols) {
+                    self.tc_prep(w.fmt, xc, nc, w.cols)?;
+                    prepped = Some(w.cols);
+                }
+                // Two matrices of one format and row length share a launch.
+                let second = outs.get(i + 1).filter(|(w2, _)| {
+                    w2.fmt == w.fmt && w2.cols == w.cols && w2.row_bytes == w.row_bytes
+                });
+                self.tc_matvec(w, nc, yc(w, y), second.map(|&(w2, y2)| (w2, yc(w2, y2))))?;
+                i += if second.is_some() { 2 } else { 1 };
+            }
             c0 += nc;
         }
         Ok(())
+    }
+
+    /// `mvtc_prep`: splits `nc ≤ 8` columns of `k` f32 at `x` into the GPU's tensor-core scratch
+    /// (the kernel from `fmt`'s per-format module, which every format's module carries).
+    pub(crate) fn tc_prep(
+        &self,
+        fmt: &str,
+        x: u64,
+        nc: usize,
+        k: usize,
+    ) -> Result<(), RuntimeError> {
+        let gpu = self.gpu;
+        let f = gpu.modules.function_fmt(Family::Matvec, fmt, "mvtc_prep")?;
+        let n = 8 * (k / 16);
+        launch(
+            gpu,
+            &f,
+            "mvtc_prep",
+            lc(((n.div_ceil(128)) as u32, 1, 1), 128, 0),
+            &[
+                Arg::P(x),
+                Arg::I(nc as i32),
+                Arg::I(k as i32),
+                Arg::P(ptr(gpu, &gpu.tc_xp)),
+                Arg::P(ptr(gpu, &gpu.tc_xs)),
+            ],
+        )
+    }
+
+    /// `mvtc_<fmt>` over the activations last split by [`Forward::tc_prep`] (`nc` columns):
+    /// `y = W·x` and, when given, `y2 = W2·x` in the same launch (`W2` of `w`'s format, row length
+    /// and row bytes).
+    pub(crate) fn tc_matvec(
+        &self,
+        w: &Mat,
+        nc: usize,
+        y: u64,
+        second: Option<(&Mat, u64)>,
+    ) -> Result<(), RuntimeError> {
+        let gpu = self.gpu;
+        let name = kernels::mvtc_kernel(w.fmt);
+        let f = gpu.modules.function_fmt(Family::Matvec, w.fmt, &name)?;
+        let tiles = |rows: usize| (rows as u32).div_ceil(kernels::TC_ROWS);
+        let (w2, y2, rows2) = match second {
+            Some((w2, y2)) => (ptr(gpu, &w2.data), y2, w2.rows),
+            None => (0, 0, 0),
+        };
+        launch(
+            gpu,
+            &f,
+            &name,
+            lc((tiles(w.rows) + tiles(rows2), 1, 1), kernels::TC_THREADS, 0),
+            &[
+                Arg::P(ptr(gpu, &w.data)),
+                Arg::P(ptr(gpu, &gpu.tc_xp)),
+                Arg::P(ptr(gpu, &gpu.tc_xs)),
+                Arg::P(y),
+                Arg::I(w.rows as i32),
+                Arg::I(w.cols as i32),
+                Arg::U(w.row_bytes as u64),
+                Arg::I(nc as i32),
+                Arg::P(w2),
+                Arg::P(y2),
+                Arg::I(rows2 as i32),
+            ],
+        )
+    }
+
+    /// `matvec_<fmt>_<nc>` (CUDA cores, f32 products) for `nc ≤ 8` columns.
+    fn cuda_core_matvec(&self, w: &Mat, x: u64, nc: usize, y: u64) -> Result<(), RuntimeError> {
+        let name = kernels::matvec_kernel(w.fmt, nc);
+        let f = self
+            .gpu
+            .modules
+            .function_fmt(Family::Matvec, w.fmt, &name)?;
+        let grid = (
+            (w.rows as u32).div_ceil(matvec_rows_per_block(w.fmt, nc)),
+            1,
+            1,
+        );
+        launch(
+            self.gpu,
+            &f,
+            &name,
+            lc(grid, MATVEC_THREADS, 0),
+            &[
+                Arg::P(ptr(self.gpu, &w.data)),
+                Arg::P(x),
+                Arg::P(y),
+                Arg::I(w.rows as i32),
+                Arg::I(w.cols as i32),
+                Arg::U(w.row_bytes as u64),
+            ],
+        )
     }
 
     /// Expert matvec: pair `j < pairs` uses expert `ids[j]` (`rows_e` rows per expert) of `w`
@@ -700,13 +804,16 @@ impl Forward<'_> {
             let inv = ptr(gpu, &l.inv_freq);
             // §4 attention.
             self.rmsnorm(x, Some(ptr(gpu, &l.attn_norm)), h, t, hh)?;
-            self.mv(&l.attn_q, h, t, q)?;
+            match &l.kv {
+                Some((wk, _, Some(wv))) => self.mvs(&[(&l.attn_q, q), (wk, k), (wv, v)], h, t)?,
+                Some((wk, _, None)) => self.mvs(&[(&l.attn_q, q), (wk, k)], h, t)?,
+                None => self.mv(&l.attn_q, h, t, q)?,
+            }
             self.rmsnorm(q, Some(ptr(gpu, &l.attn_q_norm)), q, t * nh, d)?;
             self.rope(q, posp, inv, t, nh, d)?;
-            if let Some((wk, kn, wv)) = &l.kv {
-                self.mv(wk, h, t, k)?;
+            if let Some((_, kn, wv)) = &l.kv {
                 match wv {
-                    Some(wv) => self.mv(wv, h, t, v)?,
+                    Some(_) => {}
                     None => {
                         // V = raw K projection (attention_k_eq_v, §4.2), before k_norm/RoPE.
                         let bytes = t * nkv * d * 4;
@@ -789,8 +896,7 @@ impl Forward<'_> {
 
             // §5 dense MLP.
             self.rmsnorm(x, Some(ptr(gpu, &l.ffn_norm)), h, t, hh)?;
-            self.mv(&l.ffn_gate, h, t, g)?;
-            self.mv(&l.ffn_up, h, t, u)?;
+            self.mvs(&[(&l.ffn_gate, g), (&l.ffn_up, u)], h, t)?;
             let n = t * l.n_ff;
             self.call(
                 "geglu_f32",

@@ -162,6 +162,38 @@ pub(crate) fn model_err(what: &str, e: impl std::fmt::Display) -> RuntimeError {
     }
 }
 
+/// Tensor `name` of `file` dequantized to f32 on the host (the f32 rounding of the exact
+/// value, `reference::quant::dequantize_f32`), all elements in GGUF order.
+///
+/// Errors: [`RuntimeError::Model`] (no such tensor), [`RuntimeError::Quant`] (bad block data),
+/// each naming the tensor.
+pub(crate) fn tensor_f32(file: &GgufFile, name: &str) -> Result<Vec<f32>, RuntimeError> {
+    let t = file.tensor(name).map_err(|e| model_err(name, e))?;
+    let n = t.n_elements() as usize;
+    let mut out = vec![0f32; n];
+    reference::quant::dequantize_f32(t.ggml_type, file.tensor_data(t), &mut out).map_err(
+        |source| RuntimeError::Quant {
+            name: name.to_string(),
+            source,
+        },
+    )?;
+    Ok(out)
+}
+
+/// The per-layer output scalar of block `l` (`spec/gemma4-text.md` §1.2, `layer_scalar`): the first
+/// element of `blk.{l}.layer_output_scale.weight`, or 1 when the file has no such tensor (or it
+/// is empty). Used by the target loader ([`DeviceModel::load`]) and the drafter loader
+/// (`draft::DeviceAssistant::load`).
+///
+/// Errors: the tensor exists but cannot be dequantized ([`tensor_f32`]).
+pub fn layer_output_scale(file: &GgufFile, l: usize) -> Result<f32, RuntimeError> {
+    let name = blk(l, "layer_output_scale.weight");
+    if file.tensor(&name).is_err() {
+        return Ok(1.0);
+    }
+    Ok(tensor_f32(file, &name)?.first().copied().unwrap_or(1.0))
+}
+
 /// Uploads tensors of one GGUF file, counting bytes (also used by the drafter loader).
 pub(crate) struct Loader<'a> {
     pub(crate) gpu: &'a Gpu,
@@ -201,16 +233,13 @@ impl Loader<'_> {
     }
 
     pub(crate) fn host_vec(&self, name: &str) -> Result<Vec<f32>, RuntimeError> {
-        let t = self.file.tensor(name).map_err(|e| model_err(name, e))?;
-        let n = t.n_elements() as usize;
-        let mut out = vec![0f32; n];
-        reference::quant::dequantize_f32(t.ggml_type, self.file.tensor_data(t), &mut out).map_err(
-            |source| RuntimeError::Quant {
-                name: name.to_string(),
-                source,
-            },
-        )?;
-        Ok(out)
+        tensor_f32(self.file, name)
+    }
+
+    /// The `layer_scalar` of block `l` ([`layer_output_scale`]), for the target and the
+    /// drafter alike.
+    pub(crate) fn layer_scalar(&self, l: usize) -> Result<f32, RuntimeError> {
+        layer_output_scale(self.file, l)
     }
 
     pub(crate) fn upload_f32(
@@ -318,12 +347,7 @@ impl DeviceModel {
             } else {
                 None
             };
-            let scale_name = name("layer_output_scale.weight");
-            let layer_scalar = if file.tensor(&scale_name).is_ok() {
-                ld.host_vec(&scale_name)?.first().copied().unwrap_or(1.0)
-            } else {
-                1.0
-            };
+            let layer_scalar = ld.layer_scalar(l)?;
             layers.push(LayerWeights {
                 attn_norm: ld.vec(&name("attn_norm.weight"))?,
                 attn_q: ld.mat(&name("attn_q.weight"))?,
@@ -368,5 +392,51 @@ impl DeviceModel {
             layers,
             weight_bytes,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reference::gguf::GgufWriter;
+
+    /// A GGUF holding only `blk.0.layer_output_scale.weight` (F32 `[1]` = 0.5, an exact binary
+    /// value) and `blk.2.layer_output_scale.weight` (F16 `[1]` = 0x3A00 = 0.75 by the IEEE half
+    /// layout: exponent 14, mantissa 0.5 → 2^-1 · 1.5).
+    fn file() -> GgufFile {
+        let mut w = GgufWriter::new();
+        w.add_tensor(
+            "blk.0.layer_output_scale.weight",
+            &[1],
+            GgmlType::F32,
+            0.5f32.to_le_bytes().to_vec(),
+        )
+        .unwrap();
+        w.add_tensor(
+            "blk.2.layer_output_scale.weight",
+            &[1],
+            GgmlType::F16,
+            0x3A00u16.to_le_bytes().to_vec(),
+        )
+        .unwrap();
+        let mut bytes = Vec::new();
+        w.write_to(&mut bytes).unwrap();
+        GgufFile::from_bytes(bytes).unwrap()
+    }
+
+    #[test]
+    fn layer_output_scale_reads_the_tensor_or_defaults_to_one() {
+        let f = file();
+        assert_eq!(layer_output_scale(&f, 0).unwrap(), 0.5);
+        assert_eq!(layer_output_scale(&f, 1).unwrap(), 1.0);
+        assert_eq!(layer_output_scale(&f, 2).unwrap(), 0.75);
+    }
+
+    #[test]
+    fn tensor_f32_names_a_missing_tensor() {
+        match tensor_f32(&file(), "blk.9.attn_norm.weight") {
+            Err(RuntimeError::Model { what, .. }) => assert_eq!(what, "blk.9.attn_norm.weight"),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -32,8 +32,9 @@ enum Cmd {
     },
     /// Decode tokens/s on a 12B-shaped model of random blocks vs the B_read roofline.
     Bench {
-        /// Block format of every weight (e.g. Q4_K, Q8_0, BF16).
-        #[arg(long, default_value = "Q4_K")]
+        /// Block format of every weight (e.g. Q4_K, Q8_0, BF16), or Q2_K_MIX (llama.cpp's Q2_K
+        /// mix: attn_v/ffn_down Q3_K, token_embd Q6_K, the rest Q2_K).
+        #[arg(long, default_value = "Q2_K_MIX")]
         format: String,
         /// Prompt tokens prefilled first.
         #[arg(long, default_value_t = 32)]
@@ -92,7 +93,7 @@ fn main() -> ExitCode {
             let out_dir = out
                 .or_else(|| std::env::var_os("OUT").map(PathBuf::from))
                 .unwrap_or_else(|| PathBuf::from("target/bench"));
-            let Some(ty) = reference::quant::GgmlType::from_name(&format) else {
+            let Some(ty) = runtime::bench::WeightMix::parse(&format) else {
                 eprintln!("unknown format {format}");
                 return ExitCode::from(2);
             };

@@ -160,6 +160,88 @@ impl Gpu {
         Ok(())
     }
 
+    /// Tensor-core matvec (`mvtc_prep` + `mvtc_<fmt>`, `matvec.cu`): the same product as
+    /// [`Gpu::matvec`] for a format of [`kernels::TC_FORMATS`] with `k % 256 == 0`, `k ≤`
+    /// [`crate::device::TC_MAX_K`]; weights as exact bf16 integers times their group scale,
+    /// activations split exactly into three bf16 pieces, products summed in f32 by the tensor
+    /// cores (error statement in `matvec.cu`). Same shapes and errors as [`Gpu::matvec`], plus
+    /// [`RuntimeError::Shape`] for a format or `k` the tensor-core path does not serve.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matvec_tc(
+        &self,
+        ty: GgmlType,
+        w: &CudaView<'_, u8>,
+        rows: usize,
+        k: usize,
+        x: &CudaView<'_, f32>,
+        ncols: usize,
+        y: &mut CudaViewMut<'_, f32>,
+    ) -> Result<(), RuntimeError> {
+        let what = format!("mvtc {ty} [{rows}×{k}]×{ncols}");
+        let fmt = format_suffix(ty, &what)?;
+        let rb = row_bytes(ty, k, &what)?;
+        if !kernels::tc_supported(fmt, k, self.cc)
+            || k > crate::device::TC_MAX_K
+            || !(1..=MATVEC_MAX_COLS).contains(&ncols)
+            || w.len() != rows * rb
+            || x.len() < ncols * k
+            || y.len() < ncols * rows
+            || rows > i32::MAX as usize
+        {
+            return Err(shape(
+                &what,
+                format!(
+                    "need a tensor-core format, k % 256 == 0, k ≤ {}, 1 ≤ ncols ≤ {MATVEC_MAX_COLS}, w = {} bytes (got {}), x ≥ {} (got {}), y ≥ {} (got {})",
+                    crate::device::TC_MAX_K,
+                    rows * rb,
+                    w.len(),
+                    ncols * k,
+                    x.len(),
+                    ncols * rows,
+                    y.len()
+                ),
+            ));
+        }
+        let (nc_i, k_i, rows_i, rb_u) = (ncols as i32, k as i32, rows as i32, rb as u64);
+        let (null, zero) = (0u64, 0i32);
+        let prep = self.func(Family::Matvec, "mvtc_prep")?;
+        let n = 8 * (k / 16);
+        let mut b = self.stream.launch_builder(&prep);
+        b.arg(x)
+            .arg(&nc_i)
+            .arg(&k_i)
+            .arg(&self.tc_xp)
+            .arg(&self.tc_xs);
+        // SAFETY: matches `mvtc_prep(const float*, int, int, uint32_t*, float*)`; x holds
+        // ncols·k floats (checked), the scratch holds 8 columns of TC_MAX_K ≥ k elements.
+        unsafe { b.launch(blocks_1d(n as u64, 128)) }.map_err(drv("mvtc_prep"))?;
+        let name = kernels::mvtc_kernel(fmt);
+        let f = self.func(Family::Matvec, &name)?;
+        let cfg = LaunchConfig {
+            grid_dim: ((rows as u32).div_ceil(kernels::TC_ROWS), 1, 1),
+            block_dim: (kernels::TC_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(w)
+            .arg(&self.tc_xp)
+            .arg(&self.tc_xs)
+            .arg(y)
+            .arg(&rows_i)
+            .arg(&k_i)
+            .arg(&rb_u)
+            .arg(&nc_i)
+            .arg(&null)
+            .arg(&null)
+            .arg(&zero);
+        // SAFETY: matches `mvtc_<fmt>(const uint8_t*, const uint32_t*, const float*, float*,
+        // int, int, uint64_t, int, const uint8_t*, float*, int)` with no second matrix (null
+        // pointers, rows2 = 0: no block takes it); w is rows·row_bytes bytes and y ≥ ncols·rows
+        // (checked); the scratch was filled by the prep launch above on the same stream.
+        unsafe { b.launch(cfg) }.map_err(drv(name))?;
+        Ok(())
+    }
+
     /// RMSNorm over `rows` rows of `n`: `y = x · (mean(x²) + eps)^(−1/2) ⊙ w` (no `w`: the
     /// weightless norm). `x`, `y`: f32 `[rows, n]`; `w`: f32 `[n]`.
     pub fn rmsnorm(

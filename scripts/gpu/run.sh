@@ -9,6 +9,9 @@
 #   carry:   ["local/gpu"]
 #   command: bash scripts/gpu/run.sh device
 #
+# `build-engine` (here) then `engine` or `extras` (on the GPU machine, carry ["local/gpu"]):
+# the CUDA engine through xtask; see each mode's comment.
+#
 # `device` mode (on the GPU machine, in the checkout root): runs `runtime gpu-check` (every
 # kernel vs the CPU reference + B_read and matvec bandwidth) writing gpu-check.log/json to
 # $OUT, then a quick check under compute-sanitizer memcheck into $OUT/memcheck, plus
@@ -130,8 +133,81 @@ engine)
         timeout "${BENCH_TIMEOUT:-120}" local/gpu/runtime bench $BENCH --out "$OUT" >> "$log" 2>&1 || echo "bench exit $?" | tee -a "$log"
     fi
     ;;
+extras)
+    # On the GPU machine (binaries and models from `build-engine`, carry ["local/gpu"]):
+    #  (i)   `xtask calibrate --engine cuda` per model of $EXTRAS_MODELS (smoke+core goldens;
+    #        dense-target.F32 has no committed goldens, so the f64 oracle blesses them here
+    #        first); writes goldens/<model>/budgets.toml [cuda] in this checkout (CAL_WRITE=0:
+    #        --dry-run), copied to $OUT/budgets/<model>.toml; later steps then use that τ;
+    #  (ii)  `xtask explain --engine cuda` on count_300 (core suite), dense-target.Q4_K_M with
+    #        dense-assistant.F32, plain vs spec:4: the four experiments and the verdict;
+    #  (iii) `xtask conformance --engine cuda --strict-invariance` in $STRICT_MODES (spec:4) on
+    #        the smoke suite for each target=assistant pair of $SPEC_PAIRS (row invariance:
+    #        verify rows vs plain decode rows on the same prefix).
+    # Every step has its own timeout. Results: $OUT/extras.log (everything), one log per step
+    # ($OUT/calibrate-<m>.log, explain-count_300.log, strict-<m>.log), $OUT/budgets/,
+    # $OUT/extras-reports.tar.gz (conformance report.json/md), $OUT/extras-summary.txt.
+    # EXTRAS_ENGINE / XTASK / FIXTURE_MODELS let a dry run use the reference engine on a
+    # machine without a GPU (EXTRAS_ENGINE=reference-f32 XTASK=target/release/xtask CAL_WRITE=0).
+    : "${OUT:?OUT must name the output folder}"
+    export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+    export GEMMA4_FIXTURES="$PWD/local/gpu/fixtures"
+    # xtask resolves goldens/ and suites/ from its build-time workspace root; insta (bless)
+    # would otherwise run `cargo metadata` to find it.
+    if [ ! -e /work/main ]; then mkdir -p /work && ln -s "$PWD" /work/main; fi
+    export INSTA_WORKSPACE_ROOT=/work/main
+    xt="${XTASK:-local/gpu/xtask}"
+    eng="${EXTRAS_ENGINE:-cuda}"
+    fm="${FIXTURE_MODELS:-local/gpu/fixtures/models}"
+    log="$OUT/extras.log"
+    sum="$OUT/extras-summary.txt"
+    conf=/tmp/extras-conf
+    rm -rf "$conf"
+    mkdir -p "$OUT/budgets" "$conf"
+    : > "$sum"
+    # step NAME TIMEOUT CMD...: runs CMD under `timeout`, output to $OUT/NAME.log (and
+    # extras.log), exit status to extras.log and the summary.
+    step() {
+        local name="$1" limit="$2" rc=0
+        shift 2
+        echo "== $name: $*" | tee -a "$log"
+        timeout "$limit" "$@" > "$OUT/$name.log" 2>&1 || rc=$?
+        cat "$OUT/$name.log" >> "$log"
+        [ "$rc" = 124 ] && echo "$name: TIMED OUT after ${limit}s" | tee -a "$log" "$sum"
+        echo "$name exit $rc" | tee -a "$log" "$sum"
+        return 0
+    }
+    cal_flags=""
+    [ "${CAL_WRITE:-1}" = 0 ] && cal_flags="--dry-run"
+    for m in ${EXTRAS_MODELS:-dense-target.Q4_K_M dense-target.F32 e2b-target.Q4_0 moe-target.Q4_K_M}; do
+        if [ ! -e "goldens/$m/smoke" ]; then
+            step "bless-$m" "${BLESS_TIMEOUT:-45}" "$xt" bless --accept --model "$fm/$m.gguf"
+        fi
+        # shellcheck disable=SC2086
+        step "calibrate-$m" "${CAL_TIMEOUT:-40}" "$xt" calibrate --engine "$eng" \
+            --model "$fm/$m.gguf" $cal_flags
+        [ -f "goldens/$m/budgets.toml" ] && cp -f "goldens/$m/budgets.toml" "$OUT/budgets/$m.toml"
+    done
+    step explain-count_300 "${EXPLAIN_TIMEOUT:-150}" "$xt" explain --engine "$eng" \
+        --model "$fm/dense-target.Q4_K_M.gguf" --draft "$fm/dense-assistant.F32.gguf" \
+        --suite core --prompt count_300 --modes "${EXPLAIN_MODES:-plain,spec:4}"
+    pairs="${SPEC_PAIRS:-$fm/dense-target.Q4_K_M.gguf=$fm/dense-assistant.F32.gguf $fm/e2b-target.Q4_0.gguf=$fm/e2b-assistant.Q8_0.gguf $fm/moe-target.Q4_K_M.gguf=$fm/moe-assistant.Q8_0.gguf}"
+    for pr in $pairs; do
+        t="${pr%%=*}"; d="${pr#*=}"; m="$(basename "$t" .gguf)"
+        step "strict-$m" "${STRICT_TIMEOUT:-75}" "$xt" conformance --engine "$eng" --quiet \
+            --strict-invariance --model "$t" --draft "$d" --suite suites/smoke.toml \
+            --modes "${STRICT_MODES:-spec:4}" --out "$conf/strict-$m"
+    done
+    tar czf "$OUT/extras-reports.tar.gz" -C /tmp extras-conf 2>/dev/null || true
+    {
+        echo "== summary"
+        grep -hE '^(  proposed τ|  \|Δ|.* sequences, .* positions|error)' "$OUT"/calibrate-*.log || true
+        grep -hE '^(verdict|error)' "$OUT/explain-count_300.log" || true
+        grep -hE '(τ = .* entries|row invariance:|pass, .* fail in|^error)' "$OUT"/strict-*.log || true
+    } | tee -a "$sum" "$log"
+    ;;
 *)
-    echo "usage: $0 [build|device|build-engine|engine]" >&2
+    echo "usage: $0 [build|device|build-engine|engine|extras]" >&2
     exit 2
     ;;
 esac

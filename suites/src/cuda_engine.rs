@@ -3,7 +3,9 @@
 //! scoring), `plain`, `batch:4` (one running batch, requests joining and leaving), and with a
 //! draft model `spec:1`, `spec:2`, `spec:4` (GPU MTP speculative decoding,
 //! `spec/gemma4-assistant-mtp.md` §4.1; steps `verify-accepted` / `verify-bonus`, per-round
-//! `(K_r, n')` in [`SpecStats`]).
+//! `(K_r, n')` in [`SpecStats`]). [`Engine::decode_rows`] gives the plain decode rows of a given
+//! continuation (`--strict-invariance`, `design/conformance.md` §7) through
+//! `CudaEngine::decode_rows`: the prefill and one-row decode calls `plain` makes.
 
 use std::path::Path;
 use std::time::Instant;
@@ -11,7 +13,7 @@ use std::time::Instant;
 use runtime::{CudaEngine, EngineOptions, GenRequest, GenStep, SpecKind};
 
 use crate::engine::{
-    Engine, EngineError, Mode, Request, Scores, SpecStats, Step, StepKind, Trajectory,
+    Engine, EngineError, Mode, Request, Scores, SpecStats, Step, StepKind, TopKRows, Trajectory,
 };
 
 /// Top-k recorded per emitted token.
@@ -180,5 +182,94 @@ impl Engine for CudaEngineAdapter {
     fn score(&mut self, seqs: &[Vec<u32>], top_k: usize) -> Result<Vec<Scores>, EngineError> {
         let s = self.inner.score(seqs, top_k).map_err(|e| req_err("*", e))?;
         Ok(s.into_iter().map(|rows| Scores { rows }).collect())
+    }
+
+    /// Plain decode rows on `prompt ‖ tokens[..t]` (`CudaEngine::decode_rows`; rows
+    /// `[tokens.len()]`, top-`top_k` descending). Errors name the call (`*`).
+    fn decode_rows(
+        &mut self,
+        prompt: &[u32],
+        tokens: &[u32],
+        top_k: usize,
+    ) -> Result<Option<TopKRows>, EngineError> {
+        self.inner
+            .decode_rows(prompt, tokens, top_k)
+            .map(Some)
+            .map_err(|e| req_err("*", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn fixtures() -> PathBuf {
+        std::env::var_os("GEMMA4_FIXTURES")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"))
+    }
+
+    /// Without a GPU (CI), loading is a typed engine error naming the file, never a panic.
+    #[test]
+    fn load_without_gpu_is_an_engine_error() {
+        if runtime::device::unavailable_reason().is_none() {
+            println!("skipped: a GPU is present (this checks the no-GPU path)");
+            return;
+        }
+        let p = fixtures().join("models/dense-target.Q4_K_M.gguf");
+        match CudaEngineAdapter::load(&p) {
+            Err(EngineError::Other(m)) => assert!(m.contains("dense-target.Q4_K_M"), "{m}"),
+            Err(e) => panic!("unexpected error {e}"),
+            Ok(_) => panic!("loaded without a GPU"),
+        }
+    }
+
+    /// On a GPU with the fixtures: the plain decode rows of the `plain` output are that
+    /// output's own rows, bitwise (same calls, same order); on the `spec:4` output they give one
+    /// row per emitted token, each holding `top_k` finite logits.
+    #[test]
+    fn decode_rows_on_gpu() {
+        if let Some(why) = runtime::device::unavailable_reason() {
+            println!("skipped: {why}");
+            return;
+        }
+        let m = fixtures().join("models");
+        let (t, d) = (
+            m.join("dense-target.Q4_K_M.gguf"),
+            m.join("dense-assistant.F32.gguf"),
+        );
+        if !t.exists() || !d.exists() {
+            println!("skipped: fixtures not found at {}", fixtures().display());
+            return;
+        }
+        let mut e = CudaEngineAdapter::load_with_draft(&t, Some(&d)).unwrap();
+        let req = Request {
+            id: "count".into(),
+            prompt: vec![2, 16308, 16302, 16281],
+            max_tokens: 20,
+            stop: vec![],
+        };
+        let plain = e
+            .generate(std::slice::from_ref(&req), &Mode::Plain)
+            .unwrap();
+        let toks = plain[0].tokens();
+        let rows = e
+            .decode_rows(&req.prompt, &toks, CUDA_TOP_K)
+            .unwrap()
+            .unwrap();
+        assert_eq!(rows.len(), toks.len());
+        for (i, (r, s)) in rows.iter().zip(&plain[0].steps).enumerate() {
+            assert_eq!(Some(r), s.top_k.as_ref(), "output index {i}");
+        }
+        let spec = e
+            .generate(std::slice::from_ref(&req), &Mode::Spec { k: 4 })
+            .unwrap();
+        let st = spec[0].tokens();
+        let rows = e.decode_rows(&req.prompt, &st, 8).unwrap().unwrap();
+        assert_eq!(rows.len(), st.len());
+        assert!(rows
+            .iter()
+            .all(|r| r.len() == 8 && r.iter().all(|x| x.1.is_finite())));
     }
 }

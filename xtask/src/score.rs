@@ -121,7 +121,7 @@ pub fn run(a: &Args) -> Result<()> {
         })
         .collect();
     let float = if a.f32 { "f32" } else { "f64" };
-    if a.json {
+    let text = if a.json {
         let out = Output {
             schema: "score/1",
             model: model.display().to_string(),
@@ -130,25 +130,56 @@ pub fn run(a: &Args) -> Result<()> {
             tokens: ids,
             positions,
         };
-        println!("{}", serde_json::to_string_pretty(&out)?);
-        return Ok(());
-    }
-    println!("model {} ({float}), {} tokens", model.display(), ids.len());
-    for p in &positions {
-        let piece = |id: u32| format!("{:?}", tok.token_piece(id).unwrap_or("?"));
+        serde_json::to_string_pretty(&out)? + "\n"
+    } else {
+        table(&model, float, &ids, &positions, &tok)
+    };
+    write_stdout(&text).context("writing to stdout")
+}
+
+/// The human-readable table of the scores.
+fn table(
+    model: &std::path::Path,
+    float: &str,
+    ids: &[u32],
+    positions: &[Position],
+    tok: &GemmaTokenizer,
+) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "model {} ({float}), {} tokens",
+        model.display(),
+        ids.len()
+    );
+    let piece = |id: u32| format!("{:?}", tok.token_piece(id).unwrap_or("?"));
+    for p in positions {
         let next = match (p.next, p.next_logit) {
             (Some(n), Some(l)) => format!("next {n} {} logit {l}", piece(n)),
             _ => "next -".into(),
         };
-        println!(
+        let _ = writeln!(
+            s,
             "[{}] token {} {} · {next}",
             p.position,
             p.token,
             piece(p.token)
         );
         for (id, l) in &p.top_k {
-            println!("    {id:>7} {l:<24} {}", piece(*id));
+            let _ = writeln!(s, "    {id:>7} {l:<24} {}", piece(*id));
         }
     }
-    Ok(())
+    s
+}
+
+/// Writes `text` to the locked stdout; a closed pipe (`… --json | head`) is a normal end of
+/// output, not an error (Rust ignores SIGPIPE, so the write returns `BrokenPipe`).
+fn write_stdout(text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r,
+    }
 }

@@ -10,7 +10,7 @@ use super::linear::{dot, linear, Mat};
 use super::norm::rms_norm;
 use super::rope::{rope, Pairing};
 use super::{Float, ModelError, Segment};
-use crate::decode::KvCache;
+use crate::decode::{KvCache, SlotView};
 use crate::gguf::GgufFile;
 
 /// The K/V projections of a layer that computes its own K/V (layers `< F`, §4.2).
@@ -61,8 +61,10 @@ impl<F: Float> Attention<F> {
     ///
     /// `segs[s]` are the rows of sequence `s`, whose cache is `caches[s]`; a row at offset `i` of
     /// its segment has absolute position `segs[s].pos0 + i`. When the layer has own K/V, its
-    /// post-norm post-RoPE `k` and post-norm `v` (`[T_s, nkv, d]`) are appended to slot
-    /// `self.layer` of each cache; every row then attends to slot `self.kv_source` (§4.8):
+    /// post-norm post-RoPE `k` and post-norm `v` (`[T_s, nkv, d]`) are appended to the pending
+    /// rows of slot `self.layer` of each cache (written into the slot, a ring on sliding layers,
+    /// only when the whole forward ends: `crate::decode`); every row then attends to slot
+    /// `self.kv_source` (§4.8), its cached rows and this forward's rows:
     /// `scores[u] = q·k[u, g(h)]` (no scaling), allowed keys `u ≤ p` and, on sliding layers,
     /// `p − u < W`; `o = Σ_u softmax(scores)_u · v[u, g(h)]`; `attn_out = concat_h(o) · W_oᵀ`.
     pub fn forward(
@@ -107,8 +109,8 @@ impl<F: Float> Attention<F> {
         let views: Vec<&KvCache<F>> = caches.iter().map(|c| &**c).collect();
         let mut out = vec![F::ZERO; t_n * nh * d];
         out.par_chunks_mut(nh * d).enumerate().for_each(|(t, row)| {
-            let (keys, values) = views[seg_of[t]].slot_rows(self.kv_source);
-            self.attend_row(&q[t * nh * d..(t + 1) * nh * d], keys, values, pos[t], row);
+            let kv = views[seg_of[t]].view(self.kv_source);
+            self.attend_row(&q[t * nh * d..(t + 1) * nh * d], &kv, pos[t], row);
         });
         linear(&out, t_n, self.attn_output.view(file))
     }
@@ -116,10 +118,11 @@ impl<F: Float> Attention<F> {
 
 impl<F: Float> Attention<F> {
     /// Attention output of one query row at absolute position `p`: `q` `[nh, d]` (normed,
-    /// rotated), `keys`/`values` `[U, nkv, d]` with `U > p`, `out` `[nh, d]` (zeroed). Visible keys
-    /// `lo ..= p`, `lo = p + 1 − W` on sliding layers (clamped at 0); query head `h` reads KV head
-    /// `h / (nh / nkv)`; `q·k` by [`dot`], softmax in key order, `o = Σ_u prob_u · v_u` in key order.
-    fn attend_row(&self, q: &[F], keys: &[F], values: &[F], p: usize, out: &mut [F]) {
+    /// rotated), `kv` the rows of the layer's slot (every position `lo ..= p` readable as
+    /// `[nkv, d]`), `out` `[nh, d]` (zeroed). Visible keys `lo ..= p`, `lo = p + 1 − W` on sliding
+    /// layers (clamped at 0); query head `h` reads KV head `h / (nh / nkv)`; `q·k` by [`dot`],
+    /// softmax in key order, `o = Σ_u prob_u · v_u` in key order.
+    fn attend_row(&self, q: &[F], kv: &SlotView<'_, F>, p: usize, out: &mut [F]) {
         let (nh, nkv, d) = (self.n_head, self.n_kv, self.head_dim);
         let group = nh / nkv;
         let lo = self.window.map_or(0, |w| (p + 1).saturating_sub(w));
@@ -127,14 +130,14 @@ impl<F: Float> Attention<F> {
         for hh in 0..nh {
             let g = hh / group;
             let qh = &q[hh * d..(hh + 1) * d];
-            let at = |u: usize| (u * nkv + g) * d..(u * nkv + g + 1) * d;
+            let head = g * d..(g + 1) * d;
             for (i, u) in (lo..=p).enumerate() {
-                scores[i] = dot(qh, &keys[at(u)]);
+                scores[i] = dot(qh, &kv.k(u)[head.clone()]);
             }
             softmax_in_place(&mut scores);
             let o = &mut out[hh * d..(hh + 1) * d];
             for (i, u) in (lo..=p).enumerate() {
-                for (oj, &vj) in o.iter_mut().zip(&values[at(u)]) {
+                for (oj, &vj) in o.iter_mut().zip(&kv.v(u)[head.clone()]) {
                     *oj += scores[i] * vj;
                 }
             }

@@ -29,7 +29,7 @@ use std::path::Path;
 pub use float::Float;
 
 use crate::config::{Config, ConfigError};
-use crate::decode::KvCache;
+use crate::decode::{KvCache, KvCacheError, DEFAULT_ROLLBACK_RESERVE};
 use crate::gguf::{GgufError, GgufFile};
 use crate::quant::QuantError;
 use layer::{load_norm, Layer};
@@ -91,6 +91,9 @@ pub enum ModelError {
     /// A cache was not made by this model's `new_cache`.
     #[error("KV cache does not fit this model: {0}")]
     CacheMismatch(String),
+    /// A cache cannot be used (e.g. after a failed rollback of a sliding ring).
+    #[error(transparent)]
+    Cache(#[from] KvCacheError),
 }
 
 /// Fault injection for tests: each flag plants one classic implementation bug so a test can
@@ -211,13 +214,33 @@ impl<F: Float> Model<F> {
         &self.file
     }
 
-    /// An empty KV cache for this model: one K/V slot per layer that computes K/V, reuse layers
-    /// pointing at their store layer (§4.8).
+    /// An empty KV cache for this model with the default rollback reserve
+    /// ([`DEFAULT_ROLLBACK_RESERVE`]): one K/V slot per layer that computes K/V, reuse layers
+    /// pointing at their store layer (§4.8); sliding slots are rings of `W + R` rows
+    /// (`crate::decode`).
     pub fn new_cache(&self) -> KvCache<F> {
-        let dims = (0..self.config.n_layer)
+        self.new_cache_with_reserve(DEFAULT_ROLLBACK_RESERVE)
+    }
+
+    /// [`Model::new_cache`] with rollback reserve `reserve` (`R`): removing up to `R` of the
+    /// newest positions with `KvCache::truncate` always succeeds; sliding rings hold `W + R`
+    /// rows. A slot's window is the largest window among the layers reading it (`None`, i.e.
+    /// linear, if any of them is a full-attention layer).
+    pub fn new_cache_with_reserve(&self, reserve: usize) -> KvCache<F> {
+        let n = self.config.n_layer;
+        let dims = (0..n)
             .map(|l| (self.config.n_head_kv[l], self.config.head_dim(l)))
             .collect();
-        KvCache::new(self.kv_source.clone(), dims)
+        let window = (0..n)
+            .map(|s| {
+                let mut readers = self.layers.iter().filter(|l| l.attn.kv_source == s);
+                let owner = self.kv_source[s] == s;
+                owner
+                    .then(|| readers.try_fold(0, |w, l| l.attn.window.map(|x| w.max(x))))
+                    .flatten()
+            })
+            .collect();
+        KvCache::new(self.kv_source.clone(), dims, window, reserve)
     }
 
     /// Scaled token embeddings `E[ids] · sqrt(H)`: `[T, H]` (§2).
@@ -233,7 +256,8 @@ impl<F: Float> Model<F> {
     /// The decoder over a batch: runs `tokens[s]` after what `caches[s]` holds, for all
     /// sequences at once (every weight tile is read once for all rows), appends their K/V, and
     /// returns the final-normed hidden states `hN` `[T, H]` of all rows, sequence after sequence
-    /// (§2–§9 up to the LM head). On error the caches are rolled back to their previous length.
+    /// (§2–§9 up to the LM head). On error the caches are left as they were. Errors also when a
+    /// cache is unusable after a failed rollback (`ModelError::Cache`).
     pub fn forward_hidden_batch(
         &self,
         caches: &mut [&mut KvCache<F>],
@@ -248,6 +272,7 @@ impl<F: Float> Model<F> {
         let mut segs = Vec::with_capacity(tokens.len());
         let mut start = 0;
         for (s, (cache, toks)) in caches.iter().zip(tokens).enumerate() {
+            cache.check_usable()?;
             if cache.source_layers() != self.kv_source.as_slice() {
                 return Err(ModelError::CacheMismatch(format!(
                     "cache {s} has layer sources {:?}, model {:?}",
@@ -274,12 +299,11 @@ impl<F: Float> Model<F> {
             });
             start += toks.len();
         }
-        let old: Vec<usize> = caches.iter().map(|c| c.len()).collect();
         let result = self.run_layers(caches, tokens, &segs);
-        for (cache, (&o, s)) in caches.iter_mut().zip(old.iter().zip(&segs)) {
+        for (cache, s) in caches.iter_mut().zip(&segs) {
             match result {
-                Ok(_) => cache.commit(o + s.len),
-                Err(_) => cache.truncate(o),
+                Ok(_) => cache.commit(s.pos0 + s.len),
+                Err(_) => cache.discard_pending(),
             }
         }
         result

@@ -14,7 +14,7 @@ use std::path::Path;
 
 use super::SpecError;
 use crate::config::{blk, AssistantConfig, Config};
-use crate::decode::KvCache;
+use crate::decode::{KvCache, KvCacheError};
 use crate::gguf::GgufFile;
 use crate::model::attention::softmax_in_place;
 use crate::model::layer::load_vec;
@@ -111,24 +111,24 @@ pub struct KvRows<'a, F: Float> {
 }
 
 impl<'a, F: Float> KvRows<'a, F> {
-    /// Committed rows `positions` (must end at or before `cache.len()`) of target layer `layer`
-    /// (a reuse layer resolves to its store layer), borrowed.
+    /// Committed rows `positions` of target layer `layer` (a reuse layer resolves to its store
+    /// layer), borrowed when contiguous in the cache, copied when they wrap around a sliding
+    /// ring. Errors: a position the cache does not hold (`KvCacheError::NotHeld`).
     pub fn from_cache(
         cache: &'a KvCache<F>,
         layer: usize,
         positions: Range<usize>,
-    ) -> KvRows<'a, F> {
+    ) -> Result<KvRows<'a, F>, KvCacheError> {
         let (n_kv, head_dim) = cache.kv_dims(layer);
-        let w = n_kv * head_dim;
-        let r = positions.start * w..positions.end * w;
-        KvRows {
+        let (k, v) = cache.rows(layer, positions.clone())?;
+        Ok(KvRows {
             layer,
             n_kv,
             head_dim,
-            k: Cow::Borrowed(&cache.keys(layer)[r.clone()]),
-            v: Cow::Borrowed(&cache.values(layer)[r]),
+            k,
+            v,
             positions,
-        }
+        })
     }
 
     /// Number of visible rows.
@@ -170,8 +170,14 @@ impl<'a, F: Float> DrafterKv<'a, F> {
         }
         let lo = (p + 1).saturating_sub(window);
         Ok(DrafterKv {
-            sliding: store.sliding.map(|l| KvRows::from_cache(cache, l, lo..p)),
-            full: store.full.map(|l| KvRows::from_cache(cache, l, 0..p)),
+            sliding: store
+                .sliding
+                .map(|l| KvRows::from_cache(cache, l, lo..p))
+                .transpose()?,
+            full: store
+                .full
+                .map(|l| KvRows::from_cache(cache, l, 0..p))
+                .transpose()?,
         })
     }
 

@@ -3,9 +3,12 @@
 //! [`SpecDecoder`]), §4.2 (llama.cpp's first round and transformers' visible rows, as switches),
 //! §6 (rollback), §7 (counters, [`SpecStats`]).
 //!
-//! **Rollback.** The oracle's [`KvCache`] keeps every position of every layer (sliding layers
-//! included) and masks by position, option 3 of §6.2, so truncating to `p + n' + 1` positions
-//! restores exactly the cache a plain run holds, whatever the window. The oracle's arithmetic
+//! **Rollback.** The target cache keeps every position on full-attention layers and a ring of
+//! `W + R` rows on sliding layers, written only after a forward's queries attended (option 1 of
+//! §6.2, `crate::decode`); [`SpecDecoder`] makes it with reserve `R = K`, and a round removes
+//! at most `K_r ≤ K` rows, so truncating to `p + n' + 1` positions always finds the `W − 1`
+//! rows the next query needs and restores exactly the cache a plain run holds (the
+//! transformers emulation also reads the row before them: `R ≥ 1`). The oracle's arithmetic
 //! does not depend on the number of rows of a forward (`model::linear`), so a verify row and
 //! the plain decode row for the same prefix are bit-identical and `spec:K` emits the plain
 //! greedy ids token for token.
@@ -20,7 +23,7 @@ pub use assistant::{Assistant, DraftStep, DrafterKv, Head, KvRows, StoreLayers};
 pub use drafter::{CorruptionRule, Draft, Drafter, RoundContext, ScriptStep, ScriptedDrafter};
 
 use crate::config::ConfigError;
-use crate::decode::KvCache;
+use crate::decode::{KvCache, KvCacheError};
 use crate::gguf::GgufError;
 use crate::model::logits::argmax;
 use crate::model::{Float, Model, ModelError};
@@ -67,6 +70,9 @@ pub enum SpecError {
     /// Internal state does not hold what the loop expects (named).
     #[error("speculative state: {0}")]
     State(String),
+    /// The target cache could not be read or rolled back (layer and positions named).
+    #[error(transparent)]
+    Cache(#[from] KvCacheError),
 }
 
 /// Where the first round starts (§4.1 prefill vs §4.2 llama.cpp).
@@ -248,7 +254,7 @@ impl<'m, F: Float> SpecDecoder<'m, F> {
         let mut d = SpecDecoder {
             target,
             store: StoreLayers::of(target.config()),
-            cache: target.new_cache(),
+            cache: target.new_cache_with_reserve(opts.k),
             committed: prompt.to_vec(),
             emitted: Vec::new(),
             hidden: Vec::new(),
@@ -349,25 +355,27 @@ impl<'m, F: Float> SpecDecoder<'m, F> {
             sliding: self
                 .store
                 .sliding
-                .map(|l| self.rows_with_saved(l, sliding.clone())),
+                .map(|l| self.rows_with_saved(l, sliding.clone()))
+                .transpose()?,
             full: self
                 .store
                 .full
-                .map(|l| self.rows_with_saved(l, full.clone())),
+                .map(|l| self.rows_with_saved(l, full.clone()))
+                .transpose()?,
         })
     }
 
     /// Rows `range` of store layer `l`: committed ones from the cache, later ones from the rows
     /// saved before the last rollback (transformers emulation).
-    fn rows_with_saved(&self, l: usize, range: Range<usize>) -> KvRows<'_, F> {
+    fn rows_with_saved(&self, l: usize, range: Range<usize>) -> Result<KvRows<'_, F>, SpecError> {
         let len = self.cache.len();
         if range.end <= len {
-            return KvRows::from_cache(&self.cache, l, range);
+            return Ok(KvRows::from_cache(&self.cache, l, range)?);
         }
         let (n_kv, head_dim) = self.cache.kv_dims(l);
         let w = n_kv * head_dim;
-        let mut k = self.cache.keys(l)[range.start.min(len) * w..].to_vec();
-        let mut v = self.cache.values(l)[range.start.min(len) * w..].to_vec();
+        let (k, v) = self.cache.rows(l, range.start.min(len)..len)?;
+        let (mut k, mut v) = (k.into_owned(), v.into_owned());
         if let Some((_, sk, sv)) = self
             .tf
             .as_ref()
@@ -379,14 +387,14 @@ impl<'m, F: Float> SpecDecoder<'m, F> {
             v.extend_from_slice(&sv[skip * w..(skip + n) * w]);
         }
         let n = k.len() / w;
-        KvRows {
+        Ok(KvRows {
             layer: l,
             positions: range.start..range.start + n,
             n_kv,
             head_dim,
             k: Cow::Owned(k),
             v: Cow::Owned(v),
-        }
+        })
     }
 
     /// Greedy choice of the target on a logits row (suppressed ids excluded, §4.1 step 3).
@@ -490,21 +498,17 @@ impl<'m, F: Float> SpecDecoder<'m, F> {
             let w = self.target.config().sliding_window;
             tf.sliding_tensor = (p + 1).saturating_sub(w)..p + k_r + 1;
             tf.last_written = p + k_r;
+            let end = self.cache.len();
             tf.saved = [self.store.sliding, self.store.full]
                 .into_iter()
                 .flatten()
                 .map(|l| {
-                    let (nkv, d) = self.cache.kv_dims(l);
-                    let r = keep * nkv * d..;
-                    (
-                        l,
-                        self.cache.keys(l)[r.clone()].to_vec(),
-                        self.cache.values(l)[r].to_vec(),
-                    )
+                    let (k, v) = self.cache.rows(l, keep..end)?;
+                    Ok((l, k.into_owned(), v.into_owned()))
                 })
-                .collect();
+                .collect::<Result<_, KvCacheError>>()?;
         }
-        self.cache.truncate(keep);
+        self.cache.truncate(keep)?;
         self.hidden = hn[n_acc * h_n..(n_acc + 1) * h_n].to_vec();
         self.stats.rounds += 1;
         self.stats.target_forwards += 1;

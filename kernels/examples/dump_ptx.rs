@@ -1,0 +1,20 @@
+//! Writes the NVRTC PTX of the matvec family, one file per format (`matvec_<fmt>.ptx`), into the
+//! folder given as the first argument (default `target/ptx`), for `ptxas -v` register and spill
+//! reports on a machine with the CUDA toolkit (`scripts/gpu/run.sh`). Needs libnvrtc.
+use std::path::PathBuf;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = PathBuf::from(
+        std::env::args()
+            .nth(1)
+            .unwrap_or_else(|| "target/ptx".into()),
+    );
+    std::fs::create_dir_all(&dir)?;
+    for fmt in kernels::FORMATS {
+        let ptx = kernels::compile_ptx_format(kernels::Family::Matvec, fmt, (9, 0))?;
+        let path = dir.join(format!("matvec_{fmt}.ptx"));
+        std::fs::write(&path, ptx.as_bytes())?;
+        println!("{}", path.display());
+    }
+    Ok(())
+}
