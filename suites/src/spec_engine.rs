@@ -64,7 +64,9 @@ pub fn spec_generate<F: Float>(
     let done = |steps: &[Step]| {
         steps.len() >= req.max_tokens || steps.last().is_some_and(|s| req.stop.contains(&s.token))
     };
-    let mut cache = model.new_cache();
+    // A verify writes K + 1 rows and keeps n_acc + 1 of them: the sliding rings must be able
+    // to give back up to K rows.
+    let mut cache = model.new_cache_with_reserve(k + 1);
     let mut committed = req.prompt.clone();
     if req.max_tokens == 0 {
         return Ok(Trajectory {
@@ -155,7 +157,7 @@ pub fn spec_generate<F: Float>(
         }
         emit.truncate(remaining);
         let n_acc = emit.len() - 1;
-        cache.truncate(p + n_acc + 1);
+        cache.truncate(p + n_acc + 1).map_err(|e| err(id, e))?;
         hidden = hn[n_acc * h..(n_acc + 1) * h].to_vec();
         for (i, &t) in emit.iter().enumerate() {
             steps.push(Step {
