@@ -9,26 +9,129 @@ static __device__ __forceinline__ float gelu_tanh(float g) {
 }
 
 // rmsnorm_add_f32(y, w, x, n, eps): x[r] += RMSNorm_w(y[r]) for every row r (y, x f32 [rows, n],
-// w f32 [n]): the "x = x + RMSNorm_post(a)" residual step of §8. Grid (rows), block 256.
+// w f32 [n]): the "x = x + RMSNorm_post(a)" residual step of §8. Grid (rows), block
+// norm_threads(n) (see norm.cu: the same register cache and reduction order as rmsnorm_f32).
+#define NORM_CACHE 8
 extern "C" __global__ void rmsnorm_add_f32(const float* __restrict__ y, const float* __restrict__ w,
                                            float* __restrict__ x, int n, float eps) {
-    __shared__ float red[32];
+    __shared__ float red[33];
     const float* yr = y + (uint64_t)blockIdx.x * n;
     float* xr = x + (uint64_t)blockIdx.x * n;
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(yr[i], yr[i], ss);
-    ss = warp_sum(ss);
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    if (lane == 0) red[wid] = ss;
-    __syncthreads();
-    if (wid == 0) {
-        float v = lane < nw ? red[lane] : 0.0f;
-        v = warp_sum(v);
-        if (lane == 0) red[0] = v;
+    const int B = blockDim.x, tid = threadIdx.x;
+    float c[NORM_CACHE];
+#pragma unroll
+    for (int j = 0; j < NORM_CACHE; ++j) {
+        const int i = tid + j * B;
+        c[j] = i < n ? yr[i] : 0.0f;
     }
-    __syncthreads();
-    const float scale = 1.0f / sqrtf(red[0] / (float)n + eps);
-    for (int i = threadIdx.x; i < n; i += blockDim.x) xr[i] += (yr[i] * scale) * w[i];
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NORM_CACHE; ++j) ss = fmaf(c[j], c[j], ss);
+    for (int i = tid + NORM_CACHE * B; i < n; i += B) ss = fmaf(yr[i], yr[i], ss);
+    ss = block_sum(ss, red);
+    const float scale = 1.0f / sqrtf(ss / (float)n + eps);
+#pragma unroll
+    for (int j = 0; j < NORM_CACHE; ++j) {
+        const int i = tid + j * B;
+        if (i < n) xr[i] += (c[j] * scale) * w[i];
+    }
+    for (int i = tid + NORM_CACHE * B; i < n; i += B) xr[i] += (yr[i] * scale) * w[i];
+}
+
+// add_norm_prep_f32(y, wy, x, w, h, n, eps, xp, xs, prep_rows): for row r (grid rows):
+//   if y != null: x[r] += RMSNorm_wy(y[r])       (the §8 residual step)
+//   h[r] = RMSNorm_w(x[r])                        (the next sub-block's input norm)
+//   and, for r < prep_rows (≤ 8), column r of h split into the tensor-core matvec's prep
+//   buffers xp/xs (tc_prep_group, the same bits as mvtc_prep of h).
+// x, h, y f32 [rows, n]; n % 16 == 0, n / 16 ≤ 1024. Block round_up(n / 16, 32) threads
+// (kernels::norm_prep_threads): thread i owns elements 16i .. 16i + 15 (registers), so both
+// sums of squares are per-thread chains of 16 fmas, then block_sum — one order for every row.
+extern "C" __global__ void add_norm_prep_f32(const float* __restrict__ y,
+                                             const float* __restrict__ wy, float* __restrict__ x,
+                                             const float* __restrict__ w, float* __restrict__ h,
+                                             int n, float eps, uint32_t* __restrict__ xp,
+                                             float* __restrict__ xs, int prep_rows) {
+    __shared__ float red[33];
+    const int r = blockIdx.x, i = threadIdx.x, ng = n >> 4;
+    const bool own = i < ng;
+    float* xr = x + (uint64_t)r * n + 16 * i;
+    float v[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) v[j] = 0.0f;
+    if (own) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const float4 a = ((const float4*)xr)[j];
+            v[4 * j] = a.x; v[4 * j + 1] = a.y; v[4 * j + 2] = a.z; v[4 * j + 3] = a.w;
+        }
+    }
+    if (y != nullptr) {
+        float u[16];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) u[j] = 0.0f;
+        if (own) {
+            const float4* yp = (const float4*)(y + (uint64_t)r * n + 16 * i);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float4 a = yp[j];
+                u[4 * j] = a.x; u[4 * j + 1] = a.y; u[4 * j + 2] = a.z; u[4 * j + 3] = a.w;
+            }
+        }
+        float ss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) ss = fmaf(u[j], u[j], ss);
+        ss = block_sum(ss, red);
+        const float scale = 1.0f / sqrtf(ss / (float)n + eps);
+        if (own) {
+#pragma unroll
+            for (int j = 0; j < 16; ++j) v[j] += (u[j] * scale) * wy[16 * i + j];
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                ((float4*)xr)[j] = make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
+        }
+        __syncthreads();  // red reused below
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) ss = fmaf(v[j], v[j], ss);
+    ss = block_sum(ss, red);
+    const float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    if (!own) return;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) v[j] = (v[j] * scale) * w[16 * i + j];
+    float* hr = h + (uint64_t)r * n + 16 * i;
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+        ((float4*)hr)[j] = make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
+    if (r < prep_rows) tc_prep_group(v, r, i, ng, xp, xs);
+}
+
+// geglu_prep_f32(g, u, out, n, xp, xs, prep_rows): out[r] = gelu(g[r]) ⊙ u[r] (the formula and
+// rounding of geglu_f32, activation.cu) and, for r < prep_rows (≤ 8), column r of out into the
+// tensor-core matvec's prep buffers. g, u, out f32 [rows, n] (out may alias g); n % 16 == 0,
+// n / 16 ≤ 1024; grid (rows), block round_up(n / 16, 32) (kernels::norm_prep_threads).
+extern "C" __global__ void geglu_prep_f32(const float* g, const float* __restrict__ u,
+                                          float* out, int n, uint32_t* __restrict__ xp,
+                                          float* __restrict__ xs, int prep_rows) {
+    const int r = blockIdx.x, i = threadIdx.x, ng = n >> 4;
+    if (i >= ng) return;
+    const uint64_t o = (uint64_t)r * n + 16 * i;
+    float v[16];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const float4 a = ((const float4*)(g + o))[j], b = ((const float4*)(u + o))[j];
+        const float ga[4] = {a.x, a.y, a.z, a.w}, ub[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float gg = ga[e];
+            const float inner = 0.7978845608028654f * fmaf(0.044715f * gg, gg * gg, gg);
+            v[4 * j + e] = 0.5f * gg * (1.0f + tanhf(inner)) * ub[e];
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+        ((float4*)(out + o))[j] = make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
+    if (r < prep_rows) tc_prep_group(v, r, i, ng, xp, xs);
 }
 
 // scale_f32(x, n, s): x[i] *= s (layer_scalar §8, PLE projection scale §7).

@@ -282,16 +282,6 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 //      (4t+1, 4t+3) of elements 16G + e; 2,3 = mid pairs; 4,5 = lo pairs; 6,7 = 0.
 //   xs f32 [K/16][8]: S_{c,G} at xs[8G + c] (sequential f32 sum of the 16 elements; 0 for c ≥ nc).
 // Launch: one thread per (c < 8, G): grid ceil(8·K/16 / 128), block 128.
-static __device__ __forceinline__ void tc_split3(float v, uint32_t& h, uint32_t& m, uint32_t& l) {
-    const uint32_t hb = __float_as_uint(v) & 0xffff0000u;
-    const float r1 = v - __uint_as_float(hb);  // exact: the low 16 significand bits of v
-    const uint32_t mb = __float_as_uint(r1) & 0xffff0000u;
-    const float r2 = r1 - __uint_as_float(mb);  // exact, ≤ 8 significand bits left
-    h = hb >> 16;
-    m = mb >> 16;
-    l = __float_as_uint(r2) >> 16;
-}
-
 extern "C" __global__ void __launch_bounds__(128) mvtc_prep(const float* __restrict__ x, int nc,
                                                           int K, uint32_t* __restrict__ xp,
                                                           float* __restrict__ xs) {
@@ -310,20 +300,7 @@ extern "C" __global__ void __launch_bounds__(128) mvtc_prep(const float* __restr
         const float4 a = p[j];
         v[4 * j] = a.x; v[4 * j + 1] = a.y; v[4 * j + 2] = a.z; v[4 * j + 3] = a.w;
     }
-    float s = v[0];
-#pragma unroll
-    for (int j = 1; j < 16; ++j) s += v[j];
-    xs[8 * G + c] = s;
-    uint4* out = (uint4*)(xp + ((uint64_t)c * ng + G) * 4 * TC_WORDS);
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-        uint32_t h[4], m[4], l[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) tc_split3(v[4 * t + j], h[j], m[j], l[j]);
-        out[2 * t] = make_uint4(h[0] | (h[2] << 16), h[1] | (h[3] << 16), m[0] | (m[2] << 16),
-                                m[1] | (m[3] << 16));
-        out[2 * t + 1] = make_uint4(l[0] | (l[2] << 16), l[1] | (l[3] << 16), 0u, 0u);
-    }
+    tc_prep_group(v, c, G, ng, xp, xs);
 }
 
 // bf16 pair (128 + v_lo, 128 + v_hi) for 16-bit lanes v < 128, minus `bias` in both lanes

@@ -2,27 +2,42 @@
 //   y = x · (mean_j(x_j²) + eps)^(−1/2) ⊙ w   (w used as stored; w == nullptr: weightless norm).
 //
 // rmsnorm_f32(x, w, y, n, eps): x, y f32 [rows, n] (y may equal x), w f32 [n] or null.
-// Launch: grid (rows,1,1), block (B,1,1) with B a multiple of 32, ≤ 1024 (256 is typical).
-// Sum of squares in f32: per-thread chains of ceil(n/B) fmas, then warp and block butterflies.
+// Launch: grid (rows,1,1), block (B,1,1) with B a multiple of 32, ≤ 1024; the host uses
+// B = norm_threads(n) = clamp(round_up(⌈n/4⌉, 32), 32, 1024) (kernels::norm_threads).
+// Thread i holds x[i + jB] (j < NORM_CACHE) in registers between the two passes (rows longer
+// than NORM_CACHE·B are re-read). Sum of squares in f32: per-thread chain over j, then warp and
+// block butterflies (block_sum); the same B for every row of a given n, so every row of one
+// width is reduced in the same order.
+#define NORM_CACHE 8
+
 extern "C" __global__ void rmsnorm_f32(const float* __restrict__ x, const float* __restrict__ w,
                                        float* y, int n, float eps) {
-    __shared__ float red[32];
+    __shared__ float red[33];
     const float* xr = x + (uint64_t)blockIdx.x * n;
     float* yr = y + (uint64_t)blockIdx.x * n;
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
-    ss = warp_sum(ss);
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    if (lane == 0) red[wid] = ss;
-    __syncthreads();
-    if (wid == 0) {
-        float v = lane < nw ? red[lane] : 0.0f;
-        v = warp_sum(v);
-        if (lane == 0) red[0] = v;
+    const int B = blockDim.x, tid = threadIdx.x;
+    float c[NORM_CACHE];
+#pragma unroll
+    for (int j = 0; j < NORM_CACHE; ++j) {
+        const int i = tid + j * B;
+        c[j] = i < n ? xr[i] : 0.0f;
     }
-    __syncthreads();
-    const float scale = 1.0f / sqrtf(red[0] / (float)n + eps);
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NORM_CACHE; ++j) ss = fmaf(c[j], c[j], ss);
+    for (int i = tid + NORM_CACHE * B; i < n; i += B) ss = fmaf(xr[i], xr[i], ss);
+    ss = block_sum(ss, red);
+    const float scale = 1.0f / sqrtf(ss / (float)n + eps);
+#pragma unroll
+    for (int j = 0; j < NORM_CACHE; ++j) {
+        const int i = tid + j * B;
+        if (i < n) {
+            float v = c[j] * scale;
+            if (w != nullptr) v *= w[i];
+            yr[i] = v;
+        }
+    }
+    for (int i = tid + NORM_CACHE * B; i < n; i += B) {
         float v = xr[i] * scale;
         if (w != nullptr) v *= w[i];
         yr[i] = v;

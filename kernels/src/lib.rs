@@ -89,6 +89,19 @@ pub fn tc_supported(fmt: &str, k: usize, cc: (i32, i32)) -> bool {
     TC_FORMATS.contains(&fmt) && k.is_multiple_of(TC_SUPER_BLOCK) && k > 0 && cc.0 >= 8
 }
 
+/// Threads of one `rmsnorm_f32` / `rmsnorm_add_f32` block for rows of `n` (`norm.cu`):
+/// `clamp(round_up(⌈n/4⌉, 32), 32, 1024)`.
+pub fn norm_threads(n: usize) -> u32 {
+    (n.div_ceil(4).div_ceil(32) * 32).clamp(32, 1024) as u32
+}
+
+/// Threads of one `add_norm_prep_f32` / `geglu_prep_f32` block for rows of `n` (one thread per
+/// 16 elements, rounded up to whole warps), or `None` when those kernels do not serve `n`
+/// (`n % 16 != 0` or `n / 16 > 1024`).
+pub fn norm_prep_threads(n: usize) -> Option<u32> {
+    (n > 0 && n.is_multiple_of(16) && n / 16 <= 1024).then(|| ((n / 16).div_ceil(32) * 32) as u32)
+}
+
 /// Kernel name of the tensor-core matvec for format `fmt` (defined, empty, for every format;
 /// only [`TC_FORMATS`] compute).
 pub fn mvtc_kernel(fmt: &str) -> String {
@@ -223,6 +236,8 @@ impl Family {
             Family::Attention => vec!["attention_f32".into(), "attention_rows_f32".into()],
             Family::Layer => [
                 "rmsnorm_add_f32",
+                "add_norm_prep_f32",
+                "geglu_prep_f32",
                 "scale_f32",
                 "add_scale_f32",
                 "gelu_mul_ple_f32",

@@ -12,7 +12,7 @@
 //! - *Chunks (attend, then write).* A forward over `n` rows at positions `len … len+n−1` puts
 //!   their K/V in a per-slot *pending* buffer; every query reads keys `< len` from the slot's
 //!   storage and keys `≥ len` from the pending rows. Only at the end of the forward
-//!   ([`KvCache::commit`], crate-internal) are the pending rows written into the slot (on a ring
+//!   (`KvCache::commit`, crate-internal) are the pending rows written into the slot (on a ring
 //!   only the last `C` of them) and the buffer freed. A chunk of any length thus needs exactly
 //!   the `W−1` held rows before it plus itself (peak `C + n` rows on a sliding slot during the
 //!   forward, `C` after it); a failed forward discards the pending rows and leaves the cache as

@@ -296,6 +296,7 @@ impl Forward<'_> {
     fn fl(&self, name: &str) -> Result<CudaFunction, RuntimeError> {
         let fam = match name {
             "attention_f32" | "attention_rows_f32" => Family::Attention,
+            "add_norm_prep_f32" | "geglu_prep_f32" => Family::Layer,
             "rmsnorm_f32" => Family::Norm,
             "rope_neox_f32" => Family::Rope,
             "geglu_f32" | "softcap_f32" => Family::Activation,
@@ -327,6 +328,19 @@ impl Forward<'_> {
     /// once (`mvtc_prep`) and shared by every tensor-core matvec of the group; other formats
     /// use the CUDA-core `matvec_<fmt>_<nc>`.
     pub(crate) fn mvs(&self, outs: &[(&Mat, u64)], x: u64, t: usize) -> Result<(), RuntimeError> {
+        self.mvs_pre(outs, x, t, None)
+    }
+
+    /// [`Forward::mvs`] where `pre = Some(k)` says the tensor-core prep buffers already hold the
+    /// first ≤ 8 columns of `x` (row length `k`), written by a fused producer kernel
+    /// (`add_norm_prep_f32`, `geglu_prep_f32`).
+    pub(crate) fn mvs_pre(
+        &self,
+        outs: &[(&Mat, u64)],
+        x: u64,
+        t: usize,
+        pre: Option<usize>,
+    ) -> Result<(), RuntimeError> {
         let gpu = self.gpu;
         let tc = |w: &Mat| {
             kernels::tc_supported(w.fmt, w.cols, gpu.cc) && w.cols <= crate::device::TC_MAX_K
@@ -334,7 +348,7 @@ impl Forward<'_> {
         let mut c0 = 0;
         while c0 < t {
             let nc = (t - c0).min(MATVEC_MAX_COLS);
-            let mut prepped = None;
+            let mut prepped = if c0 == 0 { pre } else { None };
             let mut i = 0;
             while i < outs.len() {
                 let (w, y) = outs[i];
@@ -517,7 +531,7 @@ impl Forward<'_> {
         self.call(
             "rmsnorm_f32",
             (rows as u32, 1, 1),
-            256,
+            kernels::norm_threads(n),
             0,
             &[
                 Arg::P(x),
@@ -527,6 +541,93 @@ impl Forward<'_> {
                 Arg::F(eps),
             ],
         )
+    }
+
+    /// `x[r] += RMSNorm_wy(y[r])` (when `y = Some((y, wy))`), then `h[r] = RMSNorm_w(x[r])`
+    /// over `t` rows of `n`, in one `add_norm_prep_f32` launch that also fills the tensor-core
+    /// prep buffers with `h` when `t ≤ 8`; returns `Some(n)` when it did (for
+    /// [`Forward::mvs_pre`]). Rows the fused kernel does not serve (`n % 16 ≠ 0`, `n > 16384`)
+    /// take `rmsnorm_add_f32` + `rmsnorm_f32`.
+    fn add_norm_prep(
+        &self,
+        y: Option<(u64, u64)>,
+        x: u64,
+        w: u64,
+        h: u64,
+        t: usize,
+        n: usize,
+    ) -> Result<Option<usize>, RuntimeError> {
+        let gpu = self.gpu;
+        let eps = self.model.config.rms_eps as f32;
+        let Some(threads) = kernels::norm_prep_threads(n) else {
+            if let Some((y, wy)) = y {
+                self.rmsnorm_add(y, wy, x, t, n)?;
+            }
+            self.rmsnorm(x, Some(w), h, t, n)?;
+            return Ok(None);
+        };
+        let prep_rows = if t <= MATVEC_MAX_COLS { t } else { 0 };
+        let (yp, wyp) = y.unwrap_or((0, 0));
+        self.call(
+            "add_norm_prep_f32",
+            (t as u32, 1, 1),
+            threads,
+            0,
+            &[
+                Arg::P(yp),
+                Arg::P(wyp),
+                Arg::P(x),
+                Arg::P(w),
+                Arg::P(h),
+                Arg::I(n as i32),
+                Arg::F(eps),
+                Arg::P(ptr(gpu, &gpu.tc_xp)),
+                Arg::P(ptr(gpu, &gpu.tc_xs)),
+                Arg::I(prep_rows as i32),
+            ],
+        )?;
+        Ok((prep_rows > 0).then_some(n))
+    }
+
+    /// `g[r] = gelu(g[r]) ⊙ u[r]` over `t` rows of `n` (`geglu_prep_f32`, which also fills the
+    /// tensor-core prep buffers with the result when `t ≤ 8`; returns `Some(n)` then), or
+    /// `geglu_f32` for widths the fused kernel does not serve.
+    fn geglu_prep(
+        &self,
+        g: u64,
+        u: u64,
+        t: usize,
+        n: usize,
+    ) -> Result<Option<usize>, RuntimeError> {
+        let gpu = self.gpu;
+        let Some(threads) = kernels::norm_prep_threads(n) else {
+            let len = t * n;
+            self.call(
+                "geglu_f32",
+                n1d(len),
+                256,
+                0,
+                &[Arg::P(g), Arg::P(u), Arg::P(g), Arg::U(len as u64)],
+            )?;
+            return Ok(None);
+        };
+        let prep_rows = if t <= MATVEC_MAX_COLS { t } else { 0 };
+        self.call(
+            "geglu_prep_f32",
+            (t as u32, 1, 1),
+            threads,
+            0,
+            &[
+                Arg::P(g),
+                Arg::P(u),
+                Arg::P(g),
+                Arg::I(n as i32),
+                Arg::P(ptr(gpu, &gpu.tc_xp)),
+                Arg::P(ptr(gpu, &gpu.tc_xs)),
+                Arg::I(prep_rows as i32),
+            ],
+        )?;
+        Ok((prep_rows > 0).then_some(n))
     }
 
     fn rmsnorm_add(
@@ -553,7 +654,7 @@ impl Forward<'_> {
         self.call(
             "rmsnorm_add_f32",
             (rows as u32, 1, 1),
-            256,
+            kernels::norm_threads(n),
             0,
             &[
                 Arg::P(y),
@@ -803,11 +904,13 @@ impl Forward<'_> {
             let (nh, nkv, d) = (l.n_head, l.n_kv, l.head_dim);
             let inv = ptr(gpu, &l.inv_freq);
             // §4 attention.
-            self.rmsnorm(x, Some(ptr(gpu, &l.attn_norm)), h, t, hh)?;
+            let pre = self.add_norm_prep(None, x, ptr(gpu, &l.attn_norm), h, t, hh)?;
             match &l.kv {
-                Some((wk, _, Some(wv))) => self.mvs(&[(&l.attn_q, q), (wk, k), (wv, v)], h, t)?,
-                Some((wk, _, None)) => self.mvs(&[(&l.attn_q, q), (wk, k)], h, t)?,
-                None => self.mv(&l.attn_q, h, t, q)?,
+                Some((wk, _, Some(wv))) => {
+                    self.mvs_pre(&[(&l.attn_q, q), (wk, k), (wv, v)], h, t, pre)?
+                }
+                Some((wk, _, None)) => self.mvs_pre(&[(&l.attn_q, q), (wk, k)], h, t, pre)?,
+                None => self.mvs_pre(&[(&l.attn_q, q)], h, t, pre)?,
             }
             self.rmsnorm(q, Some(ptr(gpu, &l.attn_q_norm)), q, t * nh, d)?;
             self.rope(q, posp, inv, t, nh, d)?;
@@ -892,20 +995,18 @@ impl Forward<'_> {
                 ],
             )?;
             self.mv(&l.attn_output, att, t, a)?;
-            self.rmsnorm_add(a, ptr(gpu, &l.post_attention_norm), x, t, hh)?;
-
-            // §5 dense MLP.
-            self.rmsnorm(x, Some(ptr(gpu, &l.ffn_norm)), h, t, hh)?;
-            self.mvs(&[(&l.ffn_gate, g), (&l.ffn_up, u)], h, t)?;
-            let n = t * l.n_ff;
-            self.call(
-                "geglu_f32",
-                n1d(n),
-                256,
-                0,
-                &[Arg::P(g), Arg::P(u), Arg::P(g), Arg::U(n as u64)],
+            // §8 residual, then §5 dense MLP (one launch for the add and the next norm).
+            let pre = self.add_norm_prep(
+                Some((a, ptr(gpu, &l.post_attention_norm))),
+                x,
+                ptr(gpu, &l.ffn_norm),
+                h,
+                t,
+                hh,
             )?;
-            self.mv(&l.ffn_down, g, t, f)?;
+            self.mvs_pre(&[(&l.ffn_gate, g), (&l.ffn_up, u)], h, t, pre)?;
+            let pre = self.geglu_prep(g, u, t, l.n_ff)?;
+            self.mvs_pre(&[(&l.ffn_down, f)], g, t, pre)?;
 
             // §6 MoE.
             if let Some(me) = &l.moe {

@@ -265,7 +265,7 @@ impl Gpu {
         let null: u64 = 0;
         let cfg = LaunchConfig {
             grid_dim: (rows as u32, 1, 1),
-            block_dim: (256, 1, 1),
+            block_dim: (kernels::norm_threads(n), 1, 1),
             shared_mem_bytes: 0,
         };
         let mut b = self.stream.launch_builder(&f);
