@@ -97,36 +97,86 @@ static __device__ __forceinline__ float block_sum(float v, float* red) {
     return red[32];
 }
 
-// Exact split of an f32 into three bf16 pieces v = hi + mid + lo (8 + 8 + 8 significand bits,
-// by truncation), returned as bf16 bit patterns (the tensor-core matvec's activations, matvec.cu).
+// Exact split of an f32 into three bf16 pieces v = hi + mid + lo (hi by truncation, mid rounded
+// to nearest, lo the exact rest), returned as bf16 bit patterns (the tensor-core matvec's activations, matvec.cu).
 static __device__ __forceinline__ void tc_split3(float v, uint32_t& h, uint32_t& m, uint32_t& l) {
     const uint32_t hb = __float_as_uint(v) & 0xffff0000u;
     const float r1 = v - __uint_as_float(hb);  // exact: the low 16 significand bits of v
-    const uint32_t mb = __float_as_uint(r1) & 0xffff0000u;
-    const float r2 = r1 - __uint_as_float(mb);  // exact, ≤ 8 significand bits left
+    // mid = r1 rounded to nearest-even bf16, so hi + mid alone is v to ~2⁻¹⁷ relative, unbiased
+    // (the two-piece matvec); the remainder r2 = r1 − mid is exact in ≤ 8 significand bits.
+    const uint32_t rb = __float_as_uint(r1);
+    const uint32_t mb = (rb + 0x7fffu + ((rb >> 16) & 1u)) & 0xffff0000u;
+    const float r2 = r1 - __uint_as_float(mb);  // exact, ≤ 8 significand bits
     h = hb >> 16;
     m = mb >> 16;
     l = __float_as_uint(r2) >> 16;
 }
 
-// Writes 16-group G of column c (of a K = 16·ng input) into the tensor-core matvec's prep
-// buffers (layout in matvec.cu, `mvtc_prep`): xp u32 [·][ng][4][8], xs f32 [ng][8] at 8G + c
-// (the sequential f32 sum of the 16 values).
+// The prep sums buffer xs holds [K/16][8] f32 group sums, and from word TC_XSF_OFFSET on the
+// bf16 fragments of those sums for the min-term mma of folded formats (Q2_K, matvec.cu):
+// u32 [c][K/256][t][8]: words 0,1 = hi pairs (S_{2t}, S_{2t+1}), (S_{2t+8}, S_{2t+9}) of the
+// super-block's 16 groups; 2,3 = mid; 4,5 = lo. (Rust: runtime::device::TC_MAX_K / 16 · 8.)
+#define TC_XSF_OFFSET 32768
+
+// Records the sum s of 16-group G of column c (K = 16·ng): xs[8G + c] and its bf16 pieces in
+// the fragment area (only for whole 256-element super-blocks).
+static __device__ __forceinline__ void tc_prep_sum(float s, int c, int G, int ng,
+                                                   float* __restrict__ xs) {
+    xs[8 * G + c] = s;
+    const int nsb = ng >> 4, sb = G >> 4, gl = G & 15;
+    if (sb >= nsb) return;
+    uint32_t h, m, l;
+    tc_split3(s, h, m, l);
+    const int tt = (gl & 7) >> 1, word = gl >> 3, half = gl & 1;
+    unsigned short* f = (unsigned short*)((uint32_t*)(xs + TC_XSF_OFFSET) +
+                                          (((uint64_t)c * nsb + sb) * 4 + tt) * 8);
+    f[2 * word + half] = (unsigned short)h;
+    f[2 * (2 + word) + half] = (unsigned short)m;
+    f[2 * (4 + word) + half] = (unsigned short)l;
+}
+
+// Sum of a 16-group for the prep buffers, in the fixed order (p0 + p1) + (p2 + p3) with
+// p_t = ((v[4t] + v[4t+1]) + v[4t+2]) + v[4t+3] (one quad per thread t in the fused kernels).
+static __device__ __forceinline__ float tc_quad_sum(const float* v) {
+    return ((v[0] + v[1]) + v[2]) + v[3];
+}
+
+// Writes quad t (elements 4t .. 4t+3 = v[0..3]) of 16-group G of column c (of a K = 16·ng
+// input) into the tensor-core matvec's prep buffers (layout in matvec.cu, `mvtc_prep`):
+// xp u32 [·][ng][4][8] words 8t .. 8t+7 of (c, G); the group sum goes to xs separately.
+static __device__ __forceinline__ void tc_prep_quad(const float* v, int c, int G, int t, int ng,
+                                                    uint32_t* __restrict__ xp) {
+    uint32_t h[4], m[4], l[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) tc_split3(v[j], h[j], m[j], l[j]);
+    uint4* out = (uint4*)(xp + ((uint64_t)c * ng + G) * 32) + 2 * t;
+    out[0] = make_uint4(h[0] | (h[2] << 16), h[1] | (h[3] << 16), m[0] | (m[2] << 16),
+                        m[1] | (m[3] << 16));
+    out[1] = make_uint4(l[0] | (l[2] << 16), l[1] | (l[3] << 16), 0u, 0u);
+}
+
+// Writes 16-group G of column c into the prep buffers: its four quads and, at xs[8G + c], its
+// sum (tc_quad_sum order).
 static __device__ __forceinline__ void tc_prep_group(const float (&v)[16], int c, int G, int ng,
                                                      uint32_t* __restrict__ xp,
                                                      float* __restrict__ xs) {
-    float s = v[0];
+    const float s = (tc_quad_sum(v) + tc_quad_sum(v + 4)) + (tc_quad_sum(v + 8) + tc_quad_sum(v + 12));
+    tc_prep_sum(s, c, G, ng, xs);
 #pragma unroll
-    for (int j = 1; j < 16; ++j) s += v[j];
-    xs[8 * G + c] = s;
-    uint4* out = (uint4*)(xp + ((uint64_t)c * ng + G) * 32);
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-        uint32_t h[4], m[4], l[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) tc_split3(v[4 * t + j], h[j], m[j], l[j]);
-        out[2 * t] = make_uint4(h[0] | (h[2] << 16), h[1] | (h[3] << 16), m[0] | (m[2] << 16),
-                                m[1] | (m[3] << 16));
-        out[2 * t + 1] = make_uint4(l[0] | (l[2] << 16), l[1] | (l[3] << 16), 0u, 0u);
-    }
+    for (int t = 0; t < 4; ++t) tc_prep_quad(v + 4 * t, c, G, t, ng, xp);
+}
+
+// The quad form for kernels where 4 consecutive lanes hold the 4 quads of one group (lane & 3 =
+// t): writes this lane's quad and, from lane t = 0, the group sum (same order as tc_prep_group).
+// All 32 lanes of the warp must call it (shuffles).
+static __device__ __forceinline__ void tc_prep_quad_lanes(const float* v, int c, int G, int ng,
+                                                          uint32_t* __restrict__ xp,
+                                                          float* __restrict__ xs, bool live) {
+    const int t = threadIdx.x & 3;
+    float p = tc_quad_sum(v);
+    p = p + __shfl_xor_sync(0xffffffffu, p, 1);  // (p0 + p1) on lanes 0, 1; (p2 + p3) on 2, 3
+    p = p + __shfl_xor_sync(0xffffffffu, p, 2);  // commutative adds: the same bits on all four
+    if (!live) return;
+    if (t == 0) tc_prep_sum(p, c, G, ng, xs);
+    tc_prep_quad(v, c, G, t, ng, xp);
 }

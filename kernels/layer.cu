@@ -42,96 +42,105 @@ extern "C" __global__ void rmsnorm_add_f32(const float* __restrict__ y, const fl
 //   if y != null: x[r] += RMSNorm_wy(y[r])       (the §8 residual step)
 //   h[r] = RMSNorm_w(x[r])                        (the next sub-block's input norm)
 //   and, for r < prep_rows (≤ 8), column r of h split into the tensor-core matvec's prep
-//   buffers xp/xs (tc_prep_group, the same bits as mvtc_prep of h).
-// x, h, y f32 [rows, n]; n % 16 == 0, n / 16 ≤ 1024. Block round_up(n / 16, 32) threads
-// (kernels::norm_prep_threads): thread i owns elements 16i .. 16i + 15 (registers), so both
-// sums of squares are per-thread chains of 16 fmas, then block_sum — one order for every row.
+//   buffers xp/xs (the same bits as mvtc_prep of h).
+// x, h, y f32 [rows, n]; n % 16 == 0, n ≤ 4·1024·NQ. Block B = kernels::norm_prep_threads(n)
+// (a multiple of 32, ≤ 1024); thread j owns the quads (4 elements) q = j + kB, k < NQ, in
+// registers, so the 4 quads of a 16-group sit on 4 consecutive lanes. Sums of squares: per-thread
+// chains over its quads, then block_sum — one order for every row of a given n.
+#define NQ 4
 extern "C" __global__ void add_norm_prep_f32(const float* __restrict__ y,
                                              const float* __restrict__ wy, float* __restrict__ x,
                                              const float* __restrict__ w, float* __restrict__ h,
                                              int n, float eps, uint32_t* __restrict__ xp,
                                              float* __restrict__ xs, int prep_rows) {
     __shared__ float red[33];
-    const int r = blockIdx.x, i = threadIdx.x, ng = n >> 4;
-    const bool own = i < ng;
-    float* xr = x + (uint64_t)r * n + 16 * i;
-    float v[16];
+    const int r = blockIdx.x, B = blockDim.x, nq = n >> 2, ng = n >> 4;
+    float* xr = x + (uint64_t)r * n;
+    float v[NQ][4];
 #pragma unroll
-    for (int j = 0; j < 16; ++j) v[j] = 0.0f;
-    if (own) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const float4 a = ((const float4*)xr)[j];
-            v[4 * j] = a.x; v[4 * j + 1] = a.y; v[4 * j + 2] = a.z; v[4 * j + 3] = a.w;
-        }
+    for (int k = 0; k < NQ; ++k) {
+        const int q = threadIdx.x + k * B;
+        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (q < nq) a = ((const float4*)xr)[q];
+        v[k][0] = a.x; v[k][1] = a.y; v[k][2] = a.z; v[k][3] = a.w;
     }
     if (y != nullptr) {
-        float u[16];
-#pragma unroll
-        for (int j = 0; j < 16; ++j) u[j] = 0.0f;
-        if (own) {
-            const float4* yp = (const float4*)(y + (uint64_t)r * n + 16 * i);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const float4 a = yp[j];
-                u[4 * j] = a.x; u[4 * j + 1] = a.y; u[4 * j + 2] = a.z; u[4 * j + 3] = a.w;
-            }
-        }
+        const float* yr = y + (uint64_t)r * n;
+        float u[NQ][4];
         float ss = 0.0f;
 #pragma unroll
-        for (int j = 0; j < 16; ++j) ss = fmaf(u[j], u[j], ss);
+        for (int k = 0; k < NQ; ++k) {
+            const int q = threadIdx.x + k * B;
+            float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (q < nq) a = ((const float4*)yr)[q];
+            u[k][0] = a.x; u[k][1] = a.y; u[k][2] = a.z; u[k][3] = a.w;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) ss = fmaf(u[k][e], u[k][e], ss);
+        }
         ss = block_sum(ss, red);
         const float scale = 1.0f / sqrtf(ss / (float)n + eps);
-        if (own) {
 #pragma unroll
-            for (int j = 0; j < 16; ++j) v[j] += (u[j] * scale) * wy[16 * i + j];
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-                ((float4*)xr)[j] = make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
+        for (int k = 0; k < NQ; ++k) {
+            const int q = threadIdx.x + k * B;
+            if (q < nq) {
+                const float4 ww = ((const float4*)wy)[q];
+                v[k][0] += (u[k][0] * scale) * ww.x;
+                v[k][1] += (u[k][1] * scale) * ww.y;
+                v[k][2] += (u[k][2] * scale) * ww.z;
+                v[k][3] += (u[k][3] * scale) * ww.w;
+                ((float4*)xr)[q] = make_float4(v[k][0], v[k][1], v[k][2], v[k][3]);
+            }
         }
-        __syncthreads();  // red reused below
     }
     float ss = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 16; ++j) ss = fmaf(v[j], v[j], ss);
+    for (int k = 0; k < NQ; ++k)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) ss = fmaf(v[k][e], v[k][e], ss);
     ss = block_sum(ss, red);
     const float scale = 1.0f / sqrtf(ss / (float)n + eps);
-    if (!own) return;
+    float* hr = h + (uint64_t)r * n;
 #pragma unroll
-    for (int j = 0; j < 16; ++j) v[j] = (v[j] * scale) * w[16 * i + j];
-    float* hr = h + (uint64_t)r * n + 16 * i;
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-        ((float4*)hr)[j] = make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
-    if (r < prep_rows) tc_prep_group(v, r, i, ng, xp, xs);
+    for (int k = 0; k < NQ; ++k) {
+        const int q = threadIdx.x + k * B;
+        if (k * B >= nq) break;  // uniform over the block
+        const bool live = q < nq;
+        if (live) {
+            const float4 ww = ((const float4*)w)[q];
+            v[k][0] = (v[k][0] * scale) * ww.x;
+            v[k][1] = (v[k][1] * scale) * ww.y;
+            v[k][2] = (v[k][2] * scale) * ww.z;
+            v[k][3] = (v[k][3] * scale) * ww.w;
+            ((float4*)hr)[q] = make_float4(v[k][0], v[k][1], v[k][2], v[k][3]);
+        }
+        if (r < prep_rows) tc_prep_quad_lanes(v[k], r, q >> 2, ng, xp, xs, live);
+    }
 }
 
 // geglu_prep_f32(g, u, out, n, xp, xs, prep_rows): out[r] = gelu(g[r]) ⊙ u[r] (the formula and
 // rounding of geglu_f32, activation.cu) and, for r < prep_rows (≤ 8), column r of out into the
-// tensor-core matvec's prep buffers. g, u, out f32 [rows, n] (out may alias g); n % 16 == 0,
-// n / 16 ≤ 1024; grid (rows), block round_up(n / 16, 32) (kernels::norm_prep_threads).
+// tensor-core matvec's prep buffers. g, u, out f32 [rows, n] (out may alias g); n % 16 == 0.
+// One thread per quad (4 elements): grid (ceil(n / 4 / 128), rows), block 128.
 extern "C" __global__ void geglu_prep_f32(const float* g, const float* __restrict__ u,
                                           float* out, int n, uint32_t* __restrict__ xp,
                                           float* __restrict__ xs, int prep_rows) {
-    const int r = blockIdx.x, i = threadIdx.x, ng = n >> 4;
-    if (i >= ng) return;
-    const uint64_t o = (uint64_t)r * n + 16 * i;
-    float v[16];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        const float4 a = ((const float4*)(g + o))[j], b = ((const float4*)(u + o))[j];
+    const int r = blockIdx.y, nq = n >> 2, ng = n >> 4;
+    const int q = blockIdx.x * blockDim.x + threadIdx.x;
+    const bool live = q < nq;
+    const uint64_t o = (uint64_t)r * n + 4 * (uint64_t)q;
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (live) {
+        const float4 a = *(const float4*)(g + o), b = *(const float4*)(u + o);
         const float ga[4] = {a.x, a.y, a.z, a.w}, ub[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const float gg = ga[e];
             const float inner = 0.7978845608028654f * fmaf(0.044715f * gg, gg * gg, gg);
-            v[4 * j + e] = 0.5f * gg * (1.0f + tanhf(inner)) * ub[e];
+            v[e] = 0.5f * gg * (1.0f + tanhf(inner)) * ub[e];
         }
+        *(float4*)(out + o) = make_float4(v[0], v[1], v[2], v[3]);
     }
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-        ((float4*)(out + o))[j] = make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
-    if (r < prep_rows) tc_prep_group(v, r, i, ng, xp, xs);
+    if (r < prep_rows) tc_prep_quad_lanes(v, r, q >> 2, ng, xp, xs, live);
 }
 
 // scale_f32(x, n, s): x[i] *= s (layer_scalar §8, PLE projection scale §7).

@@ -264,15 +264,17 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 //               product exact, summed by the tensor core in f32),
 //   S_{c,G}   = Σ_{e∈G} x_{c,e}                             (f32, `mvtc_prep`).
 // Error: per group ≤ 3 tensor-core f32 accumulations of 16 exact products + 2 f32 roundings,
-// then one running f32 sum per warp over its K/2048 super-blocks' groups and a fixed 8-warp sum:
+// then one running f32 sum per warp over its run of super-blocks and a fixed pairwise sum of the
+// runs:
 // no dependence on the number of columns (all 1..8 columns cost one launch and the same bits).
 //
-// Tile: a block (TC_WARPS = 8 warps) computes 16 rows × 8 columns; warp w takes the 256-element
-// super-blocks w, w + 8, … of those rows (next super-block's weights loaded while the current one
-// is computed; a half super-block's activation fragments loaded before first use); lane = 4·g + t holds rows g and g + 8 and, per 16-group,
+// Tile: 16 rows × 8 columns; a block (TC_WARPS = 8 warps) computes tpc tiles, each tile's K split
+// into S = 8 / tpc strided runs of 256-element super-blocks (run s: s, s + S, …), one per warp
+// (the next super-block's weights loaded while the current one is computed; a half super-block's activation fragments
+// loaded before first use); lane = 4·g + t holds rows g and g + 8 and, per 16-group,
 // the elements e = 4t .. 4t+3 (mma k-slots 2t ↔ e=4t, 2t+1 ↔ 4t+2, 2t+8 ↔ 4t+1, 2t+9 ↔ 4t+3), so a
 // 32-bit word of 4 consecutive bytes gives the thread's two bf16 pairs with one mask each.
-// Launch: block (256,1,1), grid (ceil(rows / 16), 1, 1), after mvtc_prep of the same x.
+// Launch: block (256,1,1), grid (ceil(ceil(rows / 16) / tpc), 1, 1), after mvtc_prep of the same x.
 // =============================================================================================
 
 #define TC_WORDS 8  // u32 words per (column, 16-group, thread) in the prep buffer
@@ -314,6 +316,14 @@ static __device__ __forceinline__ uint32_t tc_pair(uint32_t v) {
     return r;
 }
 
+// tc_pair for a value that already carries the 0x43004300 exponent bits.
+static __device__ __forceinline__ uint32_t tc_pair_m128(uint32_t vm) {
+    const uint32_t one = 0x3F803F80u, neg = 0xC300C300u;
+    uint32_t r;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(vm), "r"(one), "r"(neg));
+    return r;
+}
+
 static __device__ __forceinline__ void tc_mma(float (&d)[4], uint32_t a0, uint32_t a1,
                                               uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
     asm volatile(
@@ -327,14 +337,14 @@ static __device__ __forceinline__ void tc_mma(float (&d)[4], uint32_t a0, uint32
 // per scale group; HAS_MIN = b ≠ 0; Row = what one thread loads of one row's super-block;
 // load(blk, t, R); pairs(R, G, p0, p1): the bf16 integer pairs of 16-group G (0..15) for this
 // thread's elements (p0 = e 4t, 4t+2; p1 = e 4t+1, 4t+3); scale(R, s, a, b) of scale group s.
-template <typename F> struct Tc { enum { OK = 0, SB = 1, GPS = 1, HAS_MIN = 0 }; struct Row {};
+template <typename F> struct Tc { enum { OK = 0, SB = 1, GPS = 1, HAS_MIN = 0, FOLD = 0 }; struct Row {};
     static __device__ __forceinline__ void load(const uint8_t*, int, Row&) {}
     static __device__ __forceinline__ void pairs(const Row&, int, uint32_t& p0, uint32_t& p1) { p0 = p1 = 0; }
     static __device__ __forceinline__ void scale(const Row&, int, float& a, float& b) { a = b = 0.0f; }
 };
 
 // §3.4 Q4_K: W = (d·sc)·q − dmin·mn, q = nibble; sub-block s (32 elements) = groups 2s, 2s+1.
-template <> struct Tc<FmtQ4_K> { enum { OK = 1, SB = 144, GPS = 2, HAS_MIN = 1 };
+template <> struct Tc<FmtQ4_K> { enum { OK = 1, SB = 144, GPS = 2, HAS_MIN = 1, FOLD = 0 };
     struct Row { uint4 hd; uint32_t q[8]; };
     static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
         R.hd = __ldg((const uint4*)b);
@@ -363,7 +373,7 @@ template <> struct Tc<FmtQ4_K> { enum { OK = 1, SB = 144, GPS = 2, HAS_MIN = 1 }
 };
 
 // §3.4 Q5_K: q = nibble | (qh bit s)·16; otherwise as Q4_K.
-template <> struct Tc<FmtQ5_K> { enum { OK = 1, SB = 176, GPS = 2, HAS_MIN = 1 };
+template <> struct Tc<FmtQ5_K> { enum { OK = 1, SB = 176, GPS = 2, HAS_MIN = 1, FOLD = 0 };
     struct Row { uint4 hd; uint32_t qh[2]; uint32_t q[8]; };
     static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
         R.hd = __ldg((const uint4*)b);
@@ -387,7 +397,7 @@ template <> struct Tc<FmtQ5_K> { enum { OK = 1, SB = 176, GPS = 2, HAS_MIN = 1 }
 };
 
 // §3.4 Q6_K: W = (d·sc_G)·(q − 32), q = ql nibble | qh 2 bits · 16; 16-element scale groups.
-template <> struct Tc<FmtQ6_K> { enum { OK = 1, SB = 210, GPS = 1, HAS_MIN = 0 };
+template <> struct Tc<FmtQ6_K> { enum { OK = 1, SB = 210, GPS = 1, HAS_MIN = 0, FOLD = 0 };
     struct Row { uint32_t ql[8]; uint32_t qh[4]; uint32_t sc[4]; float d; };
     static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
         // ql word i = (h, j&1, gh) = (i >> 2, (i >> 1) & 1, i & 1); qh word i = (h, gh).
@@ -413,7 +423,10 @@ template <> struct Tc<FmtQ6_K> { enum { OK = 1, SB = 210, GPS = 1, HAS_MIN = 0 }
 };
 
 // §3.4 Q2_K: W = (d·(s & 15))·q − dmin·(s >> 4), q 2 bits; 16-element scale groups.
-template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1 };
+// Folded (FOLD = 1): the 4-bit scale is multiplied into the integer (sc·q ≤ 45, exact in bf16),
+// so a super-block is one mma sum P = Σ (sc·q)·x scaled once by d, and the offsets
+// Σ_G dmin·m_G·S_G are one more mma of the 4-bit mins against the group sums' bf16 pieces.
+template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, FOLD = 1 };
     struct Row { uint32_t sc[4]; uint32_t q[4]; uint32_t dd; };
     static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
 #pragma unroll
@@ -434,10 +447,27 @@ template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1 };
         a = f16_to_f32(R.dd) * u2f(s & 15u);
         b = -(f16_to_f32(R.dd >> 16) * u2f(s >> 4));
     }
+    // Folded pairs: (sc_G·q) for the thread's elements of group G.
+    static __device__ __forceinline__ void pairs_fold(const Row& R, int G, uint32_t& p0, uint32_t& p1) {
+        const int h = G >> 3, j = (G >> 1) & 3, gh = G & 1;
+        const uint32_t w = R.q[2 * h + gh];
+        const uint32_t sc = (R.sc[G >> 2] >> (8 * (G & 3))) & 15u;
+        p0 = tc_pair_m128(((w >> (2 * j)) & 0x00030003u) * sc + 0x43004300u);
+        p1 = tc_pair_m128(((w >> (2 * j + 8)) & 0x00030003u) * sc + 0x43004300u);
+    }
+    // The mins as mma A pairs over k = group: m0 = (m_{2t}, m_{2t+1}), m1 = (m_{2t+8}, m_{2t+9}).
+    static __device__ __forceinline__ void mins(const Row& R, int t, uint32_t& m0, uint32_t& m1) {
+        const uint32_t lo = R.sc[t >> 1] >> (16 * (t & 1));
+        const uint32_t hi = R.sc[2 + (t >> 1)] >> (16 * (t & 1));
+        m0 = tc_pair_m128((((lo >> 4) & 15u) | (((lo >> 12) & 15u) << 16)) | 0x43004300u);
+        m1 = tc_pair_m128((((hi >> 4) & 15u) | (((hi >> 12) & 15u) << 16)) | 0x43004300u);
+    }
+    static __device__ __forceinline__ float d(const Row& R) { return f16_to_f32(R.dd); }
+    static __device__ __forceinline__ float dmin(const Row& R) { return f16_to_f32(R.dd >> 16); }
 };
 
 // §3.4 Q3_K: W = (d·S_G)·(low2 + 4·hbit − 4); 16-element scale groups.
-template <> struct Tc<FmtQ3_K> { enum { OK = 1, SB = 110, GPS = 1, HAS_MIN = 0 };
+template <> struct Tc<FmtQ3_K> { enum { OK = 1, SB = 110, GPS = 1, HAS_MIN = 0, FOLD = 0 };
     struct Row { uint32_t hm[2]; uint32_t q[4]; uint32_t sc[3]; float d; };
     static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
         R.hm[0] = ld_u32_a2(b + 4 * t);
@@ -465,7 +495,7 @@ template <> struct Tc<FmtQ3_K> { enum { OK = 1, SB = 110, GPS = 1, HAS_MIN = 0 }
 
 // §3.3 Q4_0: W = d·(nib − 8); a 256-element super-block is 8 blocks of 18 bytes; block i =
 // groups 2i (low nibbles) and 2i + 1 (high nibbles) of the same 16 bytes.
-template <> struct Tc<FmtQ4_0> { enum { OK = 1, SB = 144, GPS = 2, HAS_MIN = 0 };
+template <> struct Tc<FmtQ4_0> { enum { OK = 1, SB = 144, GPS = 2, HAS_MIN = 0, FOLD = 0 };
     struct Row { uint32_t q[8]; float d[8]; };
     static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
 #pragma unroll
@@ -493,13 +523,16 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                                                  const uint32_t* __restrict__ xp,
                                                  const float* __restrict__ xs,
                                                  float* __restrict__ y, int rows, int K,
-                                                 uint64_t row_bytes, int nc, int tile) {
+                                                 uint64_t row_bytes, int nc, int cta, int tpc) {
 #if __CUDA_ARCH__ >= 800
     typedef Tc<F> T;
     __shared__ float red[TC_WARPS][32][4];
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int row0 = tile * 16;
+    // tpc row tiles per block; each tile's K is split into S = TC_WARPS / tpc strided runs of
+    // super-blocks, one per warp (warp wid: tile wid % tpc, run wid / tpc).
+    const int S = TC_WARPS / tpc, tl = wid % tpc, run = wid / tpc;
+    const int row0 = (cta * tpc + tl) * 16;
     const uint8_t* wa = W + (uint64_t)min(row0 + g, rows - 1) * row_bytes;
     const uint8_t* wb = W + (uint64_t)min(row0 + g + 8, rows - 1) * row_bytes;
     const int nsb = K >> 8, ng = K >> 4;
@@ -509,20 +542,75 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     const uint4* xq = (const uint4*)(xp + ((uint64_t)col * ng * 4 + t) * TC_WORDS);
     const float2* xs2 = (const float2*)(xs + 2 * t);
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    // Warp run `run` takes super-blocks run, run + S, … (the block's warps read neighbouring
+    // super-blocks of the same rows at the same time; measured faster than contiguous runs).
+    const int sbe = (row0 < rows) ? nsb : 0;
     typename T::Row A, B;
-    if (wid < nsb) {
-        T::load(wa + (uint64_t)wid * T::SB, t, A);
-        T::load(wb + (uint64_t)wid * T::SB, t, B);
+    if (run < sbe) {
+        T::load(wa + (uint64_t)run * T::SB, t, A);
+        T::load(wb + (uint64_t)run * T::SB, t, B);
     }
 #pragma unroll 1
-    for (int sb = wid; sb < nsb; sb += TC_WARPS) {
-        // Next super-block's weights in flight while this one is computed.
+    for (int sb = run; sb < sbe; sb += S) {
+        // Next super-block's weights in flight while this one is computed (two ahead measured
+        // slower on the H200: more registers, fewer resident blocks).
         typename T::Row An, Bn;
-        const int sn = sb + TC_WARPS;
-        if (sn < nsb) {
+        const int sn = sb + S;
+        if (sn < sbe) {
             T::load(wa + (uint64_t)sn * T::SB, t, An);
             T::load(wb + (uint64_t)sn * T::SB, t, Bn);
         }
+        if constexpr (T::FOLD) {
+            float P[4][4];
+#pragma unroll
+            for (int a = 0; a < 4; ++a)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) P[a][i] = 0.0f;
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                uint4 xv[16];
+#pragma unroll
+                for (int u = 0; u < 8; ++u) {
+                    const uint4* p = xq + (uint64_t)(16 * sb + 8 * hf + u) * 4 * (TC_WORDS / 4);
+                    xv[2 * u] = __ldg(p);
+                    xv[2 * u + 1] = __ldg(p + 1);
+                }
+#pragma unroll
+                for (int u = 0; u < 8; ++u) {
+                    const int G = 8 * hf + u;
+                    uint32_t a0, a1, a2, a3;
+                    T::pairs_fold(A, G, a0, a2);
+                    T::pairs_fold(B, G, a1, a3);
+                    const uint4 x0 = xv[2 * u];
+                    const uint4 x1 = xv[2 * u + 1];
+                    tc_mma(P[u & 3], a0, a1, a2, a3, x1.x, x1.y);  // lo
+                    tc_mma(P[u & 3], a0, a1, a2, a3, x0.z, x0.w);  // mid
+                    tc_mma(P[u & 3], a0, a1, a2, a3, x0.x, x0.y);  // hi
+                }
+            }
+            // Offsets: M = Σ_G m_G · S_G over the super-block's 16 groups (k = group).
+            float M[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            {
+                uint32_t a0, a1, a2, a3;
+                T::mins(A, t, a0, a2);
+                T::mins(B, t, a1, a3);
+                const uint4* f = (const uint4*)((const uint32_t*)(xs + TC_XSF_OFFSET) +
+                                                (((uint64_t)col * nsb + sb) * 4 + t) * 8);
+                const uint4 s0 = __ldg(f);
+                const uint4 s1 = __ldg(f + 1);
+                tc_mma(M, a0, a1, a2, a3, s1.x, s1.y);  // lo
+                tc_mma(M, a0, a1, a2, a3, s0.z, s0.w);  // mid
+                tc_mma(M, a0, a1, a2, a3, s0.x, s0.y);  // hi
+            }
+            const float da = T::d(A), db = T::d(B), ma = -T::dmin(A), mb = -T::dmin(B);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float ps = (P[0][i] + P[1][i]) + (P[2][i] + P[3][i]);
+                const float dd = i < 2 ? da : db, mm = i < 2 ? ma : mb;
+                acc[i] = fmaf(dd, ps, acc[i]);
+                acc[i] = fmaf(mm, M[i], acc[i]);
+            }
+        } else {
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
             // All activation fragments (and 16-sums) of 8 groups issued before their first use.
@@ -545,7 +633,8 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                     uint32_t a0, a1, a2, a3;
                     T::pairs(A, G, a0, a2);
                     T::pairs(B, G, a1, a3);
-                    const uint4 x0 = xv[2 * ul], x1 = xv[2 * ul + 1];
+                    const uint4 x0 = xv[2 * ul];
+                    const uint4 x1 = xv[2 * ul + 1];
                     tc_mma(part, a0, a1, a2, a3, x1.x, x1.y);  // lo
                     tc_mma(part, a0, a1, a2, a3, x0.z, x0.w);  // mid
                     tc_mma(part, a0, a1, a2, a3, x0.x, x0.y);  // hi
@@ -569,18 +658,22 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 }
             }
         }
+        }
         A = An;
         B = Bn;
     }
 #pragma unroll
     for (int i = 0; i < 4; ++i) red[wid][lane][i] = acc[i];
     __syncthreads();
-    if (wid == 0) {
+    if (run == 0) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
+            // The runs of this tile in order, pairwise: (r0 + r1) + (r2 + r3) + …
             float v = 0.0f;
-#pragma unroll
-            for (int w = 0; w < TC_WARPS; w += 2) v += red[w][lane][i] + red[w + 1][lane][i];
+            for (int s2 = 0; s2 < S; s2 += 2) {
+                const float a = red[tl + s2 * tpc][lane][i];
+                v += (s2 + 1 < S) ? a + red[tl + (s2 + 1) * tpc][lane][i] : a;
+            }
             const int r = row0 + g + 8 * (i >> 1), c = 2 * t + (i & 1);
             if (r < rows && c < nc) y[(uint64_t)c * rows + r] = v;
         }
@@ -591,18 +684,23 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 // mvtc_<fmt>(W, xp, xs, y, rows, K, row_bytes, nc, W2, y2, rows2): y = W·x and, in the same
 // launch, y2 = W2·x (same format and K; rows2 = 0 for none): blocks ≥ ceil(rows / 16) take W2.
 // Grid ceil(rows / 16) + ceil(rows2 / 16).
+// mvtc_<fmt>(W, xp, xs, y, rows, K, row_bytes, nc, W2, y2, rows2, tpc): y = W·x and, in the
+// same launch, y2 = W2·x (same format and K; rows2 = 0 for none). tpc ∈ {1, 2, 4, 8} row tiles
+// per block (host: kernels::tc_tiles_per_block, a function of rows and the SM count only, so a
+// matrix always gets the same summation order). Grid ceil(tiles / tpc) + ceil(tiles2 / tpc).
 #define MVTC_KERNEL(NAME, F)                                                                 \
     extern "C" __global__ void __launch_bounds__(32 * TC_WARPS) mvtc_##NAME(                 \
         const uint8_t* __restrict__ W, const uint32_t* __restrict__ xp,                      \
         const float* __restrict__ xs, float* __restrict__ y, int rows, int K,                \
         uint64_t row_bytes, int nc, const uint8_t* __restrict__ W2, float* __restrict__ y2,  \
-        int rows2) {                                                                         \
+        int rows2, int tpc) {                                                                \
         if constexpr (Tc<F>::OK) {                                                           \
-            const int tiles = (rows + 15) >> 4;                                              \
-            if ((int)blockIdx.x < tiles)                                                     \
-                mvtc_body<F>(W, xp, xs, y, rows, K, row_bytes, nc, blockIdx.x);              \
+            const int ctas = (((rows + 15) >> 4) + tpc - 1) / tpc;                           \
+            if ((int)blockIdx.x < ctas)                                                      \
+                mvtc_body<F>(W, xp, xs, y, rows, K, row_bytes, nc, blockIdx.x, tpc);         \
             else                                                                             \
-                mvtc_body<F>(W2, xp, xs, y2, rows2, K, row_bytes, nc, blockIdx.x - tiles);   \
+                mvtc_body<F>(W2, xp, xs, y2, rows2, K, row_bytes, nc, blockIdx.x - ctas,     \
+                             tpc);                                                           \
         }                                                                                    \
     }
 

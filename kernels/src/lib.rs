@@ -73,6 +73,9 @@ pub fn matvec_rows_per_block(fmt: &str, nc: usize) -> u32 {
 /// Formats with a tensor-core matvec `mvtc_<fmt>` (`matvec.cu`: weights decoded to exact bf16
 /// integers, activations split exactly into three bf16 pieces, `mma.sync` bf16 → f32).
 pub const TC_FORMATS: [&str; 6] = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_0"];
+/// Word offset of the folded formats' group-sum fragments inside the `mvtc` sums buffer
+/// (`TC_XSF_OFFSET` in `common.cuh`; equals `TC_MAX_K / 16 · 8` of the runtime's scratch).
+pub const TC_XSF_OFFSET: usize = 32768;
 /// Elements of one `mvtc` super-block: `K` must be a multiple of this.
 pub const TC_SUPER_BLOCK: usize = 256;
 /// Rows of one `mvtc_<fmt>` thread block (grid `ceil(rows / TC_ROWS)`, block [`TC_THREADS`]).
@@ -95,17 +98,32 @@ pub fn norm_threads(n: usize) -> u32 {
     (n.div_ceil(4).div_ceil(32) * 32).clamp(32, 1024) as u32
 }
 
-/// Threads of one `add_norm_prep_f32` / `geglu_prep_f32` block for rows of `n` (one thread per
-/// 16 elements, rounded up to whole warps), or `None` when those kernels do not serve `n`
-/// (`n % 16 != 0` or `n / 16 > 1024`).
+/// Threads of one `add_norm_prep_f32` block for rows of `n` (one thread per 4 elements up to
+/// 1024 threads, each holding at most `NQ = 4` such quads, `layer.cu`), or `None` when the fused
+/// norm/prep kernels do not serve `n` (`n % 16 != 0` or `n > 16384`). `geglu_prep_f32` uses
+/// blocks of [`GEGLU_PREP_THREADS`] with the same condition on `n`.
 pub fn norm_prep_threads(n: usize) -> Option<u32> {
-    (n > 0 && n.is_multiple_of(16) && n / 16 <= 1024).then(|| ((n / 16).div_ceil(32) * 32) as u32)
+    (n > 0 && n.is_multiple_of(16) && n <= 4 * 4 * 1024)
+        .then(|| ((n / 4).div_ceil(32) * 32).min(1024) as u32)
 }
 
+/// Threads of one `geglu_prep_f32` block (grid `(ceil(n / 4 / this), rows)`).
+pub const GEGLU_PREP_THREADS: u32 = 128;
+
 /// Kernel name of the tensor-core matvec for format `fmt` (defined, empty, for every format;
-/// only [`TC_FORMATS`] compute).
+/// only [`TC_FORMATS`] compute): all three activation pieces (exact f32 activations).
 pub fn mvtc_kernel(fmt: &str) -> String {
     format!("mvtc_{fmt}")
+}
+
+/// Row tiles (of [`TC_ROWS`]) per `mvtc` block for a matrix of `rows` rows on a GPU with
+/// `sm_count` SMs. Always 1 for now: on the H200 (12B shapes, Q2_K/Q3_K) 2 tiles per block with
+/// contiguous runs was slower (gate+up 53 → 63 µs) than one tile whose 8 warps stride over the
+/// super-blocks. The kernel takes 1, 2, 4 or 8; the choice must depend on the shape and device
+/// only, so that every call on a matrix sums in the same order.
+pub fn tc_tiles_per_block(rows: usize, sm_count: u32) -> u32 {
+    let _ = (rows, sm_count);
+    1
 }
 
 /// Dynamic shared memory (bytes) of an `attention*_f32` launch whose widest query row sees `span`
@@ -571,5 +589,34 @@ impl ModuleCache {
             self.module(f)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn xsf_offset_matches_the_cuda_define() {
+        // The Rust constant and the CUDA #define are written separately; they must agree.
+        let line = format!("#define TC_XSF_OFFSET {}", super::TC_XSF_OFFSET);
+        assert!(super::COMMON.contains(&line), "common.cuh lacks {line:?}");
+    }
+
+    #[test]
+    fn norm_block_sizes() {
+        // Hand-derived: n = 3840 → ⌈3840/4⌉ = 960 threads (a multiple of 32); n = 256 → 64;
+        // n = 20 → 5 → one warp; n = 16384 is the largest fused width (1024 threads × 4 quads).
+        assert_eq!(super::norm_threads(3840), 960);
+        assert_eq!(super::norm_threads(256), 64);
+        assert_eq!(super::norm_threads(20), 32);
+        assert_eq!(super::norm_threads(100_000), 1024);
+        assert_eq!(super::norm_prep_threads(3840), Some(960));
+        assert_eq!(super::norm_prep_threads(16384), Some(1024));
+        assert_eq!(super::norm_prep_threads(16400), None);
+        assert_eq!(super::norm_prep_threads(40), None);
+        assert!(super::tc_supported("q2_k", 3840, (9, 0)));
+        assert!(!super::tc_supported("q2_k", 3840 + 32, (9, 0)));
+        assert!(!super::tc_supported("q8_0", 3840, (9, 0)));
+        assert!(!super::tc_supported("q4_k", 3840, (7, 5)));
+        assert_eq!(super::tc_tiles_per_block(30720, 132), 1);
     }
 }

@@ -32,13 +32,15 @@ pub struct Gpu {
     /// forward on [`Gpu::stream`] (in-order, so one at a time): split activations of up to 8
     /// columns of [`TC_MAX_K`] elements, and their 16-element sums.
     pub(crate) tc_xp: CudaSlice<u32>,
-    /// 16-element sums `[TC_MAX_K / 16, 8]` of the same columns.
+    /// 16-element sums `[TC_MAX_K / 16, 8]` of the same columns, followed by their bf16
+    /// fragments for the folded formats' offset mma (`common.cuh`, `TC_XSF_OFFSET`).
     pub(crate) tc_xs: CudaSlice<f32>,
 }
 
 /// Longest row (input length `K`) the tensor-core matvec scratch holds; longer rows use the
 /// CUDA-core matvec.
 pub const TC_MAX_K: usize = 1 << 16;
+const _: () = assert!(TC_MAX_K / 16 * 8 == kernels::TC_XSF_OFFSET);
 
 /// Why no GPU can be used here, or `None` when `libcuda` and `libnvrtc` open and a device
 /// context can be created. Never panics.
@@ -85,8 +87,10 @@ impl Gpu {
         let tc_xp = stream
             .alloc_zeros::<u32>(8 * TC_MAX_K * kernels::TC_PREP_WORDS_PER_ELEMENT)
             .map_err(drv("alloc mvtc scratch"))?;
+        // Group sums [TC_MAX_K / 16][8], then (from TC_XSF_OFFSET = TC_MAX_K / 16 · 8 words, see
+        // common.cuh) their bf16 fragments [8][TC_MAX_K / 256][4][8] for folded formats.
         let tc_xs = stream
-            .alloc_zeros::<f32>(TC_MAX_K / 16 * 8)
+            .alloc_zeros::<f32>(TC_MAX_K / 16 * 8 + 8 * (TC_MAX_K / 256) * 32)
             .map_err(drv("alloc mvtc scratch"))?;
         Ok(Gpu {
             tc_xp,

@@ -415,16 +415,19 @@ impl Forward<'_> {
         let gpu = self.gpu;
         let name = kernels::mvtc_kernel(w.fmt);
         let f = gpu.modules.function_fmt(Family::Matvec, w.fmt, &name)?;
-        let tiles = |rows: usize| (rows as u32).div_ceil(kernels::TC_ROWS);
         let (w2, y2, rows2) = match second {
             Some((w2, y2)) => (ptr(gpu, &w2.data), y2, w2.rows),
             None => (0, 0, 0),
         };
+        // One tiles-per-block for both matrices (from the larger; the pair is always the same
+        // two matrices, so each keeps one summation order).
+        let tpc = kernels::tc_tiles_per_block(w.rows.max(rows2), gpu.sm_count);
+        let ctas = |rows: usize| (rows as u32).div_ceil(kernels::TC_ROWS).div_ceil(tpc);
         launch(
             gpu,
             &f,
             &name,
-            lc((tiles(w.rows) + tiles(rows2), 1, 1), kernels::TC_THREADS, 0),
+            lc((ctas(w.rows) + ctas(rows2), 1, 1), kernels::TC_THREADS, 0),
             &[
                 Arg::P(ptr(gpu, &w.data)),
                 Arg::P(ptr(gpu, &gpu.tc_xp)),
@@ -437,6 +440,7 @@ impl Forward<'_> {
                 Arg::P(w2),
                 Arg::P(y2),
                 Arg::I(rows2 as i32),
+                Arg::I(tpc as i32),
             ],
         )
     }
@@ -591,7 +595,7 @@ impl Forward<'_> {
 
     /// `g[r] = gelu(g[r]) ⊙ u[r]` over `t` rows of `n` (`geglu_prep_f32`, which also fills the
     /// tensor-core prep buffers with the result when `t ≤ 8`; returns `Some(n)` then), or
-    /// `geglu_f32` for widths the fused kernel does not serve.
+    /// `geglu_f32` when `n % 16 ≠ 0`.
     fn geglu_prep(
         &self,
         g: u64,
@@ -600,7 +604,7 @@ impl Forward<'_> {
         n: usize,
     ) -> Result<Option<usize>, RuntimeError> {
         let gpu = self.gpu;
-        let Some(threads) = kernels::norm_prep_threads(n) else {
+        if !n.is_multiple_of(16) {
             let len = t * n;
             self.call(
                 "geglu_f32",
@@ -610,12 +614,16 @@ impl Forward<'_> {
                 &[Arg::P(g), Arg::P(u), Arg::P(g), Arg::U(len as u64)],
             )?;
             return Ok(None);
-        };
+        }
         let prep_rows = if t <= MATVEC_MAX_COLS { t } else { 0 };
         self.call(
             "geglu_prep_f32",
-            (t as u32, 1, 1),
-            threads,
+            (
+                ((n / 4) as u32).div_ceil(kernels::GEGLU_PREP_THREADS),
+                t as u32,
+                1,
+            ),
+            kernels::GEGLU_PREP_THREADS,
             0,
             &[
                 Arg::P(g),
