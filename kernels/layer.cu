@@ -220,17 +220,20 @@ extern "C" __global__ void moe_combine_f32(const float* __restrict__ y, const fl
     out[i] = acc;
 }
 
-// kv_write_f32(k, v, kc, vc, slot, pos, T, w, ctx): appends this forward's K/V rows to the
-// cache (§4.8 store): kc[(slot[t]·ctx + pos[t])·w + i] = k[t·w + i] (same for v);
-// k, v f32 [T, w] (w = nkv·d); kc, vc f32 [S, ctx, w]. n = T·w threads.
+// kv_write_f32(k, v, kc, vc, slot, pos, T, w, rows): stores this forward's K/V rows in the
+// cache (§4.8 store; spec/gemma4-assistant-mtp.md §6.2 ring storage):
+// kc[(slot[t]·rows + pos[t] mod rows)·w + i] = k[t·w + i] (same for v);
+// k, v f32 [T, w] (w = nkv·d); kc, vc f32 [S, rows, w]: rows = ctx on full-attention layers
+// (row = position), rows = W + CHUNK_ROWS on sliding layers (a ring: position p at row
+// p mod rows; the host keeps track of which positions are still held). n = T·w threads.
 extern "C" __global__ void kv_write_f32(const float* __restrict__ k, const float* __restrict__ v,
                                         float* __restrict__ kc, float* __restrict__ vc,
                                         const int* __restrict__ slot, const int* __restrict__ pos,
-                                        int T, int w, int ctx) {
+                                        int T, int w, int rows) {
     uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (uint64_t)T * w) return;
     const uint64_t t = i / w, c = i % w;
-    const uint64_t dst = ((uint64_t)slot[t] * ctx + pos[t]) * w + c;
+    const uint64_t dst = ((uint64_t)slot[t] * rows + (uint64_t)(pos[t] % rows)) * w + c;
     kc[dst] = k[i];
     vc[dst] = v[i];
 }

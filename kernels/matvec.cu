@@ -257,21 +257,22 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 // Every weight is W[r, e] = a_{r,G} · q_{r,e} + b_{r,G}: a small integer q (|q| < 128, exact in
 // bf16) and the f32 scale a and offset b of its scale group G (16 or 32 elements; spec
 // §3.3–§3.4, the same fields as the FmtX::dq8 decoders above). Activations are split exactly
-// into three bf16 pieces x = hi + mid + lo (8 + 8 + 8 significand bits of the f32, by
-// truncation; `mvtc_prep`). Then
+// into three bf16 pieces x = hi + mid + lo (hi truncated, mid rounded, lo the exact rest:
+// `tc_split3` in common.cuh, written by `mvtc_prep` or a fused producer kernel). Then
 //   y[c, r] = Σ_G a_{r,G} · P_{r,c,G} + b_{r,G} · S_{c,G},
 //   P_{r,c,G} = Σ_{e∈G} q_{r,e} · (lo + mid + hi)_{c,e}   (mma.sync m16n8k16 bf16 → f32: every
 //               product exact, summed by the tensor core in f32),
 //   S_{c,G}   = Σ_{e∈G} x_{c,e}                             (f32, `mvtc_prep`).
 // Error: per group ≤ 3 tensor-core f32 accumulations of 16 exact products + 2 f32 roundings,
 // then one running f32 sum per warp over its run of super-blocks and a fixed pairwise sum of the
-// runs:
-// no dependence on the number of columns (all 1..8 columns cost one launch and the same bits).
+// runs; no dependence on the number of columns (all 1..8 columns cost one launch and the same
+// bits). Folded formats (Q2_K: FOLD = 1 below) multiply the group scale into the integer and
+// take the offsets Σ_G b_G·S_G as one more mma per super-block.
 //
 // Tile: 16 rows × 8 columns; a block (TC_WARPS = 8 warps) computes tpc tiles, each tile's K split
 // into S = 8 / tpc strided runs of 256-element super-blocks (run s: s, s + S, …), one per warp
-// (the next super-block's weights loaded while the current one is computed; a half super-block's activation fragments
-// loaded before first use); lane = 4·g + t holds rows g and g + 8 and, per 16-group,
+// (the next super-block's weights loaded while the current one is computed; TC_XB groups'
+// activation fragments loaded as one batch before first use); lane = 4·g + t holds rows g and g + 8 and, per 16-group,
 // the elements e = 4t .. 4t+3 (mma k-slots 2t ↔ e=4t, 2t+1 ↔ 4t+2, 2t+8 ↔ 4t+1, 2t+9 ↔ 4t+3), so a
 // 32-bit word of 4 consecutive bytes gives the thread's two bf16 pairs with one mask each.
 // Launch: block (256,1,1), grid (ceil(ceil(rows / 16) / tpc), 1, 1), after mvtc_prep of the same x.
@@ -517,6 +518,10 @@ template <> struct Tc<FmtQ4_0> { enum { OK = 1, SB = 144, GPS = 2, HAS_MIN = 0, 
 };
 
 #define TC_WARPS 8  // warps per mvtc block (split-K over super-blocks)
+// 16-groups whose activation fragments are loaded as one batch (4 or 8: 8 holds 64 registers
+// of fragments; 4 saved 6 registers on Q2_K, not enough for a third resident block, and measured
+// the same speed on the H200). Does not change any sum.
+#define TC_XB 8
 
 template <typename F>
 static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
@@ -567,17 +572,18 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 #pragma unroll
                 for (int i = 0; i < 4; ++i) P[a][i] = 0.0f;
 #pragma unroll
-            for (int hf = 0; hf < 2; ++hf) {
-                uint4 xv[16];
+            for (int hf = 0; hf < 16 / TC_XB; ++hf) {
+                uint4 xv[2 * TC_XB];
 #pragma unroll
-                for (int u = 0; u < 8; ++u) {
-                    const uint4* p = xq + (uint64_t)(16 * sb + 8 * hf + u) * 4 * (TC_WORDS / 4);
+                for (int u = 0; u < TC_XB; ++u) {
+                    const uint4* p =
+                        xq + (uint64_t)(16 * sb + TC_XB * hf + u) * 4 * (TC_WORDS / 4);
                     xv[2 * u] = __ldg(p);
                     xv[2 * u + 1] = __ldg(p + 1);
                 }
 #pragma unroll
-                for (int u = 0; u < 8; ++u) {
-                    const int G = 8 * hf + u;
+                for (int u = 0; u < TC_XB; ++u) {
+                    const int G = TC_XB * hf + u;
                     uint32_t a0, a1, a2, a3;
                     T::pairs_fold(A, G, a0, a2);
                     T::pairs_fold(B, G, a1, a3);
@@ -612,24 +618,24 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
             }
         } else {
 #pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-            // All activation fragments (and 16-sums) of 8 groups issued before their first use.
-            uint4 xv[16];
-            float2 Sv[8];
+        for (int hf = 0; hf < 16 / TC_XB; ++hf) {
+            // All activation fragments (and 16-sums) of TC_XB groups issued before first use.
+            uint4 xv[2 * TC_XB];
+            float2 Sv[TC_XB];
 #pragma unroll
-            for (int u = 0; u < 8; ++u) {
-                const int Ga = 16 * sb + 8 * hf + u;
+            for (int u = 0; u < TC_XB; ++u) {
+                const int Ga = 16 * sb + TC_XB * hf + u;
                 const uint4* p = xq + (uint64_t)Ga * 4 * (TC_WORDS / 4);
                 xv[2 * u] = __ldg(p);
                 xv[2 * u + 1] = __ldg(p + 1);
                 if (T::HAS_MIN) Sv[u] = __ldg(xs2 + 4 * Ga);
             }
 #pragma unroll
-            for (int s = 8 * hf / T::GPS; s < 8 * (hf + 1) / T::GPS; ++s) {
+            for (int s = TC_XB * hf / T::GPS; s < TC_XB * (hf + 1) / T::GPS; ++s) {
                 float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
                 for (int u = 0; u < T::GPS; ++u) {
-                    const int G = s * T::GPS + u, ul = G - 8 * hf;
+                    const int G = s * T::GPS + u, ul = G - TC_XB * hf;
                     uint32_t a0, a1, a2, a3;
                     T::pairs(A, G, a0, a2);
                     T::pairs(B, G, a1, a3);
@@ -649,7 +655,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 if (T::HAS_MIN) {
 #pragma unroll
                     for (int u = 0; u < T::GPS; ++u) {
-                        const float2 S = Sv[s * T::GPS + u - 8 * hf];
+                        const float2 S = Sv[s * T::GPS + u - TC_XB * hf];
                         acc[0] = fmaf(ma, S.x, acc[0]);
                         acc[1] = fmaf(ma, S.y, acc[1]);
                         acc[2] = fmaf(mb, S.x, acc[2]);

@@ -347,6 +347,17 @@ impl DeviceAssistant {
         );
         let slotp = metap;
         let posp = metap + 4;
+        // The target store layers' storage (§2.3) with its geometry: rows per slot (a ring on
+        // sliding storage, position j at row j mod rows) and a check that the visible rows
+        // S_τ(p) (§2.5) are all still held — never read a ring row that holds another position.
+        let mut geo = [(0usize, 0usize); 2];
+        for (i, sliding) in [false, true].into_iter().enumerate() {
+            if let Some(src) = self.store.of_type(sliding) {
+                let lo = if sliding { lo_s } else { 0 };
+                cache.book().check_rows(slot, src, lo..p)?;
+                geo[i] = (src, cache.rows(src)?);
+            }
+        }
         let mut out = Vec::with_capacity(k);
         for i in 0..k {
             // §2.1: u = [E_T[x]·√H_T ‖ g]; z = W_pre · u.
@@ -364,6 +375,7 @@ impl DeviceAssistant {
                     .store
                     .of_type(l.sliding)
                     .ok_or_else(|| pairing("no store layer".into()))?;
+                let rows = geo[usize::from(l.sliding)].1;
                 let (kc, vc) = cache.layers[src].as_ref().ok_or_else(|| {
                     RuntimeError::Capacity(format!("target layer {src} has no cache"))
                 })?;
@@ -392,7 +404,7 @@ impl DeviceAssistant {
                         Arg::I(nh as i32),
                         Arg::I(nkv as i32),
                         Arg::I(d as i32),
-                        Arg::I(cache.ctx as i32),
+                        Arg::I(rows as i32),
                     ],
                 )?;
                 fw.mv(&l.attn_output, att, 1, r)?;

@@ -186,16 +186,14 @@ impl CudaEngine {
         &self.model.config.suppress_tokens
     }
 
-    /// Empties slot `s`.
+    /// Empties slot `s` (also clears a failed rollback).
     pub fn reset_slot(&mut self, s: usize) {
-        if let Some(l) = self.cache.len.get_mut(s) {
-            *l = 0;
-        }
+        self.cache.reset_slot(s);
     }
 
     /// Empties every slot.
     pub fn reset(&mut self) {
-        self.cache.len.iter_mut().for_each(|l| *l = 0);
+        self.cache.reset();
     }
 
     /// Runs `rows` (see [`Forward::run`]) and returns the logits of the rows asking for them.
@@ -488,24 +486,28 @@ impl CudaEngine {
     }
 
     /// Sets slot `s`'s committed length to `len` (≤ its current length): the rollback of
-    /// `spec/gemma4-assistant-mtp.md` §6. The cache keeps every position of every layer (sliding
-    /// layers included, option 3 of §6.2) and attention masks by position, so dropping the tail
-    /// restores exactly the state plain decoding leaves. Errors: bad slot or `len` too large.
+    /// `spec/gemma4-assistant-mtp.md` §6. Full-attention layers keep every position; sliding
+    /// layers are rings of `W + CHUNK_ROWS` rows (option 1 of §6.2), so removing up to
+    /// `CHUNK_ROWS` positions after a forward is always exact (a `spec:K` verify removes at
+    /// most `K < CHUNK_ROWS`) and the result is exactly the state plain decoding leaves
+    /// (`crate::forward::kv_rows` derives the bound).
+    ///
+    /// Errors: [`RuntimeError::Capacity`] for a bad slot or `len` too large;
+    /// [`RuntimeError::RollbackPastWindow`] (layer and positions named) when a ring no longer
+    /// holds what the shorter sequence needs — the slot then refuses forwards until a
+    /// reachable truncate or a reset ([`crate::forward::KvBook::truncate`]).
     pub fn truncate_slot(&mut self, s: usize, len: usize) -> Result<(), RuntimeError> {
-        match self.cache.len.get_mut(s) {
-            Some(l) if len <= *l => {
-                *l = len;
-                Ok(())
-            }
-            _ => Err(RuntimeError::Capacity(format!(
-                "cannot truncate slot {s} to {len} positions"
-            ))),
-        }
+        self.cache.truncate(s, len)
     }
 
     /// Committed length of slot `s`.
     pub fn slot_len(&self, s: usize) -> usize {
-        self.cache.len.get(s).copied().unwrap_or(0)
+        self.cache.len(s)
+    }
+
+    /// Device bytes held by the KV cache (rings on sliding layers).
+    pub fn kv_bytes(&self) -> usize {
+        self.cache.bytes()
     }
 
     /// Plain greedy decoding like [`CudaEngine::greedy`], also returning each emitted token's
@@ -646,10 +648,10 @@ impl CudaEngine {
                 hidden_row = 0;
                 continue;
             }
-            if self.cache.len[0] != p {
+            if self.cache.len(0) != p {
                 return Err(RuntimeError::Capacity(format!(
                     "cache holds {} positions at round position {p}",
-                    self.cache.len[0]
+                    self.cache.len(0)
                 )));
             }
             let hid = self.ws.hidden_row_ptr(&self.gpu, hidden_row, h);

@@ -57,6 +57,68 @@ pub enum RuntimeError {
     /// A request does not fit the engine's KV cache (slots or context length).
     #[error("KV cache capacity: {0}")]
     Capacity(String),
+    /// A rollback ([`crate::forward::KvCache::truncate`]) would need positions that a sliding
+    /// layer's ring has already overwritten (`spec/gemma4-assistant-mtp.md` §6.2). The slot keeps
+    /// its length and contents but refuses forwards ([`RuntimeError::KvRefused`]) until a
+    /// truncate succeeds or the slot is reset.
+    #[error(
+        "KV slot {slot}: cannot roll back from {cached} to {len} positions: layer {layer} \
+         (window {window}) needs positions {needed_from}…{last} but its ring of {rows} rows \
+         holds only {oldest_held}…{held_last}",
+        last = .len.saturating_sub(1),
+        held_last = .cached.saturating_sub(1)
+    )]
+    RollbackPastWindow {
+        /// The slot.
+        slot: usize,
+        /// The (storage-owning) sliding layer that lacks the rows.
+        layer: usize,
+        /// Requested length.
+        len: usize,
+        /// Length before the call.
+        cached: usize,
+        /// Widest window `W` among the layers reading that storage.
+        window: usize,
+        /// Ring rows per slot (`W + CHUNK_ROWS`).
+        rows: usize,
+        /// First position the requested length needs (`len + 1 − W`).
+        needed_from: usize,
+        /// Oldest position the ring still holds.
+        oldest_held: usize,
+    },
+    /// A forward or draft needs KV positions that the storage read by `layer` no longer holds
+    /// (overwritten in a sliding ring, e.g. by a forward that failed after writing its rows).
+    #[error(
+        "KV slot {slot}, layer {layer}: positions {}…{} needed, its storage of {rows} rows \
+         holds {}…{}",
+        .asked.start, .asked.end.saturating_sub(1), .held.start, .held.end.saturating_sub(1)
+    )]
+    KvNotHeld {
+        /// The slot.
+        slot: usize,
+        /// The layer whose storage is read (a reuse layer reads its store layer's).
+        layer: usize,
+        /// Positions needed.
+        asked: std::ops::Range<usize>,
+        /// Positions held.
+        held: std::ops::Range<usize>,
+        /// Rows per slot of that storage.
+        rows: usize,
+    },
+    /// A forward or draft on a slot whose last rollback failed
+    /// ([`RuntimeError::RollbackPastWindow`]).
+    #[error(
+        "KV slot {slot} refuses forwards: rolling back from {len} to {asked} positions failed; \
+         truncate to a reachable length or reset the slot first"
+    )]
+    KvRefused {
+        /// The slot.
+        slot: usize,
+        /// The length the failed rollback asked for.
+        asked: usize,
+        /// The slot's (unchanged) length.
+        len: usize,
+    },
     /// The engine produced NaN/Inf logits (row named).
     #[error("non-finite logits in row {row}")]
     NonFinite {

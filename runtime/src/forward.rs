@@ -8,10 +8,14 @@
 //! chunking (each output element is one fixed-order sum), so prefill rows, decode rows and
 //! batch rows of the same prefix are bitwise identical.
 //!
-//! KV cache ([`KvCache`]): per layer that computes K/V, `K`, `V` f32 `[S, C, nkv, d]` (S
-//! sequence slots, C positions each, every position kept, sliding layers included; the
-//! sliding mask is applied in the attention kernel). Reuse layers read their store layer's
-//! buffers (§4.8).
+//! KV cache ([`KvCache`]): per layer that computes K/V, `K`, `V` f32 `[S, rows, nkv, d]` (S
+//! sequence slots). Full-attention storage keeps every position (`rows = ctx`); sliding storage
+//! is a ring of `rows = W + CHUNK_ROWS` (position `p` at row `p mod rows`,
+//! `spec/gemma4-assistant-mtp.md` §6.2, option 1). Reuse layers read their store layer's
+//! buffers with its geometry (§4.8). The host bookkeeping ([`KvBook`]) knows which positions
+//! each ring still holds and turns every forward, draft or rollback that would need a lost
+//! position into a typed error. Rows are only *placed* differently: every query reads the same
+//! keys in the same order as from a linear cache, so results are bitwise unchanged.
 #![allow(unsafe_code)]
 
 use std::collections::{HashMap, HashSet};
@@ -44,54 +48,425 @@ unsafe impl Send for Graph {}
 /// shared memory).
 pub const MAX_CTX: usize = 12_000;
 
-/// The per-layer KV cache of `slots` sequences of up to `ctx` positions each.
+/// Rows per slot of a KV storage in a cache of `ctx` positions per slot, given the widest
+/// window `W` among the layers that read it (`None` when a full-attention layer reads it):
+/// `ctx` (linear, row = position) or `min(ctx, W + CHUNK_ROWS)` (a ring).
+///
+/// Why `W + CHUNK_ROWS` (`spec/gemma4-assistant-mtp.md` §6.2). Let `high` be one past the
+/// highest position ever written into the slot since it was emptied. A ring of `rows` rows then
+/// holds the positions `max(0, high − rows) … len − 1` ([`held`]): position `q < len` sits at row
+/// `q mod rows`, which only a write of `q + k·rows ≤ high − 1` (k ≥ 1) can have replaced, since
+/// positions below `q` are never rewritten after `q` while `q < len` (writes after a rollback
+/// restart at `len` and go up). A query at position `p` needs `p − W + 1 … p`:
+/// - *Forward chunk (write, then attend).* A chunk writes its rows (≤ `CHUNK_ROWS` of one slot,
+///   positions `a … b`, `b − a < CHUNK_ROWS`) before attending; it replaces positions up to
+///   `b − rows ≤ a + CHUNK_ROWS − 1 − W − CHUNK_ROWS = a − W − 1`, below the oldest key any of
+///   its rows needs (`a − W + 1`). So any sequence of chunks is exact.
+/// - *Rollback.* Truncating to `len` needs `len − W + 1 … len − 1` (the next query at `len`
+///   and the drafter's §2.5 set at round position `len`); the ring holds from
+///   `high − rows = high − W − CHUNK_ROWS`, so the truncate is exact iff
+///   `high − len ≤ CHUNK_ROWS + 1`: up to `CHUNK_ROWS + 1` positions below the furthest write
+///   can always be removed (in one or several truncates), further back is
+///   [`RuntimeError::RollbackPastWindow`]. `spec:K` (`K + 1 ≤ CHUNK_ROWS`): a round at `p`
+///   writes `p … p + K_r` and keeps `p + n' + 1 > p` positions, and every earlier write ended
+///   at most `K` rows past an earlier round's start `< p`, so `high − len ≤ K` always.
+///   Positions below `high − rows` are really gone (no accepted rollback reaches them except
+///   one to length 0, which empties the slot, so they are never rewritten), so this
+///   bookkeeping is exact, not just safe.
+pub fn kv_rows(window: Option<usize>, ctx: usize) -> usize {
+    match window {
+        Some(w) => (w + CHUNK_ROWS).min(ctx),
+        None => ctx,
+    }
+}
+
+/// Row (within its slot) of position `pos` in a storage of `rows` rows per slot: `pos mod rows`
+/// (the identity on linear storage, where `pos < ctx = rows`). Mirrors `kv_write_f32` and
+/// `attention.cu`.
+pub fn ring_row(pos: usize, rows: usize) -> usize {
+    pos % rows
+}
+
+/// Positions a storage of `rows` rows per slot holds for a slot of length `len` whose highest
+/// write ended at `high` (one past the position, `high ≥ len`): `max(0, high − rows) … len − 1`
+/// (see [`kv_rows`] for why). Empty when `len ≤ high − rows`.
+pub fn held(len: usize, high: usize, rows: usize) -> std::ops::Range<usize> {
+    let from = high.saturating_sub(rows);
+    from.min(len)..len
+}
+
+/// Positions a query at position `len` (the next row of a slot of length `len`) reads from the
+/// cache on a layer with window `W` (`None`: full attention): `max(0, len + 1 − W) … len − 1`
+/// (`spec/gemma4-text.md` §4.6; also the drafter's §2.5 set at round position `len`).
+pub fn needed(len: usize, window: Option<usize>) -> std::ops::Range<usize> {
+    let from = window.map_or(0, |w| (len + 1).saturating_sub(w));
+    from.min(len)..len
+}
+
+/// Geometry of one layer's own K/V storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvGeom {
+    /// Rows per slot ([`kv_rows`]).
+    pub rows: usize,
+    /// Widest window among the layers reading this storage (itself and its reuse layers, §4.8);
+    /// `None` when one of them is a full-attention layer.
+    pub window: Option<usize>,
+}
+
+/// One layer as the KV bookkeeping sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvLayerSpec {
+    /// `Some(W)` on sliding layers.
+    pub window: Option<usize>,
+    /// The layer whose storage it attends to (itself unless a reuse layer, §4.8).
+    pub source: usize,
+    /// Whether the layer computes and stores K/V.
+    pub owns: bool,
+}
+
+/// Host bookkeeping of the KV cache (no device memory, testable without a GPU): per-layer
+/// storage geometry and, per slot, the committed length, the write high-water mark and a failed
+/// rollback.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvBook {
+    ctx: usize,
+    /// Per layer: the storage it owns (`None` for reuse layers).
+    geom: Vec<Option<KvGeom>>,
+    /// Per layer: the layer whose storage it reads.
+    source: Vec<usize>,
+    /// Committed positions per slot.
+    len: Vec<usize>,
+    /// Per slot: one past the highest position written since the slot was emptied (`≥ len`).
+    high: Vec<usize>,
+    /// Per slot: the length asked by a failed rollback (forwards refused until cleared).
+    refused: Vec<Option<usize>>,
+}
+
+impl KvBook {
+    /// Geometry for `layers` with `slots` slots of `ctx` positions. Each owning layer's storage
+    /// is sized for the widest reader ([`KvGeom::window`]), so a reuse layer of another type or
+    /// window than its source still finds every key it needs.
+    ///
+    /// Errors: [`RuntimeError::Capacity`] for `slots = 0`, `ctx = 0` or `ctx >` [`MAX_CTX`];
+    /// [`RuntimeError::Model`] when a layer's source is out of range or owns no storage, or a
+    /// sliding layer has window 0.
+    pub fn new(layers: &[KvLayerSpec], slots: usize, ctx: usize) -> Result<KvBook, RuntimeError> {
+        if ctx > MAX_CTX || slots == 0 || ctx == 0 {
+            return Err(RuntimeError::Capacity(format!(
+                "{slots} slots × {ctx} positions (1 ≤ ctx ≤ {MAX_CTX})"
+            )));
+        }
+        let bad = |l: usize, detail: String| RuntimeError::Model {
+            what: format!("layer {l} KV"),
+            detail,
+        };
+        // Widest reader window per owner: Some(Some(w)) sliding readers only, Some(None) a full
+        // reader, None not an owner.
+        let mut widest: Vec<Option<Option<usize>>> =
+            layers.iter().map(|l| l.owns.then_some(Some(0))).collect();
+        for (i, l) in layers.iter().enumerate() {
+            if l.window == Some(0) {
+                return Err(bad(i, "sliding window 0".into()));
+            }
+            let w = widest
+                .get_mut(l.source)
+                .and_then(|w| w.as_mut())
+                .ok_or_else(|| bad(i, format!("reads layer {}, which stores no K/V", l.source)))?;
+            *w = match (*w, l.window) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                _ => None,
+            };
+        }
+        let geom = widest
+            .into_iter()
+            .map(|w| {
+                w.map(|window| KvGeom {
+                    rows: kv_rows(window, ctx),
+                    window,
+                })
+            })
+            .collect();
+        Ok(KvBook {
+            ctx,
+            geom,
+            source: layers.iter().map(|l| l.source).collect(),
+            len: vec![0; slots],
+            high: vec![0; slots],
+            refused: vec![None; slots],
+        })
+    }
+
+    /// Positions per slot.
+    pub fn ctx(&self) -> usize {
+        self.ctx
+    }
+
+    /// Slots.
+    pub fn slots(&self) -> usize {
+        self.len.len()
+    }
+
+    /// Committed length of slot `s` (0 for a slot that does not exist).
+    pub fn len(&self, s: usize) -> usize {
+        self.len.get(s).copied().unwrap_or(0)
+    }
+
+    /// Whether every slot is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len.iter().all(|&l| l == 0)
+    }
+
+    /// Geometry of the storage owned by layer `l` (`None` for reuse layers).
+    pub fn own(&self, l: usize) -> Option<KvGeom> {
+        self.geom.get(l).copied().flatten()
+    }
+
+    /// Geometry of the storage layer `l` reads (its own, or its source's), with the source.
+    pub fn read(&self, l: usize) -> Option<(usize, KvGeom)> {
+        let src = *self.source.get(l)?;
+        Some((src, self.own(src)?))
+    }
+
+    /// Positions of slot `s` the storage owned by layer `l` holds ([`held`]).
+    pub fn held(&self, s: usize, l: usize) -> std::ops::Range<usize> {
+        match (self.own(l), self.len.get(s), self.high.get(s)) {
+            (Some(g), Some(&len), Some(&high)) => held(len, high, g.rows),
+            _ => 0..0,
+        }
+    }
+
+    /// Empties slot `s` (no effect on a slot that does not exist).
+    pub fn reset_slot(&mut self, s: usize) {
+        if s < self.len.len() {
+            self.len[s] = 0;
+            self.high[s] = 0;
+            self.refused[s] = None;
+        }
+    }
+
+    /// Empties every slot.
+    pub fn reset(&mut self) {
+        (0..self.len.len()).for_each(|s| self.reset_slot(s));
+    }
+
+    /// Records that positions below `end` of slot `s` may have been written (called before the
+    /// writes are queued, so a failed forward still counts).
+    pub fn note_written(&mut self, s: usize, end: usize) {
+        if let Some(h) = self.high.get_mut(s) {
+            *h = (*h).max(end);
+        }
+    }
+
+    /// Sets the committed length of slot `s` after a successful forward (`len ≤ high`).
+    pub fn set_len(&mut self, s: usize, len: usize) {
+        if let (Some(l), Some(h)) = (self.len.get_mut(s), self.high.get(s)) {
+            *l = len.min(*h);
+        }
+    }
+
+    /// Checks that every storage holds what a query at position `len(s)` needs ([`needed`]
+    /// with the storage's widest window): the condition for the next forward on slot `s` to be
+    /// exact. Errors: [`RuntimeError::KvRefused`] after a failed rollback,
+    /// [`RuntimeError::KvNotHeld`] naming the layer and positions.
+    pub fn check_usable(&self, s: usize) -> Result<(), RuntimeError> {
+        let len = self.len(s);
+        if let Some(Some(asked)) = self.refused.get(s) {
+            return Err(RuntimeError::KvRefused {
+                slot: s,
+                asked: *asked,
+                len,
+            });
+        }
+        for (l, g) in self.geom.iter().enumerate() {
+            if let Some(g) = g {
+                self.check_rows(s, l, needed(len, g.window))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that the storage read by layer `l` holds positions `asked` of slot `s` (the
+    /// drafter's visible rows). Errors: [`RuntimeError::KvRefused`] after a failed rollback,
+    /// [`RuntimeError::KvNotHeld`], or [`RuntimeError::Model`] for a layer without storage.
+    pub fn check_rows(
+        &self,
+        s: usize,
+        l: usize,
+        asked: std::ops::Range<usize>,
+    ) -> Result<(), RuntimeError> {
+        if let Some(Some(a)) = self.refused.get(s) {
+            return Err(RuntimeError::KvRefused {
+                slot: s,
+                asked: *a,
+                len: self.len(s),
+            });
+        }
+        let (src, g) = self.read(l).ok_or_else(|| RuntimeError::Model {
+            what: format!("layer {l} KV"),
+            detail: "reads no storage".into(),
+        })?;
+        let h = self.held(s, src);
+        if asked.is_empty() || (h.start <= asked.start && asked.end <= h.end) {
+            return Ok(());
+        }
+        Err(RuntimeError::KvNotHeld {
+            slot: s,
+            layer: src,
+            asked,
+            held: h,
+            rows: g.rows,
+        })
+    }
+
+    /// Rolls slot `s` back to `len` positions (`spec/gemma4-assistant-mtp.md` §6): exact iff
+    /// every ring still holds `len + 1 − W … len − 1` ([`kv_rows`] derives when that holds).
+    /// On success the slot is usable again (a failed rollback is forgotten).
+    ///
+    /// Errors: [`RuntimeError::Capacity`] for a bad slot or `len > len(s)`;
+    /// [`RuntimeError::RollbackPastWindow`] naming the first layer and the positions it lacks
+    /// (the slot then keeps its length but refuses forwards, [`RuntimeError::KvRefused`], until
+    /// a truncate succeeds or it is reset).
+    pub fn truncate(&mut self, s: usize, len: usize) -> Result<(), RuntimeError> {
+        let cached = match self.len.get(s) {
+            Some(&c) if len <= c => c,
+            _ => {
+                return Err(RuntimeError::Capacity(format!(
+                    "cannot truncate slot {s} to {len} positions"
+                )))
+            }
+        };
+        if len == 0 {
+            // Nothing is needed: the slot is empty again (also forgets the high-water mark, so
+            // the rows rewritten from position 0 on count as held).
+            self.reset_slot(s);
+            return Ok(());
+        }
+        let high = self.high[s];
+        for (layer, g) in self.geom.iter().enumerate() {
+            let Some(g) = g else { continue };
+            let need = needed(len, g.window);
+            let from = high.saturating_sub(g.rows);
+            if !need.is_empty() && from > need.start {
+                self.refused[s] = Some(len);
+                return Err(RuntimeError::RollbackPastWindow {
+                    slot: s,
+                    layer,
+                    len,
+                    cached,
+                    window: g.window.unwrap_or(self.ctx),
+                    rows: g.rows,
+                    needed_from: need.start,
+                    oldest_held: from,
+                });
+            }
+        }
+        self.len[s] = len;
+        self.refused[s] = None;
+        Ok(())
+    }
+}
+
+/// The per-layer KV cache of `slots` sequences of up to `ctx` positions each: device buffers
+/// shaped by [`KvBook`] plus that bookkeeping.
 pub struct KvCache {
-    /// Per layer: `(K, V)` `[S, C, nkv, d]` for layers with own K/V, `None` for reuse layers.
+    /// Per layer: `(K, V)` `[S, rows, nkv, d]` for layers with own K/V (`rows` from
+    /// [`KvBook::own`]), `None` for reuse layers.
     pub layers: Vec<Option<(CudaSlice<f32>, CudaSlice<f32>)>>,
     /// Slots `S`.
     pub slots: usize,
     /// Positions per slot `C`.
     pub ctx: usize,
-    /// Committed positions per slot.
-    pub len: Vec<usize>,
+    /// Geometry and per-slot lengths.
+    book: KvBook,
 }
 
 impl KvCache {
-    /// Allocates the cache for `model` (zeroed). Errors: `ctx > MAX_CTX`, allocation failure.
+    /// The bookkeeping specs of `model`'s layers.
+    pub fn layer_specs(model: &DeviceModel) -> Vec<KvLayerSpec> {
+        model
+            .layers
+            .iter()
+            .map(|l| KvLayerSpec {
+                window: l.window,
+                source: l.kv_source,
+                owns: l.kv.is_some(),
+            })
+            .collect()
+    }
+
+    /// Allocates the cache for `model` (zeroed): `[S, rows, nkv, d]` per owning layer,
+    /// `rows` = `ctx` on full-attention storage and `min(ctx, W + CHUNK_ROWS)` on sliding
+    /// storage ([`kv_rows`]). Errors: those of [`KvBook::new`], allocation failure.
     pub fn new(
         gpu: &Gpu,
         model: &DeviceModel,
         slots: usize,
         ctx: usize,
     ) -> Result<KvCache, RuntimeError> {
-        if ctx > MAX_CTX || slots == 0 || ctx == 0 {
-            return Err(RuntimeError::Capacity(format!(
-                "{slots} slots × {ctx} positions (1 ≤ ctx ≤ {MAX_CTX})"
-            )));
-        }
+        let book = KvBook::new(&Self::layer_specs(model), slots, ctx)?;
         let mut layers = Vec::new();
-        for l in &model.layers {
-            if l.kv.is_some() {
-                let n = slots * ctx * l.n_kv * l.head_dim;
-                let k = gpu
-                    .stream
-                    .alloc_zeros::<f32>(n)
-                    .map_err(drv("alloc K cache"))?;
-                let v = gpu
-                    .stream
-                    .alloc_zeros::<f32>(n)
-                    .map_err(drv("alloc V cache"))?;
-                layers.push(Some((k, v)));
-            } else {
-                layers.push(None);
+        for (li, l) in model.layers.iter().enumerate() {
+            match book.own(li) {
+                Some(g) => {
+                    let n = slots * g.rows * l.n_kv * l.head_dim;
+                    let k = gpu
+                        .stream
+                        .alloc_zeros::<f32>(n)
+                        .map_err(drv(format!("alloc K cache of layer {li}")))?;
+                    let v = gpu
+                        .stream
+                        .alloc_zeros::<f32>(n)
+                        .map_err(drv(format!("alloc V cache of layer {li}")))?;
+                    layers.push(Some((k, v)));
+                }
+                None => layers.push(None),
             }
         }
         Ok(KvCache {
             layers,
             slots,
             ctx,
-            len: vec![0; slots],
+            book,
         })
+    }
+
+    /// The bookkeeping (geometry, lengths, held positions).
+    pub fn book(&self) -> &KvBook {
+        &self.book
+    }
+
+    /// Committed length of slot `s`.
+    pub fn len(&self, s: usize) -> usize {
+        self.book.len(s)
+    }
+
+    /// Whether every slot is empty.
+    pub fn is_empty(&self) -> bool {
+        self.book.is_empty()
+    }
+
+    /// Rows per slot of the storage layer `l` reads (its source's, §4.8). Errors:
+    /// [`RuntimeError::Capacity`] when that layer has no storage.
+    pub fn rows(&self, l: usize) -> Result<usize, RuntimeError> {
+        self.book
+            .read(l)
+            .map(|(_, g)| g.rows)
+            .ok_or_else(|| RuntimeError::Capacity(format!("layer {l} reads no KV storage")))
+    }
+
+    /// Empties slot `s`.
+    pub fn reset_slot(&mut self, s: usize) {
+        self.book.reset_slot(s);
+    }
+
+    /// Empties every slot.
+    pub fn reset(&mut self) {
+        self.book.reset();
+    }
+
+    /// Rollback of slot `s` to `len` positions: [`KvBook::truncate`].
+    pub fn truncate(&mut self, s: usize, len: usize) -> Result<(), RuntimeError> {
+        self.book.truncate(s, len)
     }
 
     /// Bytes of device memory held.
@@ -941,6 +1316,8 @@ impl Forward<'_> {
                 let (kc, vc) = cache.layers[li]
                     .as_ref()
                     .ok_or_else(|| RuntimeError::Capacity(format!("layer {li} has no cache")))?;
+                // Position p goes to row p mod rows of its slot (a ring on sliding storage).
+                let rows = cache.rows(li)?;
                 let w = nkv * d;
                 self.call(
                     "kv_write_f32",
@@ -956,7 +1333,7 @@ impl Forward<'_> {
                         Arg::P(posp),
                         Arg::I(t as i32),
                         Arg::I(w as i32),
-                        Arg::I(cache.ctx as i32),
+                        Arg::I(rows as i32),
                     ],
                 )?;
             }
@@ -965,6 +1342,9 @@ impl Forward<'_> {
                 RuntimeError::Capacity(format!("layer {li} reads layer {src}, which has no cache"))
             })?;
             let src_kv = m.layers[src].n_kv;
+            // The source's geometry (§4.8: a reuse layer reads its store layer's storage); the
+            // mask is this layer's own window.
+            let src_rows = cache.rows(li)?;
             let window = l.window.unwrap_or(0);
             let span = match pos {
                 Some(pos) => pos
@@ -998,7 +1378,7 @@ impl Forward<'_> {
                     Arg::I(nh as i32),
                     Arg::I(src_kv as i32),
                     Arg::I(d as i32),
-                    Arg::I(cache.ctx as i32),
+                    Arg::I(src_rows as i32),
                     Arg::I(window as i32),
                 ],
             )?;
@@ -1192,10 +1572,11 @@ impl Forward<'_> {
         let mut out = Vec::new();
         for ch in planned.chunks(CHUNK_ROWS) {
             let (ids, slots, pos, sel) = split_chunk(ch);
+            note_chunk(cache, &slots, &pos);
             let lg = self.chunk(ws, cache, &ids, &slots, &pos, &sel)?;
             out.extend(lg.chunks_exact(vocab).map(|r| r.to_vec()));
         }
-        cache.len = next;
+        commit(cache, &next);
         Ok(out)
     }
 
@@ -1219,14 +1600,16 @@ impl Forward<'_> {
         let mut out = Vec::new();
         for ch in planned.chunks(CHUNK_ROWS) {
             let (ids, slots, pos, sel) = split_chunk(ch);
+            note_chunk(cache, &slots, &pos);
             out.extend(self.chunk_topk(ws, cache, &ids, &slots, &pos, &sel, k)?);
         }
-        cache.len = next;
+        commit(cache, &next);
         Ok(out)
     }
 
     /// Checks `rows` and assigns positions: `(token, slot, pos, logits)` per row and the slot
-    /// lengths after the call.
+    /// lengths after the call. Every slot the rows extend must be usable
+    /// ([`KvBook::check_usable`]: its rings hold what its next query needs).
     #[allow(clippy::type_complexity)]
     fn plan(
         &self,
@@ -1234,7 +1617,8 @@ impl Forward<'_> {
         rows: &[Row],
     ) -> Result<(Vec<(i32, i32, i32, bool)>, Vec<usize>), RuntimeError> {
         let vocab = self.model.config.n_vocab;
-        let mut next = cache.len.clone();
+        let mut next: Vec<usize> = (0..cache.slots).map(|s| cache.len(s)).collect();
+        let mut checked = vec![false; cache.slots];
         let mut planned = Vec::with_capacity(rows.len());
         for (i, r) in rows.iter().enumerate() {
             if r.token as usize >= vocab {
@@ -1250,6 +1634,10 @@ impl Forward<'_> {
                     r.slot, cache.slots
                 )));
             }
+            if !checked[r.slot] {
+                cache.book.check_usable(r.slot)?;
+                checked[r.slot] = true;
+            }
             let p = next[r.slot];
             if p >= cache.ctx {
                 return Err(RuntimeError::Capacity(format!(
@@ -1261,6 +1649,23 @@ impl Forward<'_> {
             planned.push((r.token as i32, r.slot as i32, p as i32, r.logits));
         }
         Ok((planned, next))
+    }
+}
+
+/// Records the positions a chunk is about to write (before its launches, so that a forward
+/// that fails afterwards still counts them: ring rows may have been overwritten). A chunk holds
+/// at most [`CHUNK_ROWS`] rows, the bound [`kv_rows`] relies on.
+fn note_chunk(cache: &mut KvCache, slots: &[i32], pos: &[i32]) {
+    debug_assert!(slots.len() <= CHUNK_ROWS);
+    for (&s, &p) in slots.iter().zip(pos) {
+        cache.book.note_written(s as usize, p as usize + 1);
+    }
+}
+
+/// Sets the slot lengths after a successful forward.
+fn commit(cache: &mut KvCache, next: &[usize]) {
+    for (s, &n) in next.iter().enumerate() {
+        cache.book.set_len(s, n);
     }
 }
 
@@ -1277,4 +1682,297 @@ fn split_chunk(ch: &[(i32, i32, i32, bool)]) -> (Vec<i32>, Vec<i32>, Vec<i32>, V
         .map(|(i, _)| i as i32)
         .collect();
     (ids, slots, pos, sel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sliding(w: usize, source: usize, owns: bool) -> KvLayerSpec {
+        KvLayerSpec {
+            window: Some(w),
+            source,
+            owns,
+        }
+    }
+
+    fn full(source: usize, owns: bool) -> KvLayerSpec {
+        KvLayerSpec {
+            window: None,
+            source,
+            owns,
+        }
+    }
+
+    /// Hand-derived: W = 1024 → 1024 + 32 = 1056 ring rows (capped at ctx); full → ctx.
+    /// Position 1056 wraps to row 0, 2113 = 2·1056 + 1 to row 1.
+    #[test]
+    fn rows_and_ring_row() {
+        assert_eq!(kv_rows(Some(1024), 12_000), 1056);
+        assert_eq!(kv_rows(Some(1024), 500), 500);
+        assert_eq!(kv_rows(None, 12_000), 12_000);
+        assert_eq!(ring_row(0, 1056), 0);
+        assert_eq!(ring_row(1055, 1056), 1055);
+        assert_eq!(ring_row(1056, 1056), 0);
+        assert_eq!(ring_row(2113, 1056), 1);
+        assert_eq!(ring_row(11_999, 12_000), 11_999);
+    }
+
+    /// Hand-derived from §4.6: a query at 10 with W = 4 sees 7, 8, 9 (and itself); at 3 it sees
+    /// 0, 1, 2; full attention sees 0 … 9. A ring of 36 rows after writes up to 99 holds 64 … 99.
+    #[test]
+    fn needed_and_held_positions() {
+        assert_eq!(needed(0, Some(4)), 0..0);
+        assert_eq!(needed(3, Some(4)), 0..3);
+        assert_eq!(needed(10, Some(4)), 7..10);
+        assert_eq!(needed(10, Some(1)), 10..10);
+        assert_eq!(needed(10, None), 0..10);
+        assert_eq!(held(10, 10, 36), 0..10);
+        assert_eq!(held(100, 100, 36), 64..100);
+        assert_eq!(held(50, 100, 36), 50..50);
+    }
+
+    /// Gemma-4 12B shapes (`spec/gemma4-text.md` §13): 40 sliding layers 8 × 256, 8 full layers
+    /// 1 × 512, W = 1024, ctx 12 000, K and V f32. By hand, per slot:
+    /// before (every position): 12 000 · (40·2048 + 8·512) · 2 · 4 B = 8 257 536 000 B;
+    /// after: 40 · 1056 · 2048 · 8 B + 8 · 12 000 · 512 · 8 B = 692 060 160 + 393 216 000
+    /// = 1 085 276 160 B.
+    #[test]
+    fn twelve_b_bytes_per_slot() {
+        let ctx = 12_000;
+        let mut layers = Vec::new();
+        for i in 0..48 {
+            layers.push(if i % 6 == 5 {
+                full(i, true)
+            } else {
+                sliding(1024, i, true)
+            });
+        }
+        let book = KvBook::new(&layers, 1, ctx).unwrap();
+        let bytes: usize = (0..48)
+            .map(|l| {
+                let g = book.own(l).unwrap();
+                let w = if g.window.is_some() { 8 * 256 } else { 512 };
+                2 * 4 * g.rows * w
+            })
+            .sum();
+        assert_eq!(bytes, 1_085_276_160);
+        let before: usize = 2 * 4 * ctx * (40 * 2048 + 8 * 512);
+        assert_eq!(before, 8_257_536_000);
+    }
+
+    /// §4.8: reuse layers read their source's storage and geometry; a storage is sized for its
+    /// widest reader (a wider sliding reader widens the ring, a full reader makes it linear).
+    #[test]
+    fn kv_sharing_geometry() {
+        let ctx = 100;
+        let b = KvBook::new(
+            &[
+                sliding(4, 0, true),
+                full(1, true),
+                sliding(4, 0, false),
+                full(1, false),
+            ],
+            2,
+            ctx,
+        )
+        .unwrap();
+        let g0 = KvGeom {
+            rows: 36,
+            window: Some(4),
+        };
+        let g1 = KvGeom {
+            rows: 100,
+            window: None,
+        };
+        assert_eq!(b.own(0), Some(g0));
+        assert_eq!(b.own(1), Some(g1));
+        assert_eq!(b.own(2), None);
+        assert_eq!(b.read(2), Some((0, g0)));
+        assert_eq!(b.read(3), Some((1, g1)));
+
+        let wide = KvBook::new(&[sliding(4, 0, true), sliding(8, 0, false)], 1, ctx).unwrap();
+        assert_eq!(
+            wide.own(0),
+            Some(KvGeom {
+                rows: 40,
+                window: Some(8)
+            })
+        );
+        let lin = KvBook::new(&[sliding(4, 0, true), full(0, false)], 1, ctx).unwrap();
+        assert_eq!(
+            lin.own(0),
+            Some(KvGeom {
+                rows: 100,
+                window: None
+            })
+        );
+        assert!(matches!(
+            KvBook::new(
+                &[sliding(4, 0, true), full(2, false), full(2, false)],
+                1,
+                ctx
+            ),
+            Err(RuntimeError::Model { .. })
+        ));
+        assert!(matches!(
+            KvBook::new(&[sliding(4, 0, true)], 1, MAX_CTX + 1),
+            Err(RuntimeError::Capacity(_))
+        ));
+    }
+
+    /// Hand-derived rollback case: W = 4, ring rows 36, 50 positions written (held 14 … 49).
+    /// Truncating to 17 needs 14 … 16 (held: 50 − 17 = 33 = CHUNK_ROWS + 1 removed); to 16
+    /// needs 13 … 15 but 13 is gone → RollbackPastWindow, then forwards are refused until a
+    /// reachable truncate (back to 17) succeeds. A reset makes the slot usable from 0.
+    #[test]
+    fn rollback_bound_and_typed_error() {
+        let mut b = KvBook::new(&[sliding(4, 0, true), full(1, true)], 2, 100).unwrap();
+        b.note_written(0, 50);
+        b.set_len(0, 50);
+        assert_eq!(b.held(0, 0), 14..50);
+        assert_eq!(b.held(0, 1), 0..50);
+        b.check_usable(0).unwrap();
+        b.truncate(0, 17).unwrap();
+        b.check_usable(0).unwrap();
+        match b.truncate(0, 16) {
+            Err(RuntimeError::RollbackPastWindow {
+                slot: 0,
+                layer: 0,
+                len: 16,
+                cached: 17,
+                window: 4,
+                rows: 36,
+                needed_from: 13,
+                oldest_held: 14,
+            }) => {}
+            other => panic!("expected RollbackPastWindow, got {other:?}"),
+        }
+        assert_eq!(b.len(0), 17);
+        assert!(matches!(
+            b.check_usable(0),
+            Err(RuntimeError::KvRefused {
+                slot: 0,
+                asked: 16,
+                len: 17
+            })
+        ));
+        assert!(matches!(
+            b.check_rows(0, 0, 14..17),
+            Err(RuntimeError::KvRefused { .. })
+        ));
+        b.truncate(0, 17).unwrap();
+        b.check_usable(0).unwrap();
+        b.check_rows(0, 0, 14..17).unwrap();
+        assert!(matches!(
+            b.check_rows(0, 0, 13..17),
+            Err(RuntimeError::KvNotHeld {
+                slot: 0,
+                layer: 0,
+                asked: std::ops::Range { start: 13, end: 17 },
+                held: std::ops::Range { start: 14, end: 17 },
+                rows: 36,
+            })
+        ));
+        // Slot 1 is untouched; a bad truncate is a capacity error.
+        b.check_usable(1).unwrap();
+        assert!(matches!(b.truncate(1, 1), Err(RuntimeError::Capacity(_))));
+        // A forward that failed after writing 40 rows past 17 (high = 57, len still 17): the
+        // ring holds 21 … and the next query at 17 needs 14 …: refused by position.
+        b.note_written(0, 57);
+        assert!(matches!(
+            b.check_usable(0),
+            Err(RuntimeError::KvNotHeld { layer: 0, .. })
+        ));
+        b.reset_slot(0);
+        b.check_usable(0).unwrap();
+        assert_eq!(b.held(0, 0), 0..0);
+    }
+
+    /// An independent model of the device storage: a ring of `rows` entries recording which
+    /// position each row holds, written exactly as `kv_write_f32` places rows (`p mod rows`,
+    /// chunks of ≤ CHUNK_ROWS written before they attend). Over pseudo-random chunked forwards
+    /// and rollbacks: whenever the bookkeeping accepts a forward, every key each row attends
+    /// to is in the ring; whenever it accepts a rollback or a draft read, the needed rows are
+    /// there; and rolling back up to CHUNK_ROWS positions after a forward is always accepted.
+    #[test]
+    fn bookkeeping_matches_a_simulated_ring() {
+        let (w, ctx) = (5usize, 400usize);
+        let mut b = KvBook::new(&[sliding(w, 0, true)], 1, ctx).unwrap();
+        let rows = b.own(0).unwrap().rows;
+        assert_eq!(rows, w + CHUNK_ROWS);
+        let mut ring: Vec<Option<usize>> = vec![None; rows];
+        let has = |ring: &[Option<usize>], r: std::ops::Range<usize>| {
+            r.clone().all(|q| ring[q % rows] == Some(q))
+        };
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let mut accepted_rollbacks = 0;
+        let mut refused_rollbacks = 0;
+        // One past the furthest position written since the slot was emptied (as the test sees
+        // it, independently of the bookkeeping).
+        let mut hi = 0usize;
+        for _ in 0..4000 {
+            let len = b.len(0);
+            if rnd(3) > 0 && len + 3 * CHUNK_ROWS < ctx {
+                // A forward of up to 3 chunks (as Forward::run plans them).
+                assert!(has(&ring, needed(len, Some(w))));
+                b.check_usable(0).unwrap();
+                let n = 1 + rnd(3 * CHUNK_ROWS);
+                let mut p = len;
+                while p < len + n {
+                    let e = (p + CHUNK_ROWS).min(len + n);
+                    b.note_written(0, e);
+                    for q in p..e {
+                        ring[q % rows] = Some(q);
+                    }
+                    hi = hi.max(e);
+                    for q in p..e {
+                        assert!(has(&ring, (q + 1).saturating_sub(w)..q + 1), "key of {q}");
+                    }
+                    p = e;
+                }
+                b.set_len(0, len + n);
+                // Any length ≥ hi − CHUNK_ROWS − 1 can be rolled back to.
+                let lo = hi.saturating_sub(CHUNK_ROWS + 1);
+                assert!(lo <= len + n);
+                let to = (len + n).saturating_sub(rnd(CHUNK_ROWS + 2)).max(lo);
+                b.truncate(0, to).unwrap();
+                assert!(has(&ring, needed(to, Some(w))));
+            } else {
+                let to = len - rnd(3 * CHUNK_ROWS).min(len);
+                let ok = has(&ring, needed(to, Some(w)));
+                match b.truncate(0, to) {
+                    Ok(()) => {
+                        assert!(ok, "accepted rollback to {to} lacks rows");
+                        accepted_rollbacks += 1;
+                        if to == 0 {
+                            hi = 0;
+                        } else {
+                            b.check_rows(0, 0, (to + 1).saturating_sub(w)..to).unwrap();
+                        }
+                    }
+                    Err(RuntimeError::RollbackPastWindow { .. }) => {
+                        // Exact: refused only when a needed row is really gone.
+                        assert!(!ok, "refused rollback to {to} had every row");
+                        refused_rollbacks += 1;
+                        assert!(b.check_usable(0).is_err());
+                        b.truncate(0, len).unwrap();
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            if b.len(0) + 4 * CHUNK_ROWS >= ctx {
+                b.reset_slot(0);
+                ring.iter_mut().for_each(|r| *r = None);
+                hi = 0;
+            }
+        }
+        assert!(accepted_rollbacks > 100 && refused_rollbacks > 100);
+    }
 }

@@ -56,6 +56,14 @@ build-engine)
         dense-assistant.F32 e2b-assistant.Q8_0 moe-assistant.Q8_0; do
         cp -f "$fx/models/$m.gguf" local/gpu/fixtures/models/
     done
+    # The synthetic UD-Q2_K_XL pairs (`cargo xtask fixtures` writes them under target/fixtures).
+    [ -e target/fixtures/syn-dense-target.UD-Q2_K_XL.gguf ] || cargo xtask fixtures
+    for f in dense e2b moe; do
+        for r in target assistant; do
+            cp -f "target/fixtures/syn-$f-$r.UD-Q2_K_XL.gguf" local/gpu/fixtures/models/
+        done
+    done
+    rm -rf local/gpu/ptx
     du -sh local/gpu
     echo "device command: bash scripts/gpu/run.sh engine   (carry [\"local/gpu\"])"
     ;;
@@ -79,7 +87,7 @@ engine)
     echo "== model-check" | tee -a "$log"
     timeout "${MODEL_CHECK_TIMEOUT:-100}" local/gpu/runtime model-check $paths --out "$OUT" \
         > "$OUT/model-check.log" 2>&1 || echo "model-check exit $?" | tee -a "$log"
-    grep -E '"(model|max_abs_logit_diff|argmax_agree|rows|differing|repeat3_differing|load_s)"' "$OUT/model-check.log" | tr -s ' ' | tee -a "$log" || true
+    grep -E '"(model|max_abs_logit_diff|argmax_agree|rows|differing|repeat10_differing|load_s)"' "$OUT/model-check.log" | tr -s ' ' | tee -a "$log" || true
     mkdir -p /tmp/conf
     for m in $models; do
         echo "== conformance $m ($suite)" | tee -a "$log"
