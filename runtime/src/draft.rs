@@ -5,11 +5,13 @@
 //! One draft step `D(x, g, p, KV)`: `u = [E_T[x]·√H_T ‖ g]`, `z = W_pre·u`, per layer the
 //! query-only attention (queries rotated at the round's constant position `p`, keys/values = the
 //! target store layer's cache rows `S_τ(p)`: full `0 … p−1`, sliding `max(0, p−W+1) … p−1`,
-//! §2.3, §2.5) and the GeGLU MLP, final norm `n`, `g' = W_post·n` written straight into the
-//! second half of `u` for the next step, logits `E_A·n` (no soft-cap), greedy id by the
-//! `argmax_f32` kernel into a device array (the next step embeds it from there). A round of `K`
-//! steps copies `K` ids to the host once. The centroid head (§3.1) is applied on the host to the
-//! full logits and the cluster scores (§3.3 allows computing the full head and masking).
+//! §2.3, §2.5; read with the store layer's storage geometry — a ring of `W + 32` rows on
+//! sliding storage — after checking that every visible row is still held) and the GeGLU MLP,
+//! final norm `n`, `g' = W_post·n` written straight into the second half of `u` for the next
+//! step, logits `E_A·n` (no soft-cap), greedy id by the `argmax_f32` kernel into a device array
+//! (the next step embeds it from there). A round of `K` steps copies `K` ids to the host once.
+//! The centroid head (§3.1) is applied on the host to the full logits and the cluster scores
+//! (§3.3 allows computing the full head and masking).
 //!
 //! The drafter computes no K/V and writes no cache (§2.2 "query-only").
 #![allow(unsafe_code)]
@@ -350,12 +352,12 @@ impl DeviceAssistant {
         // The target store layers' storage (§2.3) with its geometry: rows per slot (a ring on
         // sliding storage, position j at row j mod rows) and a check that the visible rows
         // S_τ(p) (§2.5) are all still held — never read a ring row that holds another position.
-        let mut geo = [(0usize, 0usize); 2];
+        let mut rows_of = [0usize; 2];
         for (i, sliding) in [false, true].into_iter().enumerate() {
             if let Some(src) = self.store.of_type(sliding) {
                 let lo = if sliding { lo_s } else { 0 };
                 cache.book().check_rows(slot, src, lo..p)?;
-                geo[i] = (src, cache.rows(src)?);
+                rows_of[i] = cache.rows(src)?;
             }
         }
         let mut out = Vec::with_capacity(k);
@@ -375,7 +377,7 @@ impl DeviceAssistant {
                     .store
                     .of_type(l.sliding)
                     .ok_or_else(|| pairing("no store layer".into()))?;
-                let rows = geo[usize::from(l.sliding)].1;
+                let rows = rows_of[usize::from(l.sliding)];
                 let (kc, vc) = cache.layers[src].as_ref().ok_or_else(|| {
                     RuntimeError::Capacity(format!("target layer {src} has no cache"))
                 })?;

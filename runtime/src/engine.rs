@@ -487,10 +487,11 @@ impl CudaEngine {
 
     /// Sets slot `s`'s committed length to `len` (≤ its current length): the rollback of
     /// `spec/gemma4-assistant-mtp.md` §6. Full-attention layers keep every position; sliding
-    /// layers are rings of `W + CHUNK_ROWS` rows (option 1 of §6.2), so removing up to
-    /// `CHUNK_ROWS` positions after a forward is always exact (a `spec:K` verify removes at
-    /// most `K < CHUNK_ROWS`) and the result is exactly the state plain decoding leaves
-    /// (`crate::forward::kv_rows` derives the bound).
+    /// layers are rings of `W + CHUNK_ROWS` rows (option 1 of §6.2), so a truncate that keeps at
+    /// least `high − CHUNK_ROWS − 1` positions (`high` = one past the furthest position written)
+    /// is always exact — a `spec:K` round removes at most `K < CHUNK_ROWS` rows of its own
+    /// verify — and leaves exactly the state plain decoding leaves (`crate::forward::kv_rows`
+    /// derives the bound).
     ///
     /// Errors: [`RuntimeError::Capacity`] for a bad slot or `len` too large;
     /// [`RuntimeError::RollbackPastWindow`] (layer and positions named) when a ring no longer

@@ -67,9 +67,10 @@ pub const MAX_CTX: usize = 12_000;
 ///   `high − rows = high − W − CHUNK_ROWS`, so the truncate is exact iff
 ///   `high − len ≤ CHUNK_ROWS + 1`: up to `CHUNK_ROWS + 1` positions below the furthest write
 ///   can always be removed (in one or several truncates), further back is
-///   [`RuntimeError::RollbackPastWindow`]. `spec:K` (`K + 1 ≤ CHUNK_ROWS`): a round at `p`
-///   writes `p … p + K_r` and keeps `p + n' + 1 > p` positions, and every earlier write ended
-///   at most `K` rows past an earlier round's start `< p`, so `high − len ≤ K` always.
+///   [`RuntimeError::RollbackPastWindow`]. `spec:K` (`K + 1 ≤ CHUNK_ROWS`) never gets there:
+///   by induction `high − len ≤ K` between rounds (after the prefill `high = len`; a round at
+///   `p = len` writes `p … p + K_r` and keeps `p + n' + 1` positions, so afterwards
+///   `high − len ≤ max(K − 1, K_r − n') ≤ K`).
 ///   Positions below `high − rows` are really gone (no accepted rollback reaches them except
 ///   one to length 0, which empties the slot, so they are never rewritten), so this
 ///   bookkeeping is exact, not just safe.
