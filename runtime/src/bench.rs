@@ -373,13 +373,14 @@ pub fn run(
         e["speedup_vs_batch1"] = json!(t / b1);
     }
     let ctx_mid = prompt + 1 + decode / 2;
-    let kv_bytes_per_pos: usize = eng
+    // K and V rows a decode step at context ctx_mid reads: every position on full layers, the
+    // last W on sliding ones (f32).
+    let kv_read: usize = eng
         .model()
         .layers
         .iter()
-        .map(|l| 2 * l.n_kv * l.head_dim * 4)
+        .map(|l| 2 * l.n_kv * l.head_dim * 4 * l.window.map_or(ctx_mid, |w| w.min(ctx_mid)))
         .sum();
-    let kv_read = kv_bytes_per_pos * ctx_mid;
     let per_tok = wb + kv_read;
     let roof = bread / per_tok as f64;
     Ok(json!({
