@@ -59,6 +59,39 @@ pub fn row_bytes(ty: GgmlType, k: usize, what: &str) -> Result<usize, RuntimeErr
     Ok(k / ty.block_size() * ty.type_size())
 }
 
+/// The buffer checks shared by [`Gpu::matvec`] and [`Gpu::matvec_tc`]: `1 ≤ ncols ≤ 8`,
+/// `w_len = rows · row_bytes`, `x_len ≥ ncols · k`, `y_len ≥ ncols · rows`, sizes within `i32`.
+#[allow(clippy::too_many_arguments)]
+fn check_matvec_shapes(
+    what: &str,
+    rows: usize,
+    k: usize,
+    rb: usize,
+    ncols: usize,
+    w_len: usize,
+    x_len: usize,
+    y_len: usize,
+) -> Result<(), RuntimeError> {
+    if !(1..=MATVEC_MAX_COLS).contains(&ncols)
+        || w_len != rows * rb
+        || x_len < ncols * k
+        || y_len < ncols * rows
+        || rows > i32::MAX as usize
+        || k > i32::MAX as usize
+    {
+        return Err(shape(
+            what,
+            format!(
+                "need 1 ≤ ncols ≤ {MATVEC_MAX_COLS}, w = {} bytes (got {w_len}), x ≥ {} (got {x_len}), y ≥ {} (got {y_len})",
+                rows * rb,
+                ncols * k,
+                ncols * rows,
+            ),
+        ));
+    }
+    Ok(())
+}
+
 impl Gpu {
     fn func(&self, family: Family, name: &str) -> Result<CudaFunction, RuntimeError> {
         Ok(self.modules.function(family, name)?)
@@ -120,26 +153,7 @@ impl Gpu {
         let what = format!("matvec {ty} [{rows}×{k}]×{ncols}");
         let fmt = format_suffix(ty, &what)?;
         let rb = row_bytes(ty, k, &what)?;
-        if !(1..=MATVEC_MAX_COLS).contains(&ncols)
-            || w.len() != rows * rb
-            || x.len() < ncols * k
-            || y.len() < ncols * rows
-            || rows > i32::MAX as usize
-            || k > i32::MAX as usize
-        {
-            return Err(shape(
-                &what,
-                format!(
-                    "need 1 ≤ ncols ≤ {MATVEC_MAX_COLS}, w = {} bytes (got {}), x ≥ {} (got {}), y ≥ {} (got {})",
-                    rows * rb,
-                    w.len(),
-                    ncols * k,
-                    x.len(),
-                    ncols * rows,
-                    y.len()
-                ),
-            ));
-        }
+        check_matvec_shapes(&what, rows, k, rb, ncols, w.len(), x.len(), y.len())?;
         let name = kernels::matvec_kernel(fmt, ncols);
         let f = self.func(Family::Matvec, &name)?;
         let (rows_i, k_i, rb_u) = (rows as i32, k as i32, rb as u64);
@@ -180,28 +194,17 @@ impl Gpu {
         let what = format!("mvtc {ty} [{rows}×{k}]×{ncols}");
         let fmt = format_suffix(ty, &what)?;
         let rb = row_bytes(ty, k, &what)?;
-        if !kernels::tc_supported(fmt, k, self.cc)
-            || k > crate::device::TC_MAX_K
-            || !(1..=MATVEC_MAX_COLS).contains(&ncols)
-            || w.len() != rows * rb
-            || x.len() < ncols * k
-            || y.len() < ncols * rows
-            || rows > i32::MAX as usize
-        {
+        if !kernels::tc_supported(fmt, k, self.cc) || k > crate::device::TC_MAX_K {
             return Err(shape(
                 &what,
                 format!(
-                    "need a tensor-core format, k % 256 == 0, k ≤ {}, 1 ≤ ncols ≤ {MATVEC_MAX_COLS}, w = {} bytes (got {}), x ≥ {} (got {}), y ≥ {} (got {})",
-                    crate::device::TC_MAX_K,
-                    rows * rb,
-                    w.len(),
-                    ncols * k,
-                    x.len(),
-                    ncols * rows,
-                    y.len()
+                    "need a tensor-core format ({}), k % 256 == 0 and k ≤ {} on sm_80+",
+                    kernels::TC_FORMATS.join(" "),
+                    crate::device::TC_MAX_K
                 ),
             ));
         }
+        check_matvec_shapes(&what, rows, k, rb, ncols, w.len(), x.len(), y.len())?;
         let (nc_i, k_i, rows_i, rb_u) = (ncols as i32, k as i32, rows as i32, rb as u64);
         let (null, zero) = (0u64, 0i32);
         let tpc = kernels::tc_tiles_per_block(rows, self.sm_count) as i32;
@@ -518,5 +521,18 @@ mod tests {
             Err(RuntimeError::Shape { .. })
         ));
         assert_eq!(row_bytes(GgmlType::Q4_K, 3840, "t").unwrap(), 15 * 144);
+    }
+
+    #[test]
+    fn matvec_shape_checks() {
+        // Q4_K, 2 rows × 256: one 144-byte block per row (spec §3.4) → w must be 288 bytes.
+        let ok = |nc, w, x, y| check_matvec_shapes("t", 2, 256, 144, nc, w, x, y).is_ok();
+        assert!(ok(1, 288, 256, 2));
+        assert!(ok(8, 288, 8 * 256, 16));
+        assert!(!ok(0, 288, 256, 2)); // no columns
+        assert!(!ok(9, 288, 9 * 256, 18)); // more than MATVEC_MAX_COLS
+        assert!(!ok(1, 287, 256, 2)); // weights one byte short
+        assert!(!ok(2, 288, 511, 4)); // x one element short
+        assert!(!ok(2, 288, 512, 3)); // y one element short
     }
 }
