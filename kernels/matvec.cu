@@ -427,6 +427,7 @@ template <> struct Tc<FmtQ6_K> { enum { OK = 1, SB = 210, GPS = 1, HAS_MIN = 0, 
 // Folded (FOLD = 1): the 4-bit scale is multiplied into the integer (sc·q ≤ 45, exact in bf16),
 // so a super-block is one mma sum P = Σ (sc·q)·x scaled once by d, and the offsets
 // Σ_G dmin·m_G·S_G are one more mma of the 4-bit mins against the group sums' bf16 pieces.
+// (Only the folded decoders exist: the per-group `pairs`/`scale` path is never taken for it.)
 template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, FOLD = 1 };
     struct Row { uint32_t sc[4]; uint32_t q[4]; uint32_t dd; };
     static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
@@ -436,17 +437,6 @@ template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, F
 #pragma unroll
         for (int i = 0; i < 4; ++i) R.q[i] = ld_u32_a4(b + 16 + 32 * (i >> 1) + 16 * (i & 1) + 4 * t);
         R.dd = ld_u32_a4(b + 80);
-    }
-    static __device__ __forceinline__ void pairs(const Row& R, int G, uint32_t& p0, uint32_t& p1) {
-        const int h = G >> 3, j = (G >> 1) & 3, gh = G & 1;
-        const uint32_t w = R.q[2 * h + gh];
-        p0 = tc_pair<128>((w >> (2 * j)) & 0x00030003u);
-        p1 = tc_pair<128>((w >> (2 * j + 8)) & 0x00030003u);
-    }
-    static __device__ __forceinline__ void scale(const Row& R, int G, float& a, float& b) {
-        const uint32_t s = (R.sc[G >> 2] >> (8 * (G & 3))) & 0xffu;
-        a = f16_to_f32(R.dd) * u2f(s & 15u);
-        b = -(f16_to_f32(R.dd >> 16) * u2f(s >> 4));
     }
     // Folded pairs: (sc_G·q) for the thread's elements of group G.
     static __device__ __forceinline__ void pairs_fold(const Row& R, int G, uint32_t& p0, uint32_t& p1) {

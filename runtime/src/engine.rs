@@ -320,17 +320,7 @@ impl CudaEngine {
             return Ok(out);
         }
         self.reset_slot(0);
-        let n = req.prompt.len();
-        let mut rows: Vec<Row> = req
-            .prompt
-            .iter()
-            .enumerate()
-            .map(|(i, &token)| Row {
-                slot: 0,
-                token,
-                logits: i + 1 == n,
-            })
-            .collect();
+        let mut rows = Row::prompt(0, &req.prompt);
         loop {
             let step = self
                 .step_rows(&rows, top_k, out.len())?
@@ -523,17 +513,7 @@ impl CudaEngine {
             return Ok(out);
         }
         self.reset_slot(0);
-        let n = req.prompt.len();
-        let mut rows: Vec<Row> = req
-            .prompt
-            .iter()
-            .enumerate()
-            .map(|(i, &token)| Row {
-                slot: 0,
-                token,
-                logits: i + 1 == n,
-            })
-            .collect();
+        let mut rows = Row::prompt(0, &req.prompt);
         loop {
             let mut lg = self.forward(&rows)?;
             let row = lg.pop().unwrap_or_default();
@@ -593,17 +573,7 @@ impl CudaEngine {
         }
         let h = self.model.config.n_embd;
         self.reset_slot(0);
-        let n = req.prompt.len();
-        let rows: Vec<Row> = req
-            .prompt
-            .iter()
-            .enumerate()
-            .map(|(i, &token)| Row {
-                slot: 0,
-                token,
-                logits: i + 1 == n,
-            })
-            .collect();
+        let rows = Row::prompt(0, &req.prompt);
         let (mut sts, mut lgs) = self.steps_keep(&rows, top_k, 0, keep_logits)?;
         let st = sts.pop().ok_or(RuntimeError::NonFinite { row: 0 })?;
         let mut committed = req.prompt.clone();
@@ -789,16 +759,7 @@ pub fn decode_row_feeds(prompt: &[u32], tokens: &[u32]) -> Vec<Vec<Row>> {
     let Some((_, fed)) = tokens.split_last() else {
         return Vec::new();
     };
-    let n = prompt.len();
-    let first: Vec<Row> = prompt
-        .iter()
-        .enumerate()
-        .map(|(i, &token)| Row {
-            slot: 0,
-            token,
-            logits: i + 1 == n,
-        })
-        .collect();
+    let first = Row::prompt(0, prompt);
     std::iter::once(first)
         .chain(fed.iter().map(|&token| {
             vec![Row {

@@ -616,6 +616,23 @@ pub struct Row {
     pub logits: bool,
 }
 
+impl Row {
+    /// The rows of a prompt fed to `slot` in one forward: every token in order, logits only on
+    /// the last row (the prefill of greedy, spec and `decode_rows`).
+    pub fn prompt(slot: usize, tokens: &[u32]) -> Vec<Row> {
+        let n = tokens.len();
+        tokens
+            .iter()
+            .enumerate()
+            .map(|(i, &token)| Row {
+                slot,
+                token,
+                logits: i + 1 == n,
+            })
+            .collect()
+    }
+}
+
 /// A kernel argument (pointers are raw device addresses).
 pub(crate) enum Arg {
     P(u64),

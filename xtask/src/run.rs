@@ -66,15 +66,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         best.map(|b| b.0).unwrap_or(0)
     };
     let n = prompt.len();
-    let rows: Vec<Row> = prompt
-        .iter()
-        .enumerate()
-        .map(|(i, &token)| Row {
-            slot: 0,
-            token,
-            logits: i + 1 == n,
-        })
-        .collect();
+    let rows = Row::prompt(0, &prompt);
     let tp = Instant::now();
     let lg = eng.forward(&rows)?;
     let prefill_s = tp.elapsed().as_secs_f64();
