@@ -251,31 +251,38 @@ FOR_EACH_FORMAT(MATVEC_KERNELS)
 FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 
 // =============================================================================================
-// Tensor-core matvec `mvtc_<fmt>` (formats with a `Tc` decoder below: q2_k q3_k q4_k q5_k q6_k
+// Tensor-core matvec `mvtc_<fmt>_<NG>` (formats with a `Tc` decoder below: q2_k q3_k q4_k q5_k q6_k
 // q4_0; host: kernels::TC_FORMATS, K % 256 == 0, sm_80+).
 //
 // Every weight is W[r, e] = a_{r,G} · q_{r,e} + b_{r,G}: a small integer q (|q| < 128, exact in
 // bf16) and the f32 scale a and offset b of its scale group G (16 or 32 elements; spec
 // §3.3–§3.4, the same fields as the FmtX::dq8 decoders above). Activations are split exactly
 // into three bf16 pieces x = hi + mid + lo (hi truncated, mid rounded, lo the exact rest:
-// `tc_split3` in common.cuh, written by `mvtc_prep` or a fused producer kernel). Then
-//   y[c, r] = Σ_G a_{r,G} · P_{r,c,G} + b_{r,G} · S_{c,G},
-//   P_{r,c,G} = Σ_{e∈G} q_{r,e} · (lo + mid + hi)_{c,e}   (mma.sync m16n8k16 bf16 → f32: every
+// `tc_split3` in common.cuh, written by `mvtc_prep` or a fused producer kernel). Each piece of
+// each input column is its own mma column ("packed columns": column cc = 8m + n of column group
+// m is piece cc % 3 of input cc / 3), so 1–2 inputs take one mma per 16-group, 3–5 two and 6–8
+// three (NG = ceil(3·nc / 8), one kernel per NG so each keeps only the registers it uses). Then
+//   y[c, r] = (Y_hi + Y_mid) + Y_lo,   Y_p = Σ_G a_{r,G} · P_{p,r,c,G} + [p = hi] b_{r,G} · S_{c,G},
+//   P_{p,r,c,G} = Σ_{e∈G} q_{r,e} · piece_p(x_{c,e})   (mma.sync m16n8k16 bf16 → f32: every
 //               product exact, summed by the tensor core in f32),
-//   S_{c,G}   = Σ_{e∈G} x_{c,e}                             (f32, `mvtc_prep`).
-// Error: per group ≤ 3 tensor-core f32 accumulations of 16 exact products + 2 f32 roundings,
-// then one running f32 sum per warp over its run of super-blocks and a fixed pairwise sum of the
-// runs; no dependence on the number of columns (all 1..8 columns cost one launch and the same
-// bits). Folded formats (Q2_K: FOLD = 1 below) multiply the group scale into the integer and
-// take the offsets Σ_G b_G·S_G as one more mma per super-block.
+//   S_{c,G}   = Σ_{e∈G} x_{c,e}                         (f32, `mvtc_prep`).
+// Error: per piece and group one tensor-core f32 accumulation of 16 exact products + f32
+// roundings of the scaling, one running f32 sum per warp over its run of super-blocks, a fixed
+// pairwise sum of the runs, then the three pieces; no dependence on the number of columns (a
+// column's mma, loads and sums are the same in every NG kernel, so 1..8 columns give the same
+// bits: decode, verify and batch rows agree bitwise). Folded formats (Q2_K: FOLD = 1 below)
+// multiply the group scale into the integer and take the offsets Σ_G b_G·S_G as one more mma
+// per super-block of the sums' pieces (packed the same way).
 //
-// Tile: 16 rows × 8 columns; a block (TC_WARPS = 8 warps) computes tpc tiles, each tile's K split
-// into S = 8 / tpc strided runs of 256-element super-blocks (run s: s, s + S, …), one per warp
-// (the next super-block's weights loaded while the current one is computed; TC_XB groups'
-// activation fragments loaded as one batch before first use); lane = 4·g + t holds rows g and g + 8 and, per 16-group,
-// the elements e = 4t .. 4t+3 (mma k-slots 2t ↔ e=4t, 2t+1 ↔ 4t+2, 2t+8 ↔ 4t+1, 2t+9 ↔ 4t+3), so a
-// 32-bit word of 4 consecutive bytes gives the thread's two bf16 pairs with one mask each.
-// Launch: block (256,1,1), grid (ceil(ceil(rows / 16) / tpc), 1, 1), after mvtc_prep of the same x.
+// Tile: 16 rows × 8·NG mma columns; a block (TC_WARPS = 8 warps) computes tpc tiles, each tile's
+// K split into S = 8 / tpc strided runs of 256-element super-blocks (run s: s, s + S, …), one
+// per warp (the next super-block's weights loaded while the current one is computed; XB groups'
+// activation fragments loaded as one batch before first use); lane = 4·g + t holds rows g and
+// g + 8 and, per 16-group, the elements e = 4t .. 4t+3 (mma k-slots 2t ↔ e=4t, 2t+1 ↔ 4t+2,
+// 2t+8 ↔ 4t+1, 2t+9 ↔ 4t+3), so a 32-bit word of 4 consecutive bytes gives the thread's two bf16
+// pairs with one mask each.
+// Launch: block (256,1,1), grid (ceil(ceil(rows / 16) / tpc), 1, 1), after mvtc_prep of the
+// same x.
 // =============================================================================================
 
 #define TC_WORDS 8  // u32 words per (column, 16-group, thread) in the prep buffer
@@ -508,12 +515,32 @@ template <> struct Tc<FmtQ4_0> { enum { OK = 1, SB = 144, GPS = 2, HAS_MIN = 0, 
 };
 
 #define TC_WARPS 8  // warps per mvtc block (split-K over super-blocks)
-// 16-groups whose activation fragments are loaded as one batch (4 or 8: 8 holds 64 registers
-// of fragments; 4 saved 6 registers on Q2_K, not enough for a third resident block, and measured
-// the same speed on the H200). Does not change any sum.
-#define TC_XB 8
+// 16-groups whose activation fragments are loaded as one batch, per format and column-group
+// count, and the resident blocks per SM the compiler must allow (register cap 65536 / (256·B):
+// 3 blocks ≤ 85 registers, 2 blocks ≤ 128). Measured on the H200 with `runtime mv-bench`
+// (12B shapes); neither changes any sum.
+#ifndef TC_XB_1
+#define TC_XB_1 8
+#endif
+#ifndef TC_XB_N
+#define TC_XB_N 4
+#endif
+#ifndef TC_XB_Q3K_1
+#define TC_XB_Q3K_1 8
+#endif
+#ifndef TC_MINB_1
+#define TC_MINB_1 3
+#endif
+#ifndef TC_MINB_N
+#define TC_MINB_N 2
+#endif
+template <typename F, int NG> struct TcXb { enum { V = NG == 1 ? TC_XB_1 : TC_XB_N }; };
+template <> struct TcXb<FmtQ3_K, 1> { enum { V = TC_XB_Q3K_1 }; };
+template <typename F, int NG> struct TcMinB { enum { V = NG == 1 ? TC_MINB_1 : TC_MINB_N }; };
+// Q6_K's decoder needs > 85 registers even for one group (capped at 3 blocks it spills ~450 B).
+template <> struct TcMinB<FmtQ6_K, 1> { enum { V = 2 }; };
 
-template <typename F>
+template <typename F, int NG, int XB>
 static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                                                  const uint32_t* __restrict__ xp,
                                                  const float* __restrict__ xs,
@@ -521,24 +548,30 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                                                  uint64_t row_bytes, int nc, int cta, int tpc) {
 #if __CUDA_ARCH__ >= 800
     typedef Tc<F> T;
-    __shared__ float red[TC_WARPS][32][4];
+    // Per warp: NG mma column groups × 4 accumulator elements × 32 lanes, reused for the
+    // column totals tot[8·NG columns][16 rows].
+    __shared__ float red[TC_WARPS][4 * NG][32];
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    // tpc row tiles per block; each tile's K is split into S = TC_WARPS / tpc strided runs of
-    // super-blocks, one per warp (warp wid: tile wid % tpc, run wid / tpc).
     const int S = TC_WARPS / tpc, tl = wid % tpc, run = wid / tpc;
     const int row0 = (cta * tpc + tl) * 16;
     const uint8_t* wa = W + (uint64_t)min(row0 + g, rows - 1) * row_bytes;
     const uint8_t* wb = W + (uint64_t)min(row0 + g + 8, rows - 1) * row_bytes;
     const int nsb = K >> 8, ng = K >> 4;
-    // Lanes of a column ≥ nc read column nc − 1 (valid memory, no branch): their products only
-    // reach output columns ≥ nc, which are never written.
-    const int col = min(g, nc - 1);
-    const uint4* xq = (const uint4*)(xp + ((uint64_t)col * ng * 4 + t) * TC_WORDS);
-    const float2* xs2 = (const float2*)(xs + 2 * t);
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    // Warp run `run` takes super-blocks run, run + S, … (the block's warps read neighbouring
-    // super-blocks of the same rows at the same time; measured faster than contiguous runs).
+    // Packed columns: mma column cc = 8m + n (group m < NG, n < 8) is piece cc % 3 (hi, mid, lo)
+    // of input column cc / 3. B-fragment lane (g, t) holds column 8m + g; lanes past the last
+    // input read input nc − 1 (valid memory; those columns are never written).
+    uint32_t xo[NG];
+#pragma unroll
+    for (int m = 0; m < NG; ++m) {
+        const int cc = 8 * m + g, j = min(cc / 3, nc - 1);
+        xo[m] = ((uint32_t)(j * ng * 4 + t)) * TC_WORDS + 2 * (cc % 3);
+    }
+    float acc[NG][4];
+#pragma unroll
+    for (int m = 0; m < NG; ++m)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[m][i] = 0.0f;
     const int sbe = (row0 < rows) ? nsb : 0;
     typename T::Row A, B;
     if (run < sbe) {
@@ -547,8 +580,6 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     }
 #pragma unroll 1
     for (int sb = run; sb < sbe; sb += S) {
-        // Next super-block's weights in flight while this one is computed (two ahead measured
-        // slower on the H200: more registers, fewer resident blocks).
         typename T::Row An, Bn;
         const int sn = sb + S;
         if (sn < sbe) {
@@ -556,148 +587,179 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
             T::load(wb + (uint64_t)sn * T::SB, t, Bn);
         }
         if constexpr (T::FOLD) {
-            float P[4][4];
+            float P[2][NG][4];
 #pragma unroll
-            for (int a = 0; a < 4; ++a)
+            for (int a = 0; a < 2; ++a)
 #pragma unroll
-                for (int i = 0; i < 4; ++i) P[a][i] = 0.0f;
+                for (int m = 0; m < NG; ++m)
 #pragma unroll
-            for (int hf = 0; hf < 16 / TC_XB; ++hf) {
-                uint4 xv[2 * TC_XB];
+                    for (int i = 0; i < 4; ++i) P[a][m][i] = 0.0f;
 #pragma unroll
-                for (int u = 0; u < TC_XB; ++u) {
-                    const uint4* p =
-                        xq + (uint64_t)(16 * sb + TC_XB * hf + u) * 4 * (TC_WORDS / 4);
-                    xv[2 * u] = __ldg(p);
-                    xv[2 * u + 1] = __ldg(p + 1);
-                }
+            for (int hf = 0; hf < 16 / XB; ++hf) {
+                uint2 xv[XB][NG];
 #pragma unroll
-                for (int u = 0; u < TC_XB; ++u) {
-                    const int G = TC_XB * hf + u;
+                for (int u = 0; u < XB; ++u)
+#pragma unroll
+                    for (int m = 0; m < NG; ++m)
+                        xv[u][m] = __ldg((const uint2*)(xp + xo[m] +
+                                                            (uint64_t)(16 * sb + XB * hf + u) * 32));
+#pragma unroll
+                for (int u = 0; u < XB; ++u) {
+                    const int G = XB * hf + u;
                     uint32_t a0, a1, a2, a3;
                     T::pairs_fold(A, G, a0, a2);
                     T::pairs_fold(B, G, a1, a3);
-                    const uint4 x0 = xv[2 * u];
-                    const uint4 x1 = xv[2 * u + 1];
-                    tc_mma(P[u & 3], a0, a1, a2, a3, x1.x, x1.y);  // lo
-                    tc_mma(P[u & 3], a0, a1, a2, a3, x0.z, x0.w);  // mid
-                    tc_mma(P[u & 3], a0, a1, a2, a3, x0.x, x0.y);  // hi
+#pragma unroll
+                    for (int m = 0; m < NG; ++m)
+                        tc_mma(P[u & 1][m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
                 }
             }
-            // Offsets: M = Σ_G m_G · S_G over the super-block's 16 groups (k = group).
-            float M[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            {
-                uint32_t a0, a1, a2, a3;
-                T::mins(A, t, a0, a2);
-                T::mins(B, t, a1, a3);
-                const uint4* f = (const uint4*)((const uint32_t*)(xs + TC_XSF_OFFSET) +
-                                                (((uint64_t)col * nsb + sb) * 4 + t) * 8);
-                const uint4 s0 = __ldg(f);
-                const uint4 s1 = __ldg(f + 1);
-                tc_mma(M, a0, a1, a2, a3, s1.x, s1.y);  // lo
-                tc_mma(M, a0, a1, a2, a3, s0.z, s0.w);  // mid
-                tc_mma(M, a0, a1, a2, a3, s0.x, s0.y);  // hi
+            // Offsets: M = Σ_G m_G · S_G over the super-block's 16 groups (k = group), the
+            // sums' pieces packed into columns like the activations.
+            float M[NG][4];
+            uint32_t a0, a1, a2, a3;
+            T::mins(A, t, a0, a2);
+            T::mins(B, t, a1, a3);
+#pragma unroll
+            for (int m = 0; m < NG; ++m) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) M[m][i] = 0.0f;
+                {
+                    const int cc = 8 * m + g, j = min(cc / 3, nc - 1);
+                    const uint2 s = __ldg((const uint2*)((const uint32_t*)(xs + TC_XSF_OFFSET) +
+                                                         (((uint64_t)j * nsb + sb) * 4 + t) * 8 +
+                                                         2 * (cc % 3)));
+                    tc_mma(M[m], a0, a1, a2, a3, s.x, s.y);
+                }
             }
             const float da = T::d(A), db = T::d(B), ma = -T::dmin(A), mb = -T::dmin(B);
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const float ps = (P[0][i] + P[1][i]) + (P[2][i] + P[3][i]);
-                const float dd = i < 2 ? da : db, mm = i < 2 ? ma : mb;
-                acc[i] = fmaf(dd, ps, acc[i]);
-                acc[i] = fmaf(mm, M[i], acc[i]);
-            }
+            for (int m = 0; m < NG; ++m)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const float dd = i < 2 ? da : db, mm = i < 2 ? ma : mb;
+                    acc[m][i] = fmaf(dd, P[0][m][i] + P[1][m][i], acc[m][i]);
+                    acc[m][i] = fmaf(mm, M[m][i], acc[m][i]);
+                }
         } else {
 #pragma unroll
-        for (int hf = 0; hf < 16 / TC_XB; ++hf) {
-            // All activation fragments (and 16-sums) of TC_XB groups issued before first use.
-            uint4 xv[2 * TC_XB];
-            float2 Sv[TC_XB];
+            for (int hf = 0; hf < 16 / XB; ++hf) {
+                uint2 xv[XB][NG];
 #pragma unroll
-            for (int u = 0; u < TC_XB; ++u) {
-                const int Ga = 16 * sb + TC_XB * hf + u;
-                const uint4* p = xq + (uint64_t)Ga * 4 * (TC_WORDS / 4);
-                xv[2 * u] = __ldg(p);
-                xv[2 * u + 1] = __ldg(p + 1);
-                if (T::HAS_MIN) Sv[u] = __ldg(xs2 + 4 * Ga);
-            }
+                for (int u = 0; u < XB; ++u)
 #pragma unroll
-            for (int s = TC_XB * hf / T::GPS; s < TC_XB * (hf + 1) / T::GPS; ++s) {
-                float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    for (int m = 0; m < NG; ++m)
+                        xv[u][m] = __ldg((const uint2*)(xp + xo[m] +
+                                                            (uint64_t)(16 * sb + XB * hf + u) * 32));
 #pragma unroll
-                for (int u = 0; u < T::GPS; ++u) {
-                    const int G = s * T::GPS + u, ul = G - TC_XB * hf;
-                    uint32_t a0, a1, a2, a3;
-                    T::pairs(A, G, a0, a2);
-                    T::pairs(B, G, a1, a3);
-                    const uint4 x0 = xv[2 * ul];
-                    const uint4 x1 = xv[2 * ul + 1];
-                    tc_mma(part, a0, a1, a2, a3, x1.x, x1.y);  // lo
-                    tc_mma(part, a0, a1, a2, a3, x0.z, x0.w);  // mid
-                    tc_mma(part, a0, a1, a2, a3, x0.x, x0.y);  // hi
-                }
-                float sa, ma, sbb, mb;
-                T::scale(A, s, sa, ma);
-                T::scale(B, s, sbb, mb);
-                acc[0] = fmaf(sa, part[0], acc[0]);
-                acc[1] = fmaf(sa, part[1], acc[1]);
-                acc[2] = fmaf(sbb, part[2], acc[2]);
-                acc[3] = fmaf(sbb, part[3], acc[3]);
-                if (T::HAS_MIN) {
+                for (int s = XB * hf / T::GPS; s < XB * (hf + 1) / T::GPS; ++s) {
+                    float part[NG][4];
+#pragma unroll
+                    for (int m = 0; m < NG; ++m)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) part[m][i] = 0.0f;
 #pragma unroll
                     for (int u = 0; u < T::GPS; ++u) {
-                        const float2 S = Sv[s * T::GPS + u - TC_XB * hf];
-                        acc[0] = fmaf(ma, S.x, acc[0]);
-                        acc[1] = fmaf(ma, S.y, acc[1]);
-                        acc[2] = fmaf(mb, S.x, acc[2]);
-                        acc[3] = fmaf(mb, S.y, acc[3]);
+                        const int G = s * T::GPS + u, ul = G - XB * hf;
+                        uint32_t a0, a1, a2, a3;
+                        T::pairs(A, G, a0, a2);
+                        T::pairs(B, G, a1, a3);
+#pragma unroll
+                        for (int m = 0; m < NG; ++m)
+                            tc_mma(part[m], a0, a1, a2, a3, xv[ul][m].x, xv[ul][m].y);
+                    }
+                    float sa, ma, sbb, mb;
+                    T::scale(A, s, sa, ma);
+                    T::scale(B, s, sbb, mb);
+#pragma unroll
+                    for (int m = 0; m < NG; ++m) {
+                        acc[m][0] = fmaf(sa, part[m][0], acc[m][0]);
+                        acc[m][1] = fmaf(sa, part[m][1], acc[m][1]);
+                        acc[m][2] = fmaf(sbb, part[m][2], acc[m][2]);
+                        acc[m][3] = fmaf(sbb, part[m][3], acc[m][3]);
+                    }
+                    if (T::HAS_MIN) {
+                        // b · S_{j,G} once per input column j: on its hi-piece column only.
+#pragma unroll
+                        for (int m = 0; m < NG; ++m)
+#pragma unroll
+                            for (int h = 0; h < 2; ++h) {
+                                const int cc = 8 * m + 2 * t + h;
+                                if (cc % 3 == 0 && cc / 3 < nc) {
+#pragma unroll
+                                    for (int u = 0; u < T::GPS; ++u) {
+                                        const float Sg = __ldg(xs + 8 * (16 * sb + s * T::GPS + u) + cc / 3);
+                                        acc[m][h] = fmaf(ma, Sg, acc[m][h]);
+                                        acc[m][2 + h] = fmaf(mb, Sg, acc[m][2 + h]);
+                                    }
+                                }
+                            }
                     }
                 }
             }
-        }
         }
         A = An;
         B = Bn;
     }
 #pragma unroll
-    for (int i = 0; i < 4; ++i) red[wid][lane][i] = acc[i];
+    for (int m = 0; m < NG; ++m)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) red[wid][4 * m + i][lane] = acc[m][i];
     __syncthreads();
     if (run == 0) {
+        // The runs of this tile in order, pairwise: (r0 + r1) + (r2 + r3) + …
+        float v[4 * NG];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            // The runs of this tile in order, pairwise: (r0 + r1) + (r2 + r3) + …
-            float v = 0.0f;
+        for (int q = 0; q < 4 * NG; ++q) {
+            v[q] = 0.0f;
             for (int s2 = 0; s2 < S; s2 += 2) {
-                const float a = red[tl + s2 * tpc][lane][i];
-                v += (s2 + 1 < S) ? a + red[tl + (s2 + 1) * tpc][lane][i] : a;
+                const float a = red[tl + s2 * tpc][q][lane];
+                v[q] += (s2 + 1 < S) ? a + red[tl + (s2 + 1) * tpc][q][lane] : a;
             }
-            const int r = row0 + g + 8 * (i >> 1), c = 2 * t + (i & 1);
-            if (r < rows && c < nc) y[(uint64_t)c * rows + r] = v;
+        }
+        __syncwarp();
+        // Column totals into this warp's slot as tot[column cc][row 0..15] (128·NG floats).
+        float* tot = &red[wid][0][0];
+#pragma unroll
+        for (int q = 0; q < 4 * NG; ++q) {
+            const int m = q >> 2, i = q & 3;
+            tot[(8 * m + 2 * t + (i & 1)) * 16 + g + 8 * (i >> 1)] = v[q];
+        }
+        __syncwarp();
+        // y[j, r] = (hi + mid) + lo.
+        for (int o = lane; o < 16 * nc; o += 32) {
+            const int j = o >> 4, rr = o & 15, r = row0 + rr;
+            const float hv = tot[(3 * j) * 16 + rr], mv = tot[(3 * j + 1) * 16 + rr],
+                        lv = tot[(3 * j + 2) * 16 + rr];
+            if (r < rows) y[(uint64_t)j * rows + r] = (hv + mv) + lv;
         }
     }
 #endif
 }
 
-// mvtc_<fmt>(W, xp, xs, y, rows, K, row_bytes, nc, W2, y2, rows2): y = W·x and, in the same
-// launch, y2 = W2·x (same format and K; rows2 = 0 for none): blocks ≥ ceil(rows / 16) take W2.
-// Grid ceil(rows / 16) + ceil(rows2 / 16).
-// mvtc_<fmt>(W, xp, xs, y, rows, K, row_bytes, nc, W2, y2, rows2, tpc): y = W·x and, in the
-// same launch, y2 = W2·x (same format and K; rows2 = 0 for none). tpc ∈ {1, 2, 4, 8} row tiles
-// per block (host: kernels::tc_tiles_per_block, a function of rows and the SM count only, so a
-// matrix always gets the same summation order). Grid ceil(tiles / tpc) + ceil(tiles2 / tpc).
-#define MVTC_KERNEL(NAME, F)                                                                 \
-    extern "C" __global__ void __launch_bounds__(32 * TC_WARPS) mvtc_##NAME(                 \
+// mvtc_<fmt>_<NG>(W, xp, xs, y, rows, K, row_bytes, nc, W2, y2, rows2, tpc): y = W·x and, in
+// the same launch, y2 = W2·x (same format and K; rows2 = 0 for none), for nc inputs with
+// NG = ceil(3·nc / 8) mma column groups (host: kernels::mvtc_kernel(fmt, nc)). tpc ∈ {1, 2, 4, 8}
+// row tiles per block (host: kernels::tc_tiles_per_block, a function of rows and the SM count
+// only, so a matrix always gets the same summation order). Grid ceil(tiles / tpc) +
+// ceil(tiles2 / tpc).
+#define MVTC_ENTRY(NAME, F, NG)                                                              \
+    extern "C" __global__ void __launch_bounds__(32 * TC_WARPS, TcMinB<F, NG>::V)         \
+        mvtc_##NAME##_##NG(                                                                  \
         const uint8_t* __restrict__ W, const uint32_t* __restrict__ xp,                      \
         const float* __restrict__ xs, float* __restrict__ y, int rows, int K,                \
         uint64_t row_bytes, int nc, const uint8_t* __restrict__ W2, float* __restrict__ y2,  \
         int rows2, int tpc) {                                                                \
         if constexpr (Tc<F>::OK) {                                                           \
+            constexpr int XB = TcXb<F, NG>::V;                                               \
             const int ctas = (((rows + 15) >> 4) + tpc - 1) / tpc;                           \
             if ((int)blockIdx.x < ctas)                                                      \
-                mvtc_body<F>(W, xp, xs, y, rows, K, row_bytes, nc, blockIdx.x, tpc);         \
+                mvtc_body<F, NG, XB>(W, xp, xs, y, rows, K, row_bytes, nc, blockIdx.x, tpc); \
             else                                                                             \
-                mvtc_body<F>(W2, xp, xs, y2, rows2, K, row_bytes, nc, blockIdx.x - ctas,     \
-                             tpc);                                                           \
+                mvtc_body<F, NG, XB>(W2, xp, xs, y2, rows2, K, row_bytes, nc,                \
+                                     blockIdx.x - ctas, tpc);                                \
         }                                                                                    \
     }
+#define MVTC_KERNEL(NAME, F) MVTC_ENTRY(NAME, F, 1) MVTC_ENTRY(NAME, F, 2) MVTC_ENTRY(NAME, F, 3)
 
 FOR_EACH_FORMAT(MVTC_KERNEL)

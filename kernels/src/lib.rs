@@ -25,6 +25,19 @@ const COMMON: &str = include_str!("../common.cuh");
 /// that read GGUF blocks.
 const QUANT: &str = include_str!("../quant.cuh");
 
+/// Environment variable naming a folder whose `common.cuh`, `quant.cuh` and `<family>.cu` files
+/// replace the embedded ones (each file only where present), so kernel variants can be timed on
+/// a GPU machine without rebuilding the binary. Unset (the normal case): the embedded sources.
+pub const SOURCE_DIR_ENV: &str = "GEMMA4_KERNEL_SRC";
+
+/// The text of kernel source `file`: `$GEMMA4_KERNEL_SRC/file` when the variable is set and the
+/// file is readable, else `embedded`.
+fn override_or(file: &str, embedded: &str) -> String {
+    std::env::var_os(SOURCE_DIR_ENV)
+        .and_then(|d| std::fs::read_to_string(std::path::Path::new(&d).join(file)).ok())
+        .unwrap_or_else(|| embedded.to_string())
+}
+
 /// The format suffixes used in kernel names (`dequant_<fmt>`, `matvec_<fmt>_<nc>`), in the
 /// order of the X-macro `FOR_EACH_FORMAT` in `quant.cuh`; each is the lower-case ggml type
 /// name (`spec/gguf-gemma4.md` §3.1).
@@ -70,7 +83,7 @@ pub fn matvec_rows_per_block(fmt: &str, nc: usize) -> u32 {
     }
 }
 
-/// Formats with a tensor-core matvec `mvtc_<fmt>` (`matvec.cu`: weights decoded to exact bf16
+/// Formats with a tensor-core matvec `mvtc_<fmt>_<NG>` (`matvec.cu`: weights decoded to exact bf16
 /// integers, activations split exactly into three bf16 pieces, `mma.sync` bf16 → f32).
 pub const TC_FORMATS: [&str; 6] = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_0"];
 /// Word offset of the folded formats' group-sum fragments inside the `mvtc` sums buffer
@@ -78,9 +91,9 @@ pub const TC_FORMATS: [&str; 6] = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_0
 pub const TC_XSF_OFFSET: usize = 32768;
 /// Elements of one `mvtc` super-block: `K` must be a multiple of this.
 pub const TC_SUPER_BLOCK: usize = 256;
-/// Rows of one `mvtc_<fmt>` thread block (grid `ceil(rows / TC_ROWS)`, block [`TC_THREADS`]).
+/// Rows of one `mvtc_<fmt>_<NG>` thread block (grid `ceil(rows / TC_ROWS)`, block [`TC_THREADS`]).
 pub const TC_ROWS: u32 = 16;
-/// Threads of one `mvtc_<fmt>` thread block (`32 · TC_WARPS` in `matvec.cu`).
+/// Threads of one `mvtc_<fmt>_<NG>` thread block (`32 · TC_WARPS` in `matvec.cu`).
 pub const TC_THREADS: u32 = 256;
 /// `u32` words of the `mvtc_prep` activation buffer per column and input element (`8 · 4 · 8`
 /// words per 16 elements = 2 per element); the sums buffer holds `K / 16 · 8` f32.
@@ -110,10 +123,21 @@ pub fn norm_prep_threads(n: usize) -> Option<u32> {
 /// Threads of one `geglu_prep_f32` block (grid `(ceil(n / 4 / this), rows)`).
 pub const GEGLU_PREP_THREADS: u32 = 128;
 
-/// Kernel name of the tensor-core matvec for format `fmt` (defined, empty, for every format;
-/// only [`TC_FORMATS`] compute): all three activation pieces (exact f32 activations).
-pub fn mvtc_kernel(fmt: &str) -> String {
-    format!("mvtc_{fmt}")
+/// Largest mma column-group count of the tensor-core matvec (8 inputs × 3 pieces = 24 columns).
+pub const TC_MAX_GROUPS: usize = 3;
+
+/// Mma column groups the tensor-core matvec uses for `nc` inputs: each input takes three
+/// columns (its activation pieces hi, mid, lo; `matvec.cu`), 8 columns a group:
+/// `ceil(3·nc / 8)`, at most [`TC_MAX_GROUPS`] for `nc ≤ 8`.
+pub fn tc_col_groups(nc: usize) -> usize {
+    (3 * nc).div_ceil(8)
+}
+
+/// Kernel name of the tensor-core matvec for format `fmt` and `nc` inputs (1 ≤ nc ≤ 8):
+/// `mvtc_<fmt>_<NG>` with NG = [`tc_col_groups`]`(nc)` (defined, empty, for every format; only
+/// [`TC_FORMATS`] compute). All three activation pieces are used (exact f32 activations).
+pub fn mvtc_kernel(fmt: &str, nc: usize) -> String {
+    format!("mvtc_{fmt}_{}", tc_col_groups(nc).clamp(1, TC_MAX_GROUPS))
 }
 
 /// Row tiles (of [`TC_ROWS`]) per `mvtc` block for a matrix of `rows` rows on a GPU with
@@ -202,13 +226,13 @@ impl Family {
     }
 
     /// The full NVRTC program text: `common.cuh`, then `quant.cuh` for block-reading families,
-    /// then the family's `.cu` file.
+    /// then the family's `.cu` file (each read from [`SOURCE_DIR_ENV`] when that is set).
     pub fn source(self) -> String {
-        let mut s = String::from(COMMON);
+        let mut s = override_or("common.cuh", COMMON);
         if self.reads_blocks() {
-            s.push_str(QUANT);
+            s.push_str(&override_or("quant.cuh", QUANT));
         }
-        s.push_str(self.body());
+        s.push_str(&override_or(self.file(), self.body()));
         s
     }
 
@@ -226,13 +250,13 @@ impl Family {
         if !self.reads_blocks() {
             return None;
         }
-        let mut s = String::from(COMMON);
+        let mut s = override_or("common.cuh", COMMON);
         s.push_str(&format!(
             "#define FORMAT_FILTER\n#define FOR_EACH_FORMAT(X) X({fmt}, {})\n",
             FORMAT_STRUCTS[i]
         ));
-        s.push_str(QUANT);
-        s.push_str(self.body());
+        s.push_str(&override_or("quant.cuh", QUANT));
+        s.push_str(&override_or(self.file(), self.body()));
         Some(s)
     }
 
@@ -246,7 +270,7 @@ impl Family {
                     (1..=MATVEC_MAX_COLS)
                         .map(move |nc| matvec_kernel(f, nc))
                         .chain(std::iter::once(format!("matvec_ids_{f}")))
-                        .chain(std::iter::once(mvtc_kernel(f)))
+                        .chain((1..=TC_MAX_GROUPS).map(move |g| format!("mvtc_{f}_{g}")))
                 })
                 .chain(std::iter::once("mvtc_prep".to_string()))
                 .collect(),
@@ -618,5 +642,16 @@ mod tests {
         assert!(!super::tc_supported("q8_0", 3840, (9, 0)));
         assert!(!super::tc_supported("q4_k", 3840, (7, 5)));
         assert_eq!(super::tc_tiles_per_block(30720, 132), 1);
+    }
+
+    #[test]
+    fn tc_column_groups() {
+        // Hand-derived: 3 pieces per input, 8 mma columns per group: 1 input = 3 columns → 1
+        // group; 2 → 6 → 1; 3 → 9 → 2; 5 → 15 → 2; 6 → 18 → 3; 8 → 24 → 3.
+        let groups: Vec<usize> = (1..=8).map(super::tc_col_groups).collect();
+        assert_eq!(groups, [1, 1, 2, 2, 2, 3, 3, 3]);
+        assert_eq!(super::mvtc_kernel("q2_k", 1), "mvtc_q2_k_1");
+        assert_eq!(super::mvtc_kernel("q6_k", 4), "mvtc_q6_k_2");
+        assert_eq!(super::mvtc_kernel("q3_k", 8), "mvtc_q3_k_3");
     }
 }

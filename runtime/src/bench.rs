@@ -2,6 +2,12 @@
 //! §13.3 shapes: H 3840, I 15360, 48 layers, 16 heads, sliding 8 KV heads × 256, full 1 KV head
 //! × 512 with `attention_k_eq_v`, V 262144) made of random valid blocks of one format, against
 //! the read roofline `B_read` (sum over 4 GiB) measured in the same run (toolchain notes).
+//!
+//! With a drafter ([`DraftOptions`]) it also times a synthetic MTP assistant of 12B-compatible
+//! shapes (`spec/gemma4-assistant-mtp.md` §8, [`AssistantShape`]) drafting over the target's
+//! cache, reports the drafter step cost ÷ the target decode step, and a speed-up model of
+//! `spec:K` (tokens/s vs the acceptance rate `α`, [`speedup`]) from the costs measured in the
+//! same run.
 
 use std::time::Instant;
 
@@ -17,6 +23,17 @@ use crate::forward::Row;
 use crate::loader::{DeviceModel, LayerWeights, Mat};
 use crate::ops::{format_suffix, row_bytes};
 use crate::Gpu;
+
+mod drafter;
+pub mod speedup;
+
+pub use drafter::{draft_bench, AssistantShape, DraftOptions};
+
+/// Per-draft acceptance rates `α` of the speed-up model (inputs, not measured).
+pub const ALPHAS: [f64; 6] = [0.3, 0.5, 0.6, 0.7, 0.8, 0.9];
+
+/// Draft lengths `K` of the verify-cost and drafter measurements.
+pub const DRAFT_KS: [usize; 4] = [1, 2, 4, 8];
 
 /// The 12B text configuration of §13.3 (no PLE, no MoE, soft-cap 30).
 pub fn config_12b() -> Config {
@@ -95,8 +112,9 @@ impl WeightMix {
     }
 }
 
-/// Random blocks per (type, rows, cols), generated once on the host and uploaded per tensor.
-struct Gen {
+/// Random blocks per (type, rows, cols), generated once on the host and uploaded per tensor
+/// (the target here, the drafter in `crate::draft`'s `synthetic` module).
+pub(crate) struct Gen {
     mix: WeightMix,
     rng: Rng,
     cache: std::collections::HashMap<(GgmlType, usize, usize), Vec<u8>>,
@@ -104,7 +122,29 @@ struct Gen {
 }
 
 impl Gen {
-    fn mat(
+    /// A generator for the formats of `mix`, random bits from `seed`.
+    pub(crate) fn new(mix: WeightMix, seed: u64) -> Gen {
+        Gen {
+            mix,
+            rng: Rng::new(seed),
+            cache: Default::default(),
+            bytes: 0,
+        }
+    }
+
+    /// Bytes uploaded so far.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The random-bit source (also used for non-weight data such as a token permutation).
+    pub(crate) fn rng(&mut self) -> &mut Rng {
+        &mut self.rng
+    }
+
+    /// A `[rows, cols]` matrix named `name` in `mix.type_for(name)`, random valid blocks.
+    /// Errors: `cols` not a whole number of blocks, unsupported format, upload failure.
+    pub(crate) fn mat(
         &mut self,
         gpu: &Gpu,
         name: &str,
@@ -135,7 +175,8 @@ impl Gen {
     }
 }
 
-fn ones(gpu: &Gpu, n: usize) -> Result<CudaSlice<f32>, RuntimeError> {
+/// `[n]` f32 ones on the device (norm gains of the synthetic models).
+pub(crate) fn ones(gpu: &Gpu, n: usize) -> Result<CudaSlice<f32>, RuntimeError> {
     gpu.stream.clone_htod(&vec![1f32; n]).map_err(drv("ones"))
 }
 
@@ -146,12 +187,7 @@ pub fn synthetic(
     mix: WeightMix,
     seed: u64,
 ) -> Result<DeviceModel, RuntimeError> {
-    let mut g = Gen {
-        mix,
-        rng: Rng::new(seed),
-        cache: Default::default(),
-        bytes: 0,
-    };
+    let mut g = Gen::new(mix, seed);
     let h = cfg.n_embd;
     let mut layers = Vec::new();
     for l in 0..cfg.n_layer {
@@ -230,11 +266,16 @@ pub fn b_read(gpu: &Gpu) -> Result<f64, RuntimeError> {
     Ok((n * 4) as f64 / t[t.len() / 2])
 }
 
-/// Decode benchmark: `prompt` tokens prefilled, then `decode` single-token forwards timed.
+/// Decode benchmark: `prompt` tokens prefilled, then `decode` single-token forwards timed;
+/// verify forwards of `K + 1` rows for `K` in [`DRAFT_KS`]; batches 1, 2, 4, 8; with `draft`,
+/// the drafter measurement and speed-up model of [`draft_bench`] (JSON key `drafter`).
+///
+/// Errors: no GPU, driver/kernel errors, drafter shape errors.
 pub fn run(
     mix: WeightMix,
     prompt: usize,
     decode: usize,
+    draft: Option<&DraftOptions>,
 ) -> Result<serde_json::Value, RuntimeError> {
     let gpu = Gpu::new(0)?;
     let bread = b_read(&gpu)?;
@@ -308,7 +349,8 @@ pub fn run(
     let base = eng.slot_len(0);
     let step_s = dec_s / decode.max(1) as f64;
     let mut verify = Vec::new();
-    for k in [1usize, 2, 4, 8] {
+    let mut verify_s = Vec::new();
+    for k in DRAFT_KS {
         let rows: Vec<Row> = (0..=k)
             .map(|i| Row {
                 slot: 0,
@@ -327,6 +369,7 @@ pub fn run(
             eng.truncate_slot(0, base)?;
         }
         let vs = tv.elapsed().as_secs_f64() / reps as f64;
+        verify_s.push(vs);
         verify.push(
             json!({"k": k, "rows": k + 1, "verify_s": vs, "ratio_to_decode_step": vs / step_s}),
         );
@@ -383,6 +426,10 @@ pub fn run(
         .sum();
     let per_tok = wb + kv_read;
     let roof = bread / per_tok as f64;
+    let drafter = match draft {
+        Some(d) => draft_bench(&eng, d, ctx_mid, step_s, &verify_s)?,
+        None => serde_json::Value::Null,
+    };
     Ok(json!({
         "shape": "gemma4-12B (spec §13.3)",
         "format": mix.name(),
@@ -402,6 +449,7 @@ pub fn run(
         "eager_full_logits_tok_per_s": 1.0 / eager_step_s,
         "verify_cost": verify,
         "batch": batch,
+        "drafter": drafter,
         "notes": "decode = CUDA graph replay per step, top-1 on the device (one id copied back); eager_full_logits = the previous path (eager launches, logits row to host); f32 activations and KV",
     }))
 }

@@ -26,6 +26,8 @@ use crate::forward::{n1d, ptr, Arg, Forward, KvCache};
 use crate::loader::{model_err, DeviceModel, Loader, Mat};
 use crate::Gpu;
 
+mod synthetic;
+
 /// One query-only drafter layer on the device (§1.2; GGUF suffix names).
 pub struct DraftLayer {
     /// Sliding (`true`) or full layer.
@@ -67,6 +69,20 @@ pub enum DraftHead {
     Full,
     /// §3.1 centroid head.
     Centroid,
+}
+
+/// One teacher-forced drafter step copied back from the device
+/// ([`DeviceAssistant::draft_forced`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DraftStepRow {
+    /// Full-head logits `E_A · n` `[V]` f32 (never soft-capped, §2.6; for the centroid head
+    /// these are the values before the §3.1 selection, which equal the selected ids' logits).
+    pub logits: Vec<f32>,
+    /// `g' = W_post · n` `[H_T]` f32 (§2.6).
+    pub hidden: Vec<f32>,
+    /// The drafter's own pick at this step by its current head (the argmax kernel: lowest id on
+    /// ties; or the §3.1 centroid selection).
+    pub token: u32,
 }
 
 /// A drafter on the device plus its scratch buffers.
@@ -297,6 +313,54 @@ impl DeviceAssistant {
         p: usize,
         k: usize,
     ) -> Result<Vec<u32>, RuntimeError> {
+        self.run_steps(fw, cache, slot, x, hidden, p, k, None)
+            .map(|(ids, _)| ids)
+    }
+
+    /// Teacher-forced drafter steps (drafter check against the oracle's
+    /// `reference::spec::Assistant::forward`, `spec/gemma4-assistant-mtp.md` §6.3 item 5): as
+    /// [`DeviceAssistant::draft`] with `k = inputs.len()`, `x = inputs[0]`, except that step
+    /// `i + 1` embeds `inputs[i]` instead of the previous step's pick (step 1 embeds `x`; `g`
+    /// is still the drafter's own `g'`). After each step its full-head logits `E_A · n` `[V]` and
+    /// `g'` `[H_T]` are copied to the host (one synchronisation per step), with the pick of the
+    /// current head.
+    ///
+    /// Errors: as [`DeviceAssistant::draft`] (empty `inputs`, more than `MAX_DRAFT`, an id
+    /// `≥ V` at any step).
+    pub fn draft_forced(
+        &mut self,
+        fw: &Forward<'_>,
+        cache: &KvCache,
+        slot: usize,
+        inputs: &[u32],
+        hidden: u64,
+        p: usize,
+    ) -> Result<Vec<DraftStepRow>, RuntimeError> {
+        let v = self.config.n_vocab;
+        if let Some(&bad) = inputs.iter().find(|&&t| t as usize >= v) {
+            return Err(RuntimeError::Capacity(format!(
+                "teacher-forced draft input {bad} ≥ V = {v}"
+            )));
+        }
+        let x = inputs.first().copied().unwrap_or(0);
+        self.run_steps(fw, cache, slot, x, hidden, p, inputs.len(), Some(inputs))
+            .map(|(_, kept)| kept)
+    }
+
+    /// The draft loop of [`DeviceAssistant::draft`]; with `forced` the teacher-forced variant of
+    /// [`DeviceAssistant::draft_forced`] (`forced[i]` embedded at step `i + 1`, rows returned).
+    #[allow(clippy::too_many_arguments)]
+    fn run_steps(
+        &mut self,
+        fw: &Forward<'_>,
+        cache: &KvCache,
+        slot: usize,
+        x: u32,
+        hidden: u64,
+        p: usize,
+        k: usize,
+        forced: Option<&[u32]>,
+    ) -> Result<(Vec<u32>, Vec<DraftStepRow>), RuntimeError> {
         let gpu = fw.gpu;
         let s = &gpu.stream;
         let (ht, ha, v) = (
@@ -361,6 +425,7 @@ impl DeviceAssistant {
             }
         }
         let mut out = Vec::with_capacity(k);
+        let mut kept = Vec::new();
         for i in 0..k {
             // §2.1: u = [E_T[x]·√H_T ‖ g]; z = W_pre · u.
             fw.embed(
@@ -459,14 +524,43 @@ impl DeviceAssistant {
                         .map_err(drv("upload draft id"))?;
                 }
             }
+            if let Some(inputs) = forced {
+                // Copy this step out (logits, g', pick), then replace the next input by the
+                // forced one (stream order: after the argmax kernel wrote it).
+                let logits = s
+                    .clone_dtoh(&self.logits)
+                    .map_err(drv("download drafter logits"))?;
+                let g_out = s
+                    .clone_dtoh(&self.u.slice(ht..2 * ht))
+                    .map_err(drv("download drafter g'"))?;
+                let token = match self.head {
+                    DraftHead::Full => s
+                        .clone_dtoh(&self.ids.slice(i + 1..i + 2))
+                        .map_err(drv("download draft id"))?
+                        .first()
+                        .map_or(0, |&t| t as u32),
+                    DraftHead::Centroid => out.last().copied().unwrap_or(0),
+                };
+                kept.push(DraftStepRow {
+                    logits,
+                    hidden: g_out,
+                    token,
+                });
+                if let Some(&nx) = inputs.get(i + 1) {
+                    s.memcpy_htod(&[nx as i32], &mut self.ids.slice_mut(i + 1..i + 2))
+                        .map_err(drv("upload forced draft input"))?;
+                }
+            }
         }
-        if self.head == DraftHead::Full {
+        if forced.is_some() {
+            out = kept.iter().map(|r| r.token).collect();
+        } else if self.head == DraftHead::Full {
             let ids = s
                 .clone_dtoh(&self.ids.slice(1..k + 1))
                 .map_err(drv("download drafts"))?;
             out = ids.into_iter().map(|t| t as u32).collect();
         }
-        Ok(out)
+        Ok((out, kept))
     }
 
     /// §3.1 on the host: cluster scores `Cw·n` (device matvec), the `k_c` best clusters (lowest

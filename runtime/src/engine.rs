@@ -1,6 +1,8 @@
 //! The CUDA engine with plain methods (the `suites` crate adapts it to its `Engine` trait
 //! behind its `cuda` feature): greedy decoding of one sequence, a running batch of N
-//! sequences, teacher-forced scoring, and raw logits rows (for diffs against the oracle).
+//! sequences, teacher-forced scoring, and raw logits rows (for diffs against the oracle);
+//! `spec:K` speculative decoding and its draft sources live in the `engine/spec.rs` submodule
+//! (types re-exported here).
 //!
 //! Selection rules are the oracle's (`reference::model::logits`): greedy = the largest logit
 //! over non-suppressed ids, lowest id on exact ties (`spec/gemma4-text.md` §13.6); top-k
@@ -16,6 +18,10 @@ use crate::error::RuntimeError;
 use crate::forward::{Forward, KvCache, Row, Workspace};
 use crate::loader::DeviceModel;
 use crate::Gpu;
+
+mod spec;
+
+pub use spec::{DraftSource, ScriptRound, SpecKind, SpecRoundLog, SpecRun, SpecStep};
 
 /// Capacity of a [`CudaEngine`].
 #[derive(Debug, Clone, Copy)]
@@ -65,61 +71,6 @@ pub struct CudaEngine {
     cache: KvCache,
     ws: Workspace,
     draft: Option<DeviceAssistant>,
-}
-
-/// How a `spec:K` token was produced (`design/conformance.md` §2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpecKind {
-    /// The prefill's token.
-    Prefill,
-    /// A one-row decode step (budget left no room to draft).
-    Decode,
-    /// An accepted draft of a verify forward.
-    VerifyAccepted,
-    /// The bonus (target) token of a verify forward.
-    VerifyBonus,
-}
-
-/// One emitted token of a `spec:K` run.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SpecStep {
-    /// Emitted id.
-    pub token: u32,
-    /// Top-k of the (verify or decode) row that chose it.
-    pub top_k: Vec<(u32, f64)>,
-    /// Step kind.
-    pub kind: SpecKind,
-    /// The full logits row that chose it (only when asked for, for row-invariance checks).
-    pub logits: Option<Vec<f32>>,
-}
-
-/// One verify round (`spec/gemma4-assistant-mtp.md` §7): `(p, K_r, drafts, n', last id)`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SpecRoundLog {
-    /// Round position `p`.
-    pub p: usize,
-    /// `K_r` (verify width `K_r + 1`).
-    pub k: usize,
-    /// `d_1 … d_{K_r}`.
-    pub drafted: Vec<u32>,
-    /// `n'` (after stop/budget truncation).
-    pub accepted: usize,
-    /// Last emitted id of the round.
-    pub bonus: u32,
-    /// Whether the last emitted id is the bonus token (false when a stop id or the budget cut
-    /// the round inside the accepted drafts).
-    pub has_bonus: bool,
-}
-
-/// Result of a `spec:K` run.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SpecRun {
-    /// Emitted tokens.
-    pub steps: Vec<SpecStep>,
-    /// Verify rounds.
-    pub rounds: Vec<SpecRoundLog>,
-    /// Plain one-row steps (`K_r = 0`).
-    pub plain_steps: usize,
 }
 
 impl CudaEngine {
@@ -254,31 +205,6 @@ impl CudaEngine {
                 .enumerate()
                 .map(|(i, row)| self.pick(row, top_k, at + i))
                 .collect()
-        }
-    }
-
-    /// [`CudaEngine::step_rows`], or with `keep` the host path that also returns each row's
-    /// full logits.
-    #[allow(clippy::type_complexity)]
-    fn steps_keep(
-        &mut self,
-        rows: &[Row],
-        top_k: usize,
-        at: usize,
-        keep: bool,
-    ) -> Result<(Vec<GenStep>, Vec<Option<Vec<f32>>>), RuntimeError> {
-        if keep {
-            let lg = self.forward(rows)?;
-            let steps = lg
-                .iter()
-                .enumerate()
-                .map(|(i, row)| self.pick(row, top_k, at + i))
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok((steps, lg.into_iter().map(Some).collect()))
-        } else {
-            let steps = self.step_rows(rows, top_k, at)?;
-            let n = steps.len();
-            Ok((steps, vec![None; n]))
         }
     }
 
@@ -531,171 +457,6 @@ impl CudaEngine {
         }
         self.reset_slot(0);
         Ok(out)
-    }
-
-    /// Greedy MTP speculative decoding `spec:K` in slot 0 (`spec/gemma4-assistant-mtp.md` §4.1):
-    /// prefill (emit its argmax, carry the last row's final-normed hidden state); per round
-    /// `K_r = min(K, remaining − 1)` drafts on the GPU at the constant position `p` (a plain
-    /// one-row step when `K_r = 0`), one target verify forward over `[t_p, d_1 … d_{K_r}]`,
-    /// accept the longest prefix with `d_i = a_{i−1}` plus the bonus `a_n`, truncate after the
-    /// first stop id and to the budget, roll the cache back to `p + n' + 1` positions, carry the
-    /// hidden state of verify row `n'` (it stays on the device). `keep_logits` keeps each emitted
-    /// token's full logits row in [`SpecStep::logits`].
-    ///
-    /// Errors: no drafter loaded, `k` outside `1 ..= draft::MAX_DRAFT`, forward/driver errors,
-    /// non-finite logits.
-    pub fn spec(
-        &mut self,
-        req: &GenRequest,
-        k: usize,
-        top_k: usize,
-        keep_logits: bool,
-    ) -> Result<SpecRun, RuntimeError> {
-        if self.draft.is_none() {
-            return Err(RuntimeError::Model {
-                what: "spec:K".into(),
-                detail: "no draft model loaded".into(),
-            });
-        }
-        if k == 0 || k > crate::draft::MAX_DRAFT || k + 1 > crate::forward::CHUNK_ROWS {
-            return Err(RuntimeError::Capacity(format!(
-                "spec:{k} (1 ≤ K ≤ {})",
-                crate::draft::MAX_DRAFT
-            )));
-        }
-        let mut run = SpecRun {
-            steps: Vec::new(),
-            rounds: Vec::new(),
-            plain_steps: 0,
-        };
-        if req.max_tokens == 0 || req.prompt.is_empty() {
-            return Ok(run);
-        }
-        let h = self.model.config.n_embd;
-        self.reset_slot(0);
-        let rows = Row::prompt(0, &req.prompt);
-        let (mut sts, mut lgs) = self.steps_keep(&rows, top_k, 0, keep_logits)?;
-        let st = sts.pop().ok_or(RuntimeError::NonFinite { row: 0 })?;
-        let mut committed = req.prompt.clone();
-        committed.push(st.token);
-        run.steps.push(SpecStep {
-            token: st.token,
-            top_k: st.top_k,
-            kind: SpecKind::Prefill,
-            logits: lgs.pop().flatten(),
-        });
-        // Row of the workspace's hidden states that holds the carried `h`.
-        let mut hidden_row = 0usize;
-        let done = |steps: &[SpecStep]| {
-            steps.len() >= req.max_tokens
-                || steps.last().is_some_and(|s| req.stop.contains(&s.token))
-        };
-        while !done(&run.steps) {
-            let p = committed.len() - 1;
-            let remaining = req.max_tokens - run.steps.len();
-            let k_r = k.min(remaining - 1);
-            let t_p = committed[p];
-            if k_r == 0 {
-                let at = run.steps.len();
-                let (mut sts, mut lgs) = self.steps_keep(
-                    &[Row {
-                        slot: 0,
-                        token: t_p,
-                        logits: true,
-                    }],
-                    top_k,
-                    at,
-                    keep_logits,
-                )?;
-                let st = sts.pop().ok_or(RuntimeError::NonFinite { row: at })?;
-                committed.push(st.token);
-                run.steps.push(SpecStep {
-                    token: st.token,
-                    top_k: st.top_k,
-                    kind: SpecKind::Decode,
-                    logits: lgs.pop().flatten(),
-                });
-                run.plain_steps += 1;
-                hidden_row = 0;
-                continue;
-            }
-            if self.cache.len(0) != p {
-                return Err(RuntimeError::Capacity(format!(
-                    "cache holds {} positions at round position {p}",
-                    self.cache.len(0)
-                )));
-            }
-            let hid = self.ws.hidden_row_ptr(&self.gpu, hidden_row, h);
-            let drafts = {
-                let fw = Forward {
-                    gpu: &self.gpu,
-                    model: &self.model,
-                };
-                let d = self.draft.as_mut().ok_or_else(|| RuntimeError::Model {
-                    what: "spec:K".into(),
-                    detail: "no draft model loaded".into(),
-                })?;
-                d.draft(&fw, &self.cache, 0, t_p, hid, p, k_r)?
-            };
-            let mut rows = vec![Row {
-                slot: 0,
-                token: t_p,
-                logits: true,
-            }];
-            rows.extend(drafts.iter().map(|&token| Row {
-                slot: 0,
-                token,
-                logits: true,
-            }));
-            let (all, mut lg) = self.steps_keep(&rows, top_k, run.steps.len(), keep_logits)?;
-            // Accept: a_i = argmax of verify row i; the longest prefix with d_{i+1} = a_i.
-            let mut picked = Vec::new();
-            let mut n_acc_raw = 0;
-            for (i, st) in all.into_iter().enumerate() {
-                let agree = i < k_r && drafts[i] == st.token;
-                picked.push(st);
-                if !agree {
-                    break;
-                }
-                n_acc_raw += 1;
-            }
-            let mut emit: Vec<usize> = (0..=n_acc_raw).collect();
-            if let Some(i) = emit
-                .iter()
-                .position(|&r| req.stop.contains(&picked[r].token))
-            {
-                emit.truncate(i + 1);
-            }
-            emit.truncate(remaining);
-            let n_acc = emit.len() - 1;
-            self.truncate_slot(0, p + n_acc + 1)?;
-            hidden_row = n_acc;
-            for &r in &emit {
-                let st = picked[r].clone();
-                committed.push(st.token);
-                run.steps.push(SpecStep {
-                    token: st.token,
-                    top_k: st.top_k,
-                    kind: if r < n_acc_raw {
-                        SpecKind::VerifyAccepted
-                    } else {
-                        SpecKind::VerifyBonus
-                    },
-                    logits: lg[r].take(),
-                });
-            }
-            let last = run.steps.last().map_or(0, |s| s.token);
-            run.rounds.push(SpecRoundLog {
-                p,
-                k: k_r,
-                drafted: drafts,
-                accepted: n_acc,
-                bonus: last,
-                has_bonus: n_acc == n_acc_raw,
-            });
-        }
-        self.reset_slot(0);
-        Ok(run)
     }
 
     /// Teacher-forced scoring: per sequence and position `t` the top-`k` of the row after

@@ -798,7 +798,7 @@ impl Forward<'_> {
         )
     }
 
-    /// `mvtc_<fmt>` over the activations last split by [`Forward::tc_prep`] (`nc` columns):
+    /// `mvtc_<fmt>_<NG>` over the activations last split by [`Forward::tc_prep`] (`nc` columns):
     /// `y = W·x` and, when given, `y2 = W2·x` in the same launch (`W2` of `w`'s format, row length
     /// and row bytes).
     pub(crate) fn tc_matvec(
@@ -809,7 +809,7 @@ impl Forward<'_> {
         second: Option<(&Mat, u64)>,
     ) -> Result<(), RuntimeError> {
         let gpu = self.gpu;
-        let name = kernels::mvtc_kernel(w.fmt);
+        let name = kernels::mvtc_kernel(w.fmt, nc);
         let f = gpu.modules.function_fmt(Family::Matvec, w.fmt, &name)?;
         let (w2, y2, rows2) = match second {
             Some((w2, y2)) => (ptr(gpu, &w2.data), y2, w2.rows),

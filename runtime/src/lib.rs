@@ -16,6 +16,7 @@ pub mod error;
 pub mod forward;
 pub mod loader;
 pub mod modelcheck;
+pub mod mvbench;
 pub mod ops;
 pub mod speccheck;
 pub mod weights;

@@ -42,7 +42,27 @@ enum Cmd {
         /// Decode steps timed.
         #[arg(long, default_value_t = 32)]
         decode: usize,
+        /// Format of the synthetic MTP drafter's weights (as --format), or `none` to skip the
+        /// drafter step cost and speed-up model.
+        #[arg(long, default_value = "BF16")]
+        draft_format: String,
+        /// Drafter width H_A (a guess: the 12B drafter's shape is unknown).
+        #[arg(long, default_value_t = 1024)]
+        draft_width: usize,
+        /// Drafter layers (all sliding but the last, full).
+        #[arg(long, default_value_t = 4)]
+        draft_layers: usize,
         /// Output folder for bench.json (default: $OUT, else target/bench).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// The tensor-core matvec launches of one 12B decode layer, timed alone at 1/2/4/8 columns
+    /// (kernel sources from $GEMMA4_KERNEL_SRC when set).
+    MvBench {
+        /// Launches per timed batch.
+        #[arg(long, default_value_t = 50)]
+        iters: usize,
+        /// Output file for the JSON table (default: $OUT/mv-bench.json, else target/mv-bench.json).
         #[arg(long)]
         out: Option<PathBuf>,
     },
@@ -60,7 +80,7 @@ enum Cmd {
     },
     /// spec:K (MTP speculative decoding) vs plain decoding and vs the f64 oracle's acceptance.
     SpecCheck {
-        /// Pairs `TARGET.gguf=DRAFT.gguf`.
+        /// Pairs `TARGET.gguf=DRAFT.gguf`, or `TARGET.gguf` alone (scripted-rollback check only).
         #[arg(required = true)]
         pairs: Vec<String>,
         /// Draft lengths K.
@@ -72,9 +92,20 @@ enum Cmd {
         /// Number of built-in prompts (1..=3).
         #[arg(long, default_value_t = 3)]
         prompts: usize,
-        /// Skip the f64 oracle's spec:K.
+        /// Skip the f64 oracle's spec:K (and the teacher-forced drafter check, which needs it).
         #[arg(long)]
         no_oracle: bool,
+        /// Tokens per scripted-rollback run (drafts wrong at each step j ≤ K in every round, and
+        /// all right; ids, acceptance and rows vs plain decoding); 0 skips the check.
+        #[arg(long, default_value_t = 96)]
+        rollback_tokens: usize,
+        /// Draft steps per position of the teacher-forced drafter check vs the f64 oracle's
+        /// assistant; 0 skips it.
+        #[arg(long, default_value_t = 4)]
+        drafter_steps: usize,
+        /// Tolerance on |CUDA − oracle| drafter logits in that check.
+        #[arg(long, default_value_t = runtime::speccheck::drafter::DEFAULT_TOL)]
+        drafter_tol: f64,
         /// Output folder for spec-check.json (default: $OUT, else target/spec-check).
         #[arg(long)]
         out: Option<PathBuf>,
@@ -88,6 +119,9 @@ fn main() -> ExitCode {
             format,
             prompt,
             decode,
+            draft_format,
+            draft_width,
+            draft_layers,
             out,
         } => {
             let out_dir = out
@@ -97,7 +131,19 @@ fn main() -> ExitCode {
                 eprintln!("unknown format {format}");
                 return ExitCode::from(2);
             };
-            match runtime::bench::run(ty, prompt, decode) {
+            let draft = if draft_format.eq_ignore_ascii_case("none") {
+                None
+            } else {
+                let Some(mix) = runtime::bench::WeightMix::parse(&draft_format) else {
+                    eprintln!("unknown draft format {draft_format}");
+                    return ExitCode::from(2);
+                };
+                Some(runtime::bench::DraftOptions {
+                    shape: runtime::bench::AssistantShape::with_size(draft_width, draft_layers),
+                    mix,
+                })
+            };
+            match runtime::bench::run(ty, prompt, decode, draft.as_ref()) {
                 Ok(v) => {
                     let text = serde_json::to_string_pretty(&v).unwrap_or_default();
                     println!("{text}");
@@ -107,6 +153,28 @@ fn main() -> ExitCode {
                 }
                 Err(e) => {
                     eprintln!("bench: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Cmd::MvBench { iters, out } => {
+            let path = out.unwrap_or_else(|| {
+                std::env::var_os("OUT")
+                    .map(|d| PathBuf::from(d).join("mv-bench.json"))
+                    .unwrap_or_else(|| PathBuf::from("target/mv-bench.json"))
+            });
+            if let Some(why) = runtime::device::unavailable_reason() {
+                eprintln!("skipped: {why}");
+                return ExitCode::from(2);
+            }
+            match runtime::Gpu::new(0).and_then(|gpu| runtime::mvbench::run(&gpu, iters)) {
+                Ok(v) => {
+                    let _ =
+                        std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap_or_default());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("mv-bench: {e}");
                     ExitCode::from(1)
                 }
             }
@@ -151,6 +219,9 @@ fn main() -> ExitCode {
             max_tokens,
             prompts,
             no_oracle,
+            rollback_tokens,
+            drafter_steps,
+            drafter_tol,
             out,
         } => {
             let out_dir = out
@@ -165,15 +236,18 @@ fn main() -> ExitCode {
                 max_tokens,
                 prompts,
                 oracle: !no_oracle,
+                rollback_tokens,
+                drafter_steps,
+                drafter_tol,
             };
             let mut all = Vec::new();
             let mut ok = true;
             for pair in &pairs {
-                let Some((t, d)) = pair.split_once('=') else {
-                    eprintln!("bad pair {pair:?} (expected TARGET=DRAFT)");
-                    return ExitCode::from(2);
+                let (t, d) = match pair.split_once('=') {
+                    Some((t, d)) => (t, Some(std::path::Path::new(d))),
+                    None => (pair.as_str(), None),
                 };
-                match runtime::speccheck::check_pair(t.as_ref(), d.as_ref(), &opts) {
+                match runtime::speccheck::check_pair(t.as_ref(), d, &opts) {
                     Ok(v) => {
                         ok &= v["ok"].as_bool().unwrap_or(false);
                         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());

@@ -174,7 +174,7 @@ impl Gpu {
         Ok(())
     }
 
-    /// Tensor-core matvec (`mvtc_prep` + `mvtc_<fmt>`, `matvec.cu`): the same product as
+    /// Tensor-core matvec (`mvtc_prep` + `mvtc_<fmt>_<NG>`, `matvec.cu`): the same product as
     /// [`Gpu::matvec`] for a format of [`kernels::TC_FORMATS`] with `k % 256 == 0`, `k ≤`
     /// [`crate::device::TC_MAX_K`]; weights as exact bf16 integers times their group scale,
     /// activations split exactly into three bf16 pieces, products summed in f32 by the tensor
@@ -219,7 +219,7 @@ impl Gpu {
         // SAFETY: matches `mvtc_prep(const float*, int, int, uint32_t*, float*)`; x holds
         // ncols·k floats (checked), the scratch holds 8 columns of TC_MAX_K ≥ k elements.
         unsafe { b.launch(blocks_1d(n as u64, 128)) }.map_err(drv("mvtc_prep"))?;
-        let name = kernels::mvtc_kernel(fmt);
+        let name = kernels::mvtc_kernel(fmt, ncols);
         let f = self.func(Family::Matvec, &name)?;
         let cfg = LaunchConfig {
             grid_dim: (
@@ -245,7 +245,7 @@ impl Gpu {
             .arg(&null)
             .arg(&zero)
             .arg(&tpc);
-        // SAFETY: matches `mvtc_<fmt>(const uint8_t*, const uint32_t*, const float*, float*,
+        // SAFETY: matches `mvtc_<fmt>_<NG>(const uint8_t*, const uint32_t*, const float*, float*,
         // int, int, uint64_t, int, const uint8_t*, float*, int, int)` with no second matrix (null
         // pointers, rows2 = 0: no block takes it); w is rows·row_bytes bytes and y ≥ ncols·rows
         // (checked); the scratch was filled by the prep launch above on the same stream.

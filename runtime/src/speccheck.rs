@@ -8,7 +8,12 @@
 //! - acceptance: drafted/accepted/rounds per prompt and K vs the oracle's on the same prompt
 //!   (same §4.1 first round, intended visibility §2.5, same head), and the emitted ids vs the
 //!   oracle's greedy ids;
-//! - counters (§6.3 check 8): `emitted = 1 + accepted + rounds + plain_steps`.
+//! - counters (§6.3 check 8): `emitted = 1 + accepted + rounds + plain_steps`;
+//! - scripted rollback ([`rollback`], issue 6): drafts from a host script, wrong at every draft
+//!   step position in every round (and all right), before and after the sliding window fills:
+//!   ids, per-round acceptance and rows bitwise equal to plain decoding (no assistant needed);
+//! - drafter logits ([`drafter`], issue 6): the CUDA drafter against the oracle's assistant,
+//!   teacher-forced, within a stated tolerance.
 
 use std::path::Path;
 use std::time::Instant;
@@ -23,7 +28,15 @@ use crate::engine::{CudaEngine, EngineOptions, GenRequest};
 use crate::error::RuntimeError;
 use crate::modelcheck::PROMPTS;
 
-fn err(what: &str, e: impl std::fmt::Display) -> RuntimeError {
+pub mod drafter;
+pub mod rollback;
+
+/// Prompt tokens of the short scripted-rollback prompt (a prefix of `PROMPTS[1]`, BOS
+/// included): far below the fixtures' window `W = 16`, so the first rounds reject drafts
+/// before the window fills.
+pub const ROLLBACK_SHORT_PROMPT: usize = 4;
+
+pub(crate) fn err(what: &str, e: impl std::fmt::Display) -> RuntimeError {
     RuntimeError::Model {
         what: what.to_string(),
         detail: e.to_string(),
@@ -39,9 +52,64 @@ pub struct SpecCheckOptions {
     pub max_tokens: usize,
     /// Prompts used (from [`PROMPTS`], first `n`).
     pub prompts: usize,
-    /// Also run the f64 oracle's `spec:K` for acceptance counts.
+    /// Also run the f64 oracle's `spec:K` for acceptance counts (and, with `drafter_steps > 0`,
+    /// the teacher-forced drafter check, which needs the f64 oracle).
     pub oracle: bool,
+    /// Tokens per scripted-rollback run ([`rollback`]; 0 skips the check). Use enough that the
+    /// sliding window fills and the ring wraps (96 on the fixtures: W = 16, ring 48 rows).
+    pub rollback_tokens: usize,
+    /// Draft steps per position of the teacher-forced drafter check ([`drafter`]; 0 skips it).
+    pub drafter_steps: usize,
+    /// Tolerance on `|CUDA − oracle|` drafter logits ([`drafter::DEFAULT_TOL`]).
+    pub drafter_tol: f64,
 }
+
+/// Runs the scripted-rollback check of [`rollback`] on the short prompt (a prefix of
+/// [`ROLLBACK_SHORT_PROMPT`] tokens of `PROMPTS[1]`) and on `PROMPTS[2]` (longer than the
+/// fixtures' window). `"ok"`: every run ok, and rejections were seen before the window fills,
+/// after it, and across a ring wrap (when the target has a sliding window).
+fn rollback_check(
+    eng: &mut CudaEngine,
+    tok: &GemmaTokenizer,
+    opts: &SpecCheckOptions,
+) -> Result<serde_json::Value, RuntimeError> {
+    let w = eng.config().sliding_window;
+    let ring = crate::forward::kv_rows(Some(w), CHECK_CTX);
+    let short = tok
+        .encode(PROMPTS[1], true)
+        .map_err(|e| err("tokenize", e))?;
+    let long = tok
+        .encode(PROMPTS[2], true)
+        .map_err(|e| err("tokenize", e))?;
+    let short = short[..short.len().min(ROLLBACK_SHORT_PROMPT)].to_vec();
+    let mut ok = true;
+    let mut cover = [0u64; 3];
+    let mut per = Vec::new();
+    for prompt in [short, long] {
+        let v = rollback::check_prompt(eng, &prompt, opts.rollback_tokens, &opts.ks, w, ring)?;
+        ok &= v["ok"].as_bool().unwrap_or(false);
+        for (c, key) in cover.iter_mut().zip([
+            "rejections_before_window",
+            "rejections_after_window",
+            "rejections_across_ring_wrap",
+        ]) {
+            *c += v[key].as_u64().unwrap_or(0);
+        }
+        per.push(v);
+    }
+    let covered = w == 0 || cover.iter().all(|&c| c > 0);
+    Ok(json!({
+        "window": w,
+        "ring_rows": ring,
+        "tokens": opts.rollback_tokens,
+        "covered_before_after_wrap": covered,
+        "ok": ok && covered,
+        "prompts": per,
+    }))
+}
+
+/// Context of the spec-check engine (positions per slot).
+const CHECK_CTX: usize = 1024;
 
 fn first_argmax(r: &[f32]) -> usize {
     let mut b = 0;
@@ -55,9 +123,15 @@ fn first_argmax(r: &[f32]) -> usize {
 
 /// Runs the checks for one pair and returns a JSON summary (`"ok"`: spec == plain for every K
 /// and prompt, counters add up, and — with the oracle — acceptance equals the oracle's).
+///
+/// `draft = None` (a target alone): only the scripted-rollback check runs. With a draft, the
+/// scripted-rollback check (`opts.rollback_tokens > 0`) and, with the oracle, the
+/// teacher-forced drafter check (`opts.drafter_steps > 0`) run after the per-prompt checks;
+/// their records are `"scripted_rollback"` and `"drafter_teacher_forced"`, and `"ok"` includes
+/// theirs.
 pub fn check_pair(
     target: &Path,
-    draft: &Path,
+    draft: Option<&Path>,
     opts: &SpecCheckOptions,
 ) -> Result<serde_json::Value, RuntimeError> {
     let tname = target.display().to_string();
@@ -69,27 +143,32 @@ pub fn check_pair(
         target,
         EngineOptions {
             slots: 1,
-            max_ctx: 1024,
+            max_ctx: CHECK_CTX,
         },
     )?;
-    eng.load_draft(draft)?;
+    if let Some(d) = draft {
+        eng.load_draft(d)?;
+    }
     let head = match eng.drafter().map(|d| d.head) {
         Some(DraftHead::Centroid) => "centroid",
-        _ => "full",
+        Some(DraftHead::Full) => "full",
+        None => "none",
     };
     let load_s = t0.elapsed().as_secs_f64();
-    let oracle = if opts.oracle {
-        let m = Model::<f64>::load(target).map_err(|e| err(&tname, e))?;
-        let a = Assistant::<f64>::load(draft).map_err(|e| err("assistant", e))?;
-        a.check_target(m.config())
-            .map_err(|e| err("assistant", e))?;
-        Some((m, a))
-    } else {
-        None
+    let mut oracle = match draft {
+        Some(d) if opts.oracle => {
+            let m = Model::<f64>::load(target).map_err(|e| err(&tname, e))?;
+            let a = Assistant::<f64>::load(d).map_err(|e| err("assistant", e))?;
+            a.check_target(m.config())
+                .map_err(|e| err("assistant", e))?;
+            Some((m, a))
+        }
+        _ => None,
     };
     let mut ok = true;
     let mut per_prompt = Vec::new();
-    for text in PROMPTS.iter().take(opts.prompts) {
+    let spec_prompts = if draft.is_some() { opts.prompts } else { 0 };
+    for text in PROMPTS.iter().take(spec_prompts) {
         let prompt = tok.encode(text, true).map_err(|e| err("tokenize", e))?;
         let req = GenRequest {
             prompt: prompt.clone(),
@@ -203,13 +282,42 @@ pub fn check_pair(
             "spec": per_k,
         }));
     }
+    let rollback = if opts.rollback_tokens > 0 {
+        let t = Instant::now();
+        let mut v = rollback_check(&mut eng, &tok, opts)
+            .unwrap_or_else(|e| json!({"ok": false, "error": e.to_string()}));
+        v["seconds"] = json!(t.elapsed().as_secs_f64());
+        ok &= v["ok"].as_bool().unwrap_or(false);
+        Some(v)
+    } else {
+        None
+    };
+    let drafter_tf = match oracle.as_mut() {
+        Some((m, a)) if opts.drafter_steps > 0 => {
+            let t = Instant::now();
+            let prompts = PROMPTS
+                .iter()
+                .take(opts.prompts)
+                .map(|text| tok.encode(text, true).map_err(|e| err("tokenize", e)))
+                .collect::<Result<Vec<_>, _>>()?;
+            let steps = opts.drafter_steps.min(crate::draft::MAX_DRAFT);
+            let mut v = drafter::check(&mut eng, m, a, &prompts, steps, opts.drafter_tol)
+                .unwrap_or_else(|e| json!({"ok": false, "error": e.to_string()}));
+            v["seconds"] = json!(t.elapsed().as_secs_f64());
+            ok &= v["ok"].as_bool().unwrap_or(false);
+            Some(v)
+        }
+        _ => None,
+    };
     Ok(json!({
         "target": tname,
-        "draft": draft.display().to_string(),
+        "draft": draft.map(|d| d.display().to_string()),
         "head": head,
         "drafter_weight_bytes": eng.drafter().map(|d| d.weight_bytes),
         "load_s": load_s,
         "ok": ok,
         "prompts": per_prompt,
+        "scripted_rollback": rollback,
+        "drafter_teacher_forced": drafter_tf,
     }))
 }

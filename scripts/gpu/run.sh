@@ -103,10 +103,11 @@ engine)
     if [ "${SKIP_SPEC:-0}" != 1 ]; then
         echo "== spec-check" | tee -a "$log"
         rc=0
-        timeout "${SPEC_TIMEOUT:-150}" local/gpu/runtime spec-check $pairs --ks "${SPEC_KS:-1,2,4,8}" \
-            --out "$OUT" > "$OUT/spec-check.log" 2>&1 || rc=$?
+        # Targets alone (SPEC_ALONE) get the scripted-rollback check only.
+        timeout "${SPEC_TIMEOUT:-150}" local/gpu/runtime spec-check $pairs ${SPEC_ALONE-$fm/dense-target.F32.gguf} \
+            --ks "${SPEC_KS:-1,2,4,8}" --out "$OUT" > "$OUT/spec-check.log" 2>&1 || rc=$?
         echo "spec-check exit $rc" | tee -a "$log"
-        grep -E '"(target|ok|k|spec_equals_plain|drafted|accepted|acceptance_equal|max_abs_diff|bitwise_equal_rows|rows_compared)"' \
+        grep -E '"(target|ok|k|spec_equals_plain|drafted|accepted|acceptance_equal|max_abs_diff|bitwise_equal_rows|rows_compared|covered_before_after_wrap|max_abs_logit_diff|max_abs_hidden_diff|argmax_agree|tolerance|error)"' \
             "$OUT/spec-check.log" | tr -s ' ' | tr '\n' ' ' | sed 's/"target"/\n"target"/g' | tee -a "$log" || true
         echo | tee -a "$log"
         for pr in $pairs; do
@@ -131,7 +132,7 @@ engine)
         timeout "${MEMCHECK_TIMEOUT:-150}" compute-sanitizer --tool memcheck --error-exitcode 9 \
             local/gpu/runtime spec-check $fm/e2b-target.Q4_0.gguf=$fm/e2b-assistant.Q8_0.gguf \
             $fm/dense-target.Q4_K_M.gguf=$fm/dense-assistant.F32.gguf \
-            --ks 2 --max-tokens 12 --prompts 1 --no-oracle --out /tmp/mc > "$OUT/memcheck-spec.txt" 2>&1 || rc=$?
+            --ks 2 --max-tokens 12 --prompts 1 --no-oracle --rollback-tokens 64 --out /tmp/mc > "$OUT/memcheck-spec.txt" 2>&1 || rc=$?
         echo "memcheck spec-check rc=$rc" | tee -a "$log"
         tail -n 3 "$OUT/memcheck-spec.txt" | tee -a "$log"
     fi

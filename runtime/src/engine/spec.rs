@@ -1,0 +1,396 @@
+//! `spec:K` on the CUDA engine: greedy MTP speculative decoding in slot 0
+//! (`spec/gemma4-assistant-mtp.md` §4.1: prefill, draft, verify, accept, rollback §6, carry),
+//! with the drafts of a round from the device drafter or from a host script ([`DraftSource`]),
+//! and teacher-forced drafter steps for the drafter check against the oracle (§6.3 item 5).
+
+use super::{CudaEngine, GenRequest, GenStep};
+use crate::draft::DraftStepRow;
+use crate::error::RuntimeError;
+use crate::forward::{Forward, Row};
+
+/// How a `spec:K` token was produced (`design/conformance.md` §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpecKind {
+    /// The prefill's token.
+    Prefill,
+    /// A one-row decode step (budget left no room to draft).
+    Decode,
+    /// An accepted draft of a verify forward.
+    VerifyAccepted,
+    /// The bonus (target) token of a verify forward.
+    VerifyBonus,
+}
+
+/// One emitted token of a `spec:K` run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpecStep {
+    /// Emitted id.
+    pub token: u32,
+    /// Top-k of the (verify or decode) row that chose it.
+    pub top_k: Vec<(u32, f64)>,
+    /// Step kind.
+    pub kind: SpecKind,
+    /// The full logits row that chose it (only when asked for, for row-invariance checks).
+    pub logits: Option<Vec<f32>>,
+}
+
+/// One verify round (`spec/gemma4-assistant-mtp.md` §7): `(p, K_r, drafts, n', last id)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecRoundLog {
+    /// Round position `p`.
+    pub p: usize,
+    /// `K_r` (verify width `K_r + 1`).
+    pub k: usize,
+    /// `d_1 … d_{K_r}`.
+    pub drafted: Vec<u32>,
+    /// `n'` (after stop/budget truncation).
+    pub accepted: usize,
+    /// Last emitted id of the round.
+    pub bonus: u32,
+    /// Whether the last emitted id is the bonus token (false when a stop id or the budget cut
+    /// the round inside the accepted drafts).
+    pub has_bonus: bool,
+}
+
+/// What a host-side draft script is told about one verify round: the §4.1 state before
+/// step 2 (`spec/gemma4-assistant-mtp.md`).
+#[derive(Debug, Clone, Copy)]
+pub struct ScriptRound<'a> {
+    /// 1-based verify round (plain one-row steps are not rounds).
+    pub round: usize,
+    /// Round position `p` (position of `t_p`, the newest committed token).
+    pub p: usize,
+    /// `K_r`: how many drafts the script must return.
+    pub k: usize,
+    /// Committed tokens `t_0 … t_p` (prompt ‖ emitted), `[p + 1]`.
+    pub committed: &'a [u32],
+}
+
+/// Where a `spec:K` round takes its drafts `d_1 … d_{K_r}` (§4.1 step 2). The rest of the loop
+/// (verify, accept, rollback, carry) is the same for every source.
+pub enum DraftSource<'a> {
+    /// The MTP drafter loaded with [`CudaEngine::load_draft`], on the device.
+    Device,
+    /// A host-side script, called once per verify round; it must return exactly `K_r` ids, each
+    /// below the target's vocabulary size (tests of acceptance and rollback: scripted drafts that
+    /// are right or wrong at chosen steps). No drafter need be loaded.
+    Script(&'a mut dyn FnMut(&ScriptRound<'_>) -> Vec<u32>),
+}
+
+/// Result of a `spec:K` run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpecRun {
+    /// Emitted tokens.
+    pub steps: Vec<SpecStep>,
+    /// Verify rounds.
+    pub rounds: Vec<SpecRoundLog>,
+    /// Plain one-row steps (`K_r = 0`).
+    pub plain_steps: usize,
+}
+
+impl CudaEngine {
+    /// [`CudaEngine::step_rows`], or with `keep` the host path that also returns each row's
+    /// full logits.
+    #[allow(clippy::type_complexity)]
+    fn steps_keep(
+        &mut self,
+        rows: &[Row],
+        top_k: usize,
+        at: usize,
+        keep: bool,
+    ) -> Result<(Vec<GenStep>, Vec<Option<Vec<f32>>>), RuntimeError> {
+        if keep {
+            let lg = self.forward(rows)?;
+            let steps = lg
+                .iter()
+                .enumerate()
+                .map(|(i, row)| self.pick(row, top_k, at + i))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((steps, lg.into_iter().map(Some).collect()))
+        } else {
+            let steps = self.step_rows(rows, top_k, at)?;
+            let n = steps.len();
+            Ok((steps, vec![None; n]))
+        }
+    }
+
+    /// Teacher-forced drafter steps for the drafter check (`spec/gemma4-assistant-mtp.md` §6.3
+    /// item 5, §5 last point): in slot 0, prefill `prefix` (`t_0 … t_{p−1}`, one forward as
+    /// [`CudaEngine::greedy`] does), then run `inputs.len()` drafter steps at the round position
+    /// `p = prefix.len()` from the carried hidden state of row `p−1` (§2.1), embedding
+    /// `inputs[i]` at step `i + 1` instead of the drafter's own previous pick (`inputs[0]` is
+    /// `t_p`). Returns each step's full-head logits, `g'` and the drafter's own pick
+    /// ([`DraftStepRow`]); the slot is reset afterwards.
+    ///
+    /// Errors: no drafter loaded, empty `prefix`, `inputs.len()` outside
+    /// `1 ..= draft::MAX_DRAFT`, ids `≥ V`, forward/driver errors.
+    pub fn draft_teacher_forced(
+        &mut self,
+        prefix: &[u32],
+        inputs: &[u32],
+    ) -> Result<Vec<DraftStepRow>, RuntimeError> {
+        if prefix.is_empty() {
+            return Err(RuntimeError::Shape {
+                what: "draft_teacher_forced".into(),
+                detail: "empty prefix (the drafter needs p ≥ 1)".into(),
+            });
+        }
+        let h = self.model.config.n_embd;
+        self.reset_slot(0);
+        let res = self.forward(&Row::prompt(0, prefix)).and_then(|_| {
+            let hid = self.ws.hidden_row_ptr(&self.gpu, 0, h);
+            let fw = Forward {
+                gpu: &self.gpu,
+                model: &self.model,
+            };
+            let d = self.draft.as_mut().ok_or_else(|| RuntimeError::Model {
+                what: "draft_teacher_forced".into(),
+                detail: "no draft model loaded".into(),
+            })?;
+            d.draft_forced(&fw, &self.cache, 0, inputs, hid, prefix.len())
+        });
+        self.reset_slot(0);
+        res
+    }
+
+    /// Greedy MTP speculative decoding `spec:K` in slot 0 (`spec/gemma4-assistant-mtp.md` §4.1):
+    /// prefill (emit its argmax, carry the last row's final-normed hidden state); per round
+    /// `K_r = min(K, remaining − 1)` drafts on the GPU at the constant position `p` (a plain
+    /// one-row step when `K_r = 0`), one target verify forward over `[t_p, d_1 … d_{K_r}]`,
+    /// accept the longest prefix with `d_i = a_{i−1}` plus the bonus `a_n`, truncate after the
+    /// first stop id and to the budget, roll the cache back to `p + n' + 1` positions, carry the
+    /// hidden state of verify row `n'` (it stays on the device). `keep_logits` keeps each emitted
+    /// token's full logits row in [`SpecStep::logits`].
+    ///
+    /// Errors: no drafter loaded, `k` outside `1 ..= draft::MAX_DRAFT`, forward/driver errors,
+    /// non-finite logits.
+    pub fn spec(
+        &mut self,
+        req: &GenRequest,
+        k: usize,
+        top_k: usize,
+        keep_logits: bool,
+    ) -> Result<SpecRun, RuntimeError> {
+        self.spec_with(req, k, top_k, keep_logits, DraftSource::Device)
+    }
+
+    /// [`CudaEngine::spec`] with the drafts of every round taken from `source`: the device
+    /// drafter, or a host script ([`DraftSource::Script`], called with the round's
+    /// [`ScriptRound`]; then no drafter need be loaded). One loop for both sources.
+    ///
+    /// Errors: as [`CudaEngine::spec`] (no drafter only for [`DraftSource::Device`]);
+    /// [`RuntimeError::Shape`] when a script returns a number of drafts other than `K_r`, and
+    /// [`RuntimeError::TokenOutOfRange`] for a scripted id `≥ V` (row = draft index, 0-based).
+    pub fn spec_with(
+        &mut self,
+        req: &GenRequest,
+        k: usize,
+        top_k: usize,
+        keep_logits: bool,
+        mut source: DraftSource<'_>,
+    ) -> Result<SpecRun, RuntimeError> {
+        if matches!(source, DraftSource::Device) && self.draft.is_none() {
+            return Err(RuntimeError::Model {
+                what: "spec:K".into(),
+                detail: "no draft model loaded".into(),
+            });
+        }
+        if k == 0 || k > crate::draft::MAX_DRAFT || k + 1 > crate::forward::CHUNK_ROWS {
+            return Err(RuntimeError::Capacity(format!(
+                "spec:{k} (1 ≤ K ≤ {})",
+                crate::draft::MAX_DRAFT
+            )));
+        }
+        let mut run = SpecRun {
+            steps: Vec::new(),
+            rounds: Vec::new(),
+            plain_steps: 0,
+        };
+        if req.max_tokens == 0 || req.prompt.is_empty() {
+            return Ok(run);
+        }
+        let h = self.model.config.n_embd;
+        self.reset_slot(0);
+        let rows = Row::prompt(0, &req.prompt);
+        let (mut sts, mut lgs) = self.steps_keep(&rows, top_k, 0, keep_logits)?;
+        let st = sts.pop().ok_or(RuntimeError::NonFinite { row: 0 })?;
+        let mut committed = req.prompt.clone();
+        committed.push(st.token);
+        run.steps.push(SpecStep {
+            token: st.token,
+            top_k: st.top_k,
+            kind: SpecKind::Prefill,
+            logits: lgs.pop().flatten(),
+        });
+        // Row of the workspace's hidden states that holds the carried `h`.
+        let mut hidden_row = 0usize;
+        let done = |steps: &[SpecStep]| {
+            steps.len() >= req.max_tokens
+                || steps.last().is_some_and(|s| req.stop.contains(&s.token))
+        };
+        while !done(&run.steps) {
+            let p = committed.len() - 1;
+            let remaining = req.max_tokens - run.steps.len();
+            let k_r = k.min(remaining - 1);
+            let t_p = committed[p];
+            if k_r == 0 {
+                let at = run.steps.len();
+                let (mut sts, mut lgs) = self.steps_keep(
+                    &[Row {
+                        slot: 0,
+                        token: t_p,
+                        logits: true,
+                    }],
+                    top_k,
+                    at,
+                    keep_logits,
+                )?;
+                let st = sts.pop().ok_or(RuntimeError::NonFinite { row: at })?;
+                committed.push(st.token);
+                run.steps.push(SpecStep {
+                    token: st.token,
+                    top_k: st.top_k,
+                    kind: SpecKind::Decode,
+                    logits: lgs.pop().flatten(),
+                });
+                run.plain_steps += 1;
+                hidden_row = 0;
+                continue;
+            }
+            if self.cache.len(0) != p {
+                return Err(RuntimeError::Capacity(format!(
+                    "cache holds {} positions at round position {p}",
+                    self.cache.len(0)
+                )));
+            }
+            let drafts = match &mut source {
+                DraftSource::Device => {
+                    let hid = self.ws.hidden_row_ptr(&self.gpu, hidden_row, h);
+                    let fw = Forward {
+                        gpu: &self.gpu,
+                        model: &self.model,
+                    };
+                    let d = self.draft.as_mut().ok_or_else(|| RuntimeError::Model {
+                        what: "spec:K".into(),
+                        detail: "no draft model loaded".into(),
+                    })?;
+                    d.draft(&fw, &self.cache, 0, t_p, hid, p, k_r)?
+                }
+                DraftSource::Script(script) => {
+                    let d = script(&ScriptRound {
+                        round: run.rounds.len() + 1,
+                        p,
+                        k: k_r,
+                        committed: &committed,
+                    });
+                    check_script_drafts(&d, k_r, self.model.config.n_vocab, p)?;
+                    d
+                }
+            };
+            let mut rows = vec![Row {
+                slot: 0,
+                token: t_p,
+                logits: true,
+            }];
+            rows.extend(drafts.iter().map(|&token| Row {
+                slot: 0,
+                token,
+                logits: true,
+            }));
+            let (all, mut lg) = self.steps_keep(&rows, top_k, run.steps.len(), keep_logits)?;
+            // Accept: a_i = argmax of verify row i; the longest prefix with d_{i+1} = a_i.
+            let mut picked = Vec::new();
+            let mut n_acc_raw = 0;
+            for (i, st) in all.into_iter().enumerate() {
+                let agree = i < k_r && drafts[i] == st.token;
+                picked.push(st);
+                if !agree {
+                    break;
+                }
+                n_acc_raw += 1;
+            }
+            let mut emit: Vec<usize> = (0..=n_acc_raw).collect();
+            if let Some(i) = emit
+                .iter()
+                .position(|&r| req.stop.contains(&picked[r].token))
+            {
+                emit.truncate(i + 1);
+            }
+            emit.truncate(remaining);
+            let n_acc = emit.len() - 1;
+            self.truncate_slot(0, p + n_acc + 1)?;
+            hidden_row = n_acc;
+            for &r in &emit {
+                let st = picked[r].clone();
+                committed.push(st.token);
+                run.steps.push(SpecStep {
+                    token: st.token,
+                    top_k: st.top_k,
+                    kind: if r < n_acc_raw {
+                        SpecKind::VerifyAccepted
+                    } else {
+                        SpecKind::VerifyBonus
+                    },
+                    logits: lg[r].take(),
+                });
+            }
+            let last = run.steps.last().map_or(0, |s| s.token);
+            run.rounds.push(SpecRoundLog {
+                p,
+                k: k_r,
+                drafted: drafts,
+                accepted: n_acc,
+                bonus: last,
+                has_bonus: n_acc == n_acc_raw,
+            });
+        }
+        self.reset_slot(0);
+        Ok(run)
+    }
+}
+
+/// Checks a scripted round's drafts: exactly `k_r` ids, each `< vocab` (`p`: round position,
+/// named in the error).
+fn check_script_drafts(d: &[u32], k_r: usize, vocab: usize, p: usize) -> Result<(), RuntimeError> {
+    if d.len() != k_r {
+        return Err(RuntimeError::Shape {
+            what: "scripted drafts".into(),
+            detail: format!(
+                "{} drafts for the round at position {p}, K_r = {k_r}",
+                d.len()
+            ),
+        });
+    }
+    match d.iter().position(|&t| t as usize >= vocab) {
+        Some(i) => Err(RuntimeError::TokenOutOfRange {
+            row: i,
+            token: d[i],
+            vocab,
+        }),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A script must return exactly K_r ids below V: 3 ids for K_r = 3, V = 10 pass; 2 ids is a
+    /// shape error; id 10 at draft index 1 is out of range, named with its index.
+    #[test]
+    fn scripted_drafts_are_checked_for_count_and_range() {
+        assert!(check_script_drafts(&[1, 2, 9], 3, 10, 5).is_ok());
+        assert!(matches!(
+            check_script_drafts(&[1, 2], 3, 10, 5),
+            Err(RuntimeError::Shape { .. })
+        ));
+        assert!(matches!(
+            check_script_drafts(&[1, 10, 2], 3, 10, 5),
+            Err(RuntimeError::TokenOutOfRange {
+                row: 1,
+                token: 10,
+                vocab: 10
+            })
+        ));
+    }
+}

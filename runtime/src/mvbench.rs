@@ -1,0 +1,191 @@
+//! `runtime mv-bench`: the tensor-core matvec launches of one 12B decode layer (spec/gemma4-text.md
+//! §13.3 shapes, llama.cpp's Q2_K mix as in [`crate::bench::WeightMix::Q2KMix`]) timed alone, at
+//! 1, 2, 4 and 8 columns, against `B_read` measured in the same run. It is the quick loop for
+//! matvec kernel work: with `GEMMA4_KERNEL_SRC` ([`kernels::SOURCE_DIR_ENV`]) pointing at edited
+//! sources, a variant is timed without a rebuild. Each case also reports a hash of its output bits
+//! (so variants can be compared for identical sums) and whether column 0 is bitwise the same at
+//! every column count (decode/verify row invariance).
+
+use cudarc::driver::sys::CUevent_flags;
+use reference::quant::GgmlType;
+use serde_json::{json, Value};
+
+use crate::bench::{config_12b, synthetic, WeightMix};
+use crate::check::{random_blocks, Rng};
+use crate::error::{drv, RuntimeError};
+use crate::forward::{ptr, Forward};
+use crate::loader::Mat;
+use crate::ops::{format_suffix, row_bytes};
+use crate::Gpu;
+
+/// One timed launch: a matrix, or two of one format and row length sharing a launch.
+struct Case {
+    name: &'static str,
+    ty: GgmlType,
+    rows: usize,
+    k: usize,
+    rows2: usize,
+}
+
+/// The matvec launches of a sliding 12B layer plus the tied head, in forward order.
+fn cases() -> Vec<Case> {
+    use GgmlType::*;
+    let c = |name, ty, rows, k, rows2| Case {
+        name,
+        ty,
+        rows,
+        k,
+        rows2,
+    };
+    vec![
+        c("attn_q+attn_k", Q2_K, 4096, 3840, 2048),
+        c("attn_v", Q3_K, 2048, 3840, 0),
+        c("attn_output", Q2_K, 3840, 4096, 0),
+        c("ffn_gate+ffn_up", Q2_K, 15360, 3840, 15360),
+        c("ffn_down", Q3_K, 3840, 15360, 0),
+        c("output (tied token_embd)", Q6_K, 262_144, 3840, 0),
+    ]
+}
+
+fn fnv(bits: &[f32]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for v in bits {
+        for b in v.to_bits().to_le_bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    format!("{h:016x}")
+}
+
+/// Times every case of [`cases`] at 1, 2, 4, 8 columns (median of 5 batches of `iters`
+/// launches, weights rotated over copies totalling ≥ 256 MiB so L2 holds none of them) and
+/// returns the JSON table.
+///
+/// Errors: driver/NVRTC errors, a case format without a tensor-core kernel.
+pub fn run(gpu: &Gpu, iters: usize) -> Result<Value, RuntimeError> {
+    // A one-layer model only to build a `Forward` (its launch helpers read the GPU only).
+    let mut cfg = config_12b();
+    cfg.n_layer = 1;
+    cfg.n_vocab = 256;
+    for v in [&mut cfg.n_ff, &mut cfg.n_head, &mut cfg.n_head_kv] {
+        v.truncate(1);
+    }
+    cfg.is_swa.truncate(1);
+    cfg.k_eq_v.truncate(1);
+    cfg.kv_source.truncate(1);
+    let model = synthetic(gpu, cfg, WeightMix::Q2KMix, 1)?;
+    let fw = Forward { gpu, model: &model };
+    let b_read = crate::bench::b_read(gpu)?;
+    let mut rng = Rng::new(0x6d76_6265_6e63);
+    let mut out = Vec::new();
+    for case in cases() {
+        let fmt = format_suffix(case.ty, case.name)?;
+        let rb = row_bytes(case.ty, case.k, case.name)?;
+        let mats = |rows: usize, rng: &mut Rng| -> Result<Vec<Mat>, RuntimeError> {
+            if rows == 0 {
+                return Ok(Vec::new());
+            }
+            let host = random_blocks(case.ty, rows * case.k, rng);
+            let copies = (256usize << 20).div_ceil(host.len()).max(2);
+            (0..copies)
+                .map(|_| {
+                    Ok(Mat {
+                        name: case.name.into(),
+                        ty: case.ty,
+                        fmt,
+                        rows,
+                        cols: case.k,
+                        row_bytes: rb,
+                        data: gpu.stream.clone_htod(&host).map_err(drv("mv-bench"))?,
+                    })
+                })
+                .collect()
+        };
+        let m1 = mats(case.rows, &mut rng)?;
+        let m2 = mats(case.rows2, &mut rng)?;
+        let x: Vec<f32> = (0..8 * case.k)
+            .map(|_| (rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0)
+            .collect();
+        let xd = gpu.stream.clone_htod(&x).map_err(drv("mv-bench x"))?;
+        let y1 = gpu
+            .stream
+            .alloc_zeros::<f32>(8 * case.rows)
+            .map_err(drv("mv-bench y"))?;
+        let y2 = gpu
+            .stream
+            .alloc_zeros::<f32>(8 * case.rows2.max(1))
+            .map_err(drv("mv-bench y2"))?;
+        let bytes = (case.rows + case.rows2) * rb;
+        let mut col0: Option<Vec<f32>> = None;
+        let mut invariant = true;
+        for nc in [1usize, 2, 4, 8] {
+            fw.tc_prep(fmt, ptr(gpu, &xd), nc, case.k)?;
+            let launch = |i: usize| {
+                let c = i % m1.len();
+                let second = m2.get(c).map(|w2| (w2, ptr(gpu, &y2)));
+                fw.tc_matvec(&m1[c], nc, ptr(gpu, &y1), second)
+            };
+            launch(0)?;
+            let mut times = Vec::new();
+            for _ in 0..5 {
+                let start = gpu
+                    .ctx
+                    .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                    .map_err(drv("event"))?;
+                let end = gpu
+                    .ctx
+                    .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                    .map_err(drv("event"))?;
+                gpu.spin(1_000_000)?;
+                start.record(&gpu.stream).map_err(drv("event"))?;
+                for i in 0..iters {
+                    launch(i)?;
+                }
+                end.record(&gpu.stream).map_err(drv("event"))?;
+                end.synchronize().map_err(drv("event"))?;
+                times.push(
+                    start.elapsed_ms(&end).map_err(drv("event"))? as f64 * 1e3 / iters as f64,
+                );
+            }
+            times.sort_by(f64::total_cmp);
+            let us = times[times.len() / 2];
+            // Output of copy 0 for the invariance check and the hash.
+            launch(0)?;
+            let y = gpu.stream.clone_dtoh(&y1).map_err(drv("mv-bench y"))?;
+            let c0 = y[..case.rows].to_vec();
+            match &col0 {
+                None => col0 = Some(c0),
+                Some(first) => {
+                    invariant &= first
+                        .iter()
+                        .zip(&c0)
+                        .all(|(a, b)| a.to_bits() == b.to_bits())
+                }
+            }
+            let gbs = bytes as f64 / (us * 1e-6) / 1e9;
+            let line = format!(
+                "mv-bench {:26} {} n={nc}: {:8.2} µs  {:6.0} GB/s  {:5.1} % of B_read",
+                case.name,
+                case.ty.name(),
+                us,
+                gbs,
+                100.0 * gbs * 1e9 / b_read
+            );
+            println!("{line}");
+            out.push(json!({
+                "case": case.name, "type": case.ty.name(), "rows": case.rows, "rows2": case.rows2,
+                "k": case.k, "ncols": nc, "weight_bytes": bytes, "us": us, "gb_per_s": gbs,
+                "fraction_of_b_read": gbs * 1e9 / b_read,
+                "y_hash": fnv(&y[..nc * case.rows]),
+            }));
+        }
+        println!(
+            "mv-bench {:26} column 0 bitwise equal at n = 1, 2, 4, 8: {invariant}",
+            case.name
+        );
+        out.push(json!({"case": case.name, "column0_invariant": invariant}));
+    }
+    Ok(
+        json!({"b_read_gb_per_s": b_read / 1e9, "kernel_src": std::env::var(kernels::SOURCE_DIR_ENV).ok(), "cases": out}),
+    )
+}
