@@ -515,15 +515,27 @@ template <> struct Tc<FmtQ4_0> { enum { OK = 1, SB = 144, GPS = 2, HAS_MIN = 0, 
 };
 
 #define TC_WARPS 8  // warps per mvtc block (split-K over super-blocks)
-// 16-groups whose activation fragments are loaded as one batch, per format and column-group
-// count, and the resident blocks per SM the compiler must allow (register cap 65536 / (256·B):
-// 3 blocks ≤ 85 registers, 2 blocks ≤ 128). Measured on the H200 with `runtime mv-bench`
-// (12B shapes); neither changes any sum.
+// Per format and column-group count NG (measured on the H200 with `runtime mv-bench`, 12B
+// shapes; none of them changes any sum — each column's arithmetic is fixed):
+//   XB   16-groups whose activation fragments are loaded as one batch;
+//   MINB resident blocks per SM the compiler must allow (register cap 65536 / (256·MINB):
+//        3 blocks ≤ 85 registers, 2 blocks ≤ 128);
+//   PF   whether the next super-block's weights are loaded while the current one is computed
+//        (one more weight Row of registers per row pair; pays off only for NG = 1).
+// Every value can be overridden with a #define (TC_XB_1, TC_XB_2, TC_XB_3, TC_XB_Q3K_1,
+// TC_MINB_1, TC_MINB_2, TC_MINB_3, TC_PF_1, TC_PF_2, TC_PF_3) in a copy of this file read
+// through GEMMA4_KERNEL_SRC, to time variants without a rebuild.
+// Measured (µs, one 12B sliding layer's matvecs at n = 1 / 4 / 8 columns): the NG = 1 kernel
+// at 3 blocks per SM took gate+up 52 → 40 at n = 1; NG = 2 without prefetch at 3 blocks 57 → 49
+// at n = 4; NG = 3 without prefetch, XB 2, 78 → 72 at n = 8 (the Q6_K head 790 → 690).
 #ifndef TC_XB_1
 #define TC_XB_1 8
 #endif
-#ifndef TC_XB_N
-#define TC_XB_N 4
+#ifndef TC_XB_2
+#define TC_XB_2 4
+#endif
+#ifndef TC_XB_3
+#define TC_XB_3 2
 #endif
 #ifndef TC_XB_Q3K_1
 #define TC_XB_Q3K_1 8
@@ -531,16 +543,32 @@ template <> struct Tc<FmtQ4_0> { enum { OK = 1, SB = 144, GPS = 2, HAS_MIN = 0, 
 #ifndef TC_MINB_1
 #define TC_MINB_1 3
 #endif
-#ifndef TC_MINB_N
-#define TC_MINB_N 2
+#ifndef TC_MINB_2
+#define TC_MINB_2 3
 #endif
-template <typename F, int NG> struct TcXb { enum { V = NG == 1 ? TC_XB_1 : TC_XB_N }; };
+#ifndef TC_MINB_3
+#define TC_MINB_3 2
+#endif
+#ifndef TC_PF_1
+#define TC_PF_1 1
+#endif
+#ifndef TC_PF_2
+#define TC_PF_2 0
+#endif
+#ifndef TC_PF_3
+#define TC_PF_3 0
+#endif
+template <typename F, int NG> struct TcXb { enum { V = NG == 1 ? TC_XB_1 : NG == 2 ? TC_XB_2 : TC_XB_3 }; };
 template <> struct TcXb<FmtQ3_K, 1> { enum { V = TC_XB_Q3K_1 }; };
-template <typename F, int NG> struct TcMinB { enum { V = NG == 1 ? TC_MINB_1 : TC_MINB_N }; };
-// Q6_K's decoder needs > 85 registers even for one group (capped at 3 blocks it spills ~450 B).
+template <typename F, int NG> struct TcMinB { enum { V = NG == 1 ? TC_MINB_1 : NG == 2 ? TC_MINB_2 : TC_MINB_3 }; };
+// Q6_K's decoder needs > 85 registers (capped at 3 blocks it spills ~450 B for one group).
 template <> struct TcMinB<FmtQ6_K, 1> { enum { V = 2 }; };
+template <> struct TcMinB<FmtQ6_K, 2> { enum { V = 2 }; };
+// Q5_K at 3 blocks spills ~170 B for one group (not timed on the 12B shapes): left at 2.
+template <> struct TcMinB<FmtQ5_K, 1> { enum { V = 2 }; };
+template <typename F, int NG> struct TcPf { enum { V = NG == 1 ? TC_PF_1 : NG == 2 ? TC_PF_2 : TC_PF_3 }; };
 
-template <typename F, int NG, int XB>
+template <typename F, int NG, int XB, int PF>
 static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                                                  const uint32_t* __restrict__ xp,
                                                  const float* __restrict__ xs,
@@ -574,17 +602,22 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         for (int i = 0; i < 4; ++i) acc[m][i] = 0.0f;
     const int sbe = (row0 < rows) ? nsb : 0;
     typename T::Row A, B;
-    if (run < sbe) {
+    if (PF && run < sbe) {
         T::load(wa + (uint64_t)run * T::SB, t, A);
         T::load(wb + (uint64_t)run * T::SB, t, B);
     }
 #pragma unroll 1
     for (int sb = run; sb < sbe; sb += S) {
         typename T::Row An, Bn;
-        const int sn = sb + S;
-        if (sn < sbe) {
-            T::load(wa + (uint64_t)sn * T::SB, t, An);
-            T::load(wb + (uint64_t)sn * T::SB, t, Bn);
+        if constexpr (PF) {
+            const int sn = sb + S;
+            if (sn < sbe) {
+                T::load(wa + (uint64_t)sn * T::SB, t, An);
+                T::load(wb + (uint64_t)sn * T::SB, t, Bn);
+            }
+        } else {
+            T::load(wa + (uint64_t)sb * T::SB, t, A);
+            T::load(wb + (uint64_t)sb * T::SB, t, B);
         }
         if constexpr (T::FOLD) {
             float P[2][NG][4];
@@ -698,8 +731,10 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 }
             }
         }
-        A = An;
-        B = Bn;
+        if constexpr (PF) {
+            A = An;
+            B = Bn;
+        }
     }
 #pragma unroll
     for (int m = 0; m < NG; ++m)
@@ -751,12 +786,12 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         uint64_t row_bytes, int nc, const uint8_t* __restrict__ W2, float* __restrict__ y2,  \
         int rows2, int tpc) {                                                                \
         if constexpr (Tc<F>::OK) {                                                           \
-            constexpr int XB = TcXb<F, NG>::V;                                               \
+            constexpr int XB = TcXb<F, NG>::V, PF = TcPf<F, NG>::V;                          \
             const int ctas = (((rows + 15) >> 4) + tpc - 1) / tpc;                           \
             if ((int)blockIdx.x < ctas)                                                      \
-                mvtc_body<F, NG, XB>(W, xp, xs, y, rows, K, row_bytes, nc, blockIdx.x, tpc); \
+                mvtc_body<F, NG, XB, PF>(W, xp, xs, y, rows, K, row_bytes, nc, blockIdx.x, tpc); \
             else                                                                             \
-                mvtc_body<F, NG, XB>(W2, xp, xs, y2, rows2, K, row_bytes, nc,                \
+                mvtc_body<F, NG, XB, PF>(W2, xp, xs, y2, rows2, K, row_bytes, nc,                \
                                      blockIdx.x - ctas, tpc);                                \
         }                                                                                    \
     }
