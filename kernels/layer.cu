@@ -220,22 +220,93 @@ extern "C" __global__ void moe_combine_f32(const float* __restrict__ y, const fl
     out[i] = acc;
 }
 
-// kv_write_f32(k, v, kc, vc, slot, pos, T, w, rows): stores this forward's K/V rows in the
-// cache (§4.8 store; spec/gemma4-assistant-mtp.md §6.2 ring storage):
-// kc[(slot[t]·rows + pos[t] mod rows)·w + i] = k[t·w + i] (same for v);
-// k, v f32 [T, w] (w = nkv·d); kc, vc f32 [S, rows, w]: rows = ctx on full-attention layers
-// (row = position), rows = W + CHUNK_ROWS on sliding layers (a ring: position p at row
-// p mod rows; the host keeps track of which positions are still held). n = T·w threads.
-extern "C" __global__ void kv_write_f32(const float* __restrict__ k, const float* __restrict__ v,
-                                        float* __restrict__ kc, float* __restrict__ vc,
+// qkv_post_f32(q, k, v, kc, vc, q_norm, k_norm, slot, pos, inv_freq, nh, nkv, d, rows, eps,
+// k_eq_v): everything between the q/k/v projections and attention in one launch
+// (spec/gemma4-text.md §4.2–§4.4, §4.8): per token t and head,
+//   q head  h < nh:   q[t, h] = RoPE(RMSNorm_{q_norm}(q[t, h]))           (in place);
+//   k head  h < nkv:  kc[row, h] = RoPE(RMSNorm_{k_norm}(k[t, h]));
+//   v head  h < nkv:  vc[row, h] = RMSNorm(src[t, h]) (weightless), src = k_eq_v ? k : v (the raw
+//                     K projection when attention_k_eq_v, read before any normalization);
+// row = slot[t]·rows + pos[t] mod rows: kc, vc f32 [S, rows, nkv·d], rows = ctx on
+// full-attention layers (row = position), W + CHUNK_ROWS on sliding layers (a ring: position p at
+// row p mod rows; the host keeps track of which positions are still held). The arithmetic is
+// exactly rmsnorm_f32's (same block size, caching order and block_sum) followed by
+// rope_neox_f32's (f64 angle, sin/cos and rotation, rounded once), so the results are bitwise
+// those of the separate kernels; k and v in the workspace are left as projected (only the cache
+// receives them). q, k, v f32 [T, heads, d]; kc, vc null with nkv = 0 (a KV-sharing layer: q
+// only); inv_freq f64 [d/2]. Launch: grid (nh + 2·nkv, T, 1), block norm_threads(d), dynamic
+// shared memory d floats.
+extern "C" __global__ void qkv_post_f32(float* q, const float* __restrict__ k,
+                                        const float* __restrict__ v, float* __restrict__ kc,
+                                        float* __restrict__ vc, const float* __restrict__ q_norm,
+                                        const float* __restrict__ k_norm,
                                         const int* __restrict__ slot, const int* __restrict__ pos,
-                                        int T, int w, int rows) {
-    uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (uint64_t)T * w) return;
-    const uint64_t t = i / w, c = i % w;
-    const uint64_t dst = ((uint64_t)slot[t] * rows + (uint64_t)(pos[t] % rows)) * w + c;
-    kc[dst] = k[i];
-    vc[dst] = v[i];
+                                        const double* __restrict__ inv_freq, int nh, int nkv,
+                                        int d, int rows, float eps, int k_eq_v) {
+    extern __shared__ float head[];
+    __shared__ float red[33];
+    const int t = blockIdx.y, b = blockIdx.x, B = blockDim.x, tid = threadIdx.x;
+    const float* src;
+    float* dst;
+    const float* w;
+    bool rope = true;
+    const uint64_t crow = ((uint64_t)slot[t] * rows + (uint64_t)(pos[t] % rows)) * nkv;
+    if (b < nh) {
+        src = q + ((uint64_t)t * nh + b) * d;
+        dst = q + ((uint64_t)t * nh + b) * d;
+        w = q_norm;
+    } else if (b < nh + nkv) {
+        const int h = b - nh;
+        src = k + ((uint64_t)t * nkv + h) * d;
+        dst = kc + (crow + h) * d;
+        w = k_norm;
+    } else {
+        const int h = b - nh - nkv;
+        src = (k_eq_v ? k : v) + ((uint64_t)t * nkv + h) * d;
+        dst = vc + (crow + h) * d;
+        w = nullptr;
+        rope = false;
+    }
+    // RMSNorm (rmsnorm_f32's order: per-thread fma chain over i = tid + jB, then block_sum).
+    float c[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int i = tid + j * B;
+        c[j] = i < d ? src[i] : 0.0f;
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) ss = fmaf(c[j], c[j], ss);
+    for (int i = tid + 8 * B; i < d; i += B) ss = fmaf(src[i], src[i], ss);
+    ss = block_sum(ss, red);
+    const float scale = 1.0f / sqrtf(ss / (float)d + eps);
+    float* out = rope ? head : dst;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int i = tid + j * B;
+        if (i < d) {
+            float y = c[j] * scale;
+            if (w != nullptr) y *= w[i];
+            out[i] = y;
+        }
+    }
+    for (int i = tid + 8 * B; i < d; i += B) {
+        float y = src[i] * scale;
+        if (w != nullptr) y *= w[i];
+        out[i] = y;
+    }
+    if (!rope) return;
+    __syncthreads();
+    // NeoX RoPE (rope_neox_f32's arithmetic), pairs (i, i + d/2).
+    const int half = d >> 1;
+    for (int i = tid; i < half; i += B) {
+        const double ang = (double)pos[t] * inv_freq[i];
+        double sn, cs;
+        sincos(ang, &sn, &cs);
+        const double x1 = head[i], x2 = head[i + half];
+        dst[i] = (float)(x1 * cs - x2 * sn);
+        dst[i + half] = (float)(x2 * cs + x1 * sn);
+    }
 }
 
 // gather_rows_f32(src, idx, dst, n): dst[r, :] = src[idx[r], :] (rows of n floats). Grid (R),

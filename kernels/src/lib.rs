@@ -286,7 +286,7 @@ impl Family {
                 "geglu_split_f32",
                 "moe_route_f32",
                 "moe_combine_f32",
-                "kv_write_f32",
+                "qkv_post_f32",
                 "gather_rows_f32",
             ]
             .map(String::from)

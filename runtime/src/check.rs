@@ -244,6 +244,7 @@ pub fn run(opts: &CheckOptions) -> Result<bool> {
     report["matvec"] = mv;
     report["rmsnorm"] = check_rmsnorm(&gpu, &mut rng, &mut log, &mut all_ok)?;
     report["rope"] = check_rope(&gpu, &mut rng, &mut log, &mut all_ok)?;
+    report["qkv_post"] = check_qkv_post(&gpu, &mut rng, &mut log, &mut all_ok)?;
     report["geglu_softcap"] = check_activation(&gpu, &mut rng, &mut log, &mut all_ok)?;
     report["argmax"] = check_argmax(&gpu, &mut rng, &mut log, &mut all_ok)?;
     if !opts.quick {
@@ -488,6 +489,126 @@ fn check_rmsnorm(gpu: &Gpu, rng: &mut Rng, log: &mut Log, ok: &mut bool) -> Resu
             if pass { "PASS" } else { "FAIL" }
         ));
         out.push(json!({"rows": rows, "n": n, "weighted": weighted, "pass": pass, "max_err_units_rel": worst, "tol_units": tol_units}));
+    }
+    Ok(Value::Array(out))
+}
+
+/// The fused `qkv_post_f32` (q/k/v norms, RoPE, KV store) against the separate `rmsnorm_f32` and
+/// `rope_neox_f32` kernels (themselves checked against f64 above): q, the written K and V cache
+/// rows bitwise equal, every other cache row still poisoned. Two 12B layer shapes: sliding
+/// (d 256, 16 q / 8 KV heads, own V) and full (d 512, 1 KV head, V = raw K, proportional RoPE),
+/// 3 tokens of 2 slots at distinct rows, one position past the ring size (1001 → row 41 of 48).
+fn check_qkv_post(gpu: &Gpu, rng: &mut Rng, log: &mut Log, ok: &mut bool) -> Result<Value> {
+    let slots: Vec<i32> = vec![0, 1, 1];
+    let pos: Vec<i32> = vec![5, 40, 1001];
+    let (t, n_slots, rows, eps) = (slots.len(), 2usize, 48usize, 1e-6f32);
+    let mut out = Vec::new();
+    for (kind, d, nh, nkv, k_eq_v, inv) in [
+        (
+            "sliding d=256",
+            256usize,
+            16usize,
+            8usize,
+            false,
+            rope_inv_freq_default(256, 1e4),
+        ),
+        (
+            "full d=512 k_eq_v",
+            512,
+            16,
+            1,
+            true,
+            rope_inv_freq_proportional(512, 1e6, 0.25, 1.0),
+        ),
+    ] {
+        let q = rand_f32(rng, t * nh * d, -3.0, 3.0);
+        let k = rand_f32(rng, t * nkv * d, -3.0, 3.0);
+        let v = rand_f32(rng, t * nkv * d, -3.0, 3.0);
+        let (qw, kw) = (rand_f32(rng, d, -2.0, 2.0), rand_f32(rng, d, -2.0, 2.0));
+        let mut qd = gpu.stream.clone_htod(&q)?;
+        let (kd, vd) = (gpu.stream.clone_htod(&k)?, gpu.stream.clone_htod(&v)?);
+        let (qwd, kwd) = (gpu.stream.clone_htod(&qw)?, gpu.stream.clone_htod(&kw)?);
+        let (sd, pd) = (gpu.stream.clone_htod(&slots)?, gpu.stream.clone_htod(&pos)?);
+        let fd = gpu.stream.clone_htod(&inv)?;
+        let cache_n = n_slots * rows * nkv * d;
+        let (mut kc, mut vc) = (poisoned(gpu, cache_n)?, poisoned(gpu, cache_n)?);
+        gpu.qkv_post(
+            &mut qd.as_view_mut(),
+            &kd.as_view(),
+            &vd.as_view(),
+            Some((&mut kc.as_view_mut(), &mut vc.as_view_mut(), rows, k_eq_v)),
+            (&qwd.as_view(), &kwd.as_view()),
+            (&sd.as_view(), &pd.as_view()),
+            &fd.as_view(),
+            (t, nh, nkv, d),
+            eps,
+        )?;
+        // The separate kernels.
+        let sep = |x: &[f32], w: Option<&[f32]>, heads: usize, rope: bool| -> Result<Vec<f32>> {
+            let xd = gpu.stream.clone_htod(x)?;
+            let wd = gpu.stream.clone_htod(w.unwrap_or(&[0.0]))?;
+            let mut nd = poisoned(gpu, t * heads * d)?;
+            let wv = wd.as_view();
+            gpu.rmsnorm(
+                &xd.as_view(),
+                w.map(|_| &wv),
+                &mut nd.as_view_mut(),
+                t * heads,
+                d,
+                eps,
+            )?;
+            if !rope {
+                return Ok(gpu.stream.clone_dtoh(&nd)?);
+            }
+            let mut rd = poisoned(gpu, t * heads * d)?;
+            gpu.rope_neox(
+                &nd.as_view(),
+                &mut rd.as_view_mut(),
+                &pd.as_view(),
+                &fd.as_view(),
+                t,
+                heads,
+                d,
+            )?;
+            Ok(gpu.stream.clone_dtoh(&rd)?)
+        };
+        let q_ref = sep(&q, Some(&qw), nh, true)?;
+        let k_ref = sep(&k, Some(&kw), nkv, true)?;
+        let v_ref = sep(if k_eq_v { &k } else { &v }, None, nkv, false)?;
+        let (q_got, kc_got, vc_got) = (
+            gpu.stream.clone_dtoh(&qd)?,
+            gpu.stream.clone_dtoh(&kc)?,
+            gpu.stream.clone_dtoh(&vc)?,
+        );
+        let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+        let q_ok = same(&q_got, &q_ref);
+        let w = nkv * d;
+        let (mut kv_ok, mut written) = (true, vec![false; n_slots * rows]);
+        for ti in 0..t {
+            let row = slots[ti] as usize * rows + pos[ti] as usize % rows;
+            written[row] = true;
+            kv_ok &= same(
+                &kc_got[row * w..(row + 1) * w],
+                &k_ref[ti * w..(ti + 1) * w],
+            );
+            kv_ok &= same(
+                &vc_got[row * w..(row + 1) * w],
+                &v_ref[ti * w..(ti + 1) * w],
+            );
+        }
+        let untouched = (0..n_slots * rows).filter(|&r| !written[r]).all(|r| {
+            kc_got[r * w..(r + 1) * w]
+                .iter()
+                .chain(&vc_got[r * w..(r + 1) * w])
+                .all(|x| x.to_bits() == POISON)
+        });
+        let pass = q_ok && kv_ok && untouched;
+        *ok &= pass;
+        log.line(&format!(
+            "{} qkv_post {kind}: q bitwise {q_ok}, K/V cache rows bitwise {kv_ok}, other rows untouched {untouched}",
+            if pass { "PASS" } else { "FAIL" }
+        ));
+        out.push(json!({"kind": kind, "pass": pass, "q_bitwise": q_ok, "kv_bitwise": kv_ok, "untouched": untouched}));
     }
     Ok(Value::Array(out))
 }

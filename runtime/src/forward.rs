@@ -85,7 +85,7 @@ pub fn kv_rows(window: Option<usize>, ctx: usize) -> usize {
 }
 
 /// Row (within its slot) of position `pos` in a storage of `rows` rows per slot: `pos mod rows`
-/// (the identity on linear storage, where `pos < ctx = rows`). Mirrors `kv_write_f32` and
+/// (the identity on linear storage, where `pos < ctx = rows`). Mirrors `qkv_post_f32` and
 /// `attention.cu`.
 pub fn ring_row(pos: usize, rows: usize) -> usize {
     pos % rows
@@ -1254,7 +1254,6 @@ impl Forward<'_> {
         let m = self.model;
         let c = &m.config;
         let hh = c.n_embd;
-        let s = &gpu.stream;
         let p = |b: &CudaSlice<f32>| ptr(gpu, b);
         let (x, h, q, k, v, att, a) = (
             p(&ws.x),
@@ -1316,48 +1315,49 @@ impl Forward<'_> {
                 Some((wk, _, None)) => self.mvs_pre(&[(&l.attn_q, q), (wk, k)], h, t, pre)?,
                 None => self.mvs_pre(&[(&l.attn_q, q)], h, t, pre)?,
             }
-            self.rmsnorm(q, Some(ptr(gpu, &l.attn_q_norm)), q, t * nh, d)?;
-            self.rope(q, posp, inv, t, nh, d)?;
-            if let Some((_, kn, wv)) = &l.kv {
-                match wv {
-                    Some(_) => {}
-                    None => {
-                        // V = raw K projection (attention_k_eq_v, §4.2), before k_norm/RoPE.
-                        let bytes = t * nkv * d * 4;
-                        // SAFETY: k and v are distinct workspace buffers of ≥ t·nkv·d floats.
-                        unsafe {
-                            cudarc::driver::result::memcpy_dtod_async(v, k, bytes, s.cu_stream())
-                        }
-                        .map_err(drv("copy k→v"))?;
-                    }
+            // §4.2–§4.4 q/k/v norms and RoPE, §4.8 KV store: one launch (`qkv_post_f32`).
+            let (nkv_post, kc, vc, kn, k_eq_v, rows) = match &l.kv {
+                Some((_, kn, wv)) => {
+                    let (kc, vc) = cache.layers[li].as_ref().ok_or_else(|| {
+                        RuntimeError::Capacity(format!("layer {li} has no cache"))
+                    })?;
+                    // Position p goes to row p mod rows of its slot (a ring on sliding storage).
+                    let rows = cache.rows(li)?;
+                    (
+                        nkv,
+                        ptr(gpu, kc),
+                        ptr(gpu, vc),
+                        ptr(gpu, kn),
+                        wv.is_none(),
+                        rows,
+                    )
                 }
-                self.rmsnorm(k, Some(ptr(gpu, kn)), k, t * nkv, d)?;
-                self.rope(k, posp, inv, t, nkv, d)?;
-                self.rmsnorm(v, None, v, t * nkv, d)?;
-                let (kc, vc) = cache.layers[li]
-                    .as_ref()
-                    .ok_or_else(|| RuntimeError::Capacity(format!("layer {li} has no cache")))?;
-                // Position p goes to row p mod rows of its slot (a ring on sliding storage).
-                let rows = cache.rows(li)?;
-                let w = nkv * d;
-                self.call(
-                    "kv_write_f32",
-                    n1d(t * w),
-                    256,
-                    0,
-                    &[
-                        Arg::P(k),
-                        Arg::P(v),
-                        Arg::P(ptr(gpu, kc)),
-                        Arg::P(ptr(gpu, vc)),
-                        Arg::P(slotp),
-                        Arg::P(posp),
-                        Arg::I(t as i32),
-                        Arg::I(w as i32),
-                        Arg::I(rows as i32),
-                    ],
-                )?;
-            }
+                None => (0, 0, 0, 0, false, 1),
+            };
+            self.call(
+                "qkv_post_f32",
+                ((nh + 2 * nkv_post) as u32, t as u32, 1),
+                kernels::norm_threads(d),
+                (d * 4) as u32,
+                &[
+                    Arg::P(q),
+                    Arg::P(k),
+                    Arg::P(v),
+                    Arg::P(kc),
+                    Arg::P(vc),
+                    Arg::P(ptr(gpu, &l.attn_q_norm)),
+                    Arg::P(kn),
+                    Arg::P(slotp),
+                    Arg::P(posp),
+                    Arg::P(inv),
+                    Arg::I(nh as i32),
+                    Arg::I(nkv_post as i32),
+                    Arg::I(d as i32),
+                    Arg::I(rows as i32),
+                    Arg::F(self.model.config.rms_eps as f32),
+                    Arg::I(i32::from(k_eq_v)),
+                ],
+            )?;
             let src = l.kv_source;
             let (kc, vc) = cache.layers[src].as_ref().ok_or_else(|| {
                 RuntimeError::Capacity(format!("layer {li} reads layer {src}, which has no cache"))
@@ -1911,7 +1911,7 @@ mod tests {
     }
 
     /// An independent model of the device storage: a ring of `rows` entries recording which
-    /// position each row holds, written exactly as `kv_write_f32` places rows (`p mod rows`,
+    /// position each row holds, written exactly as `qkv_post_f32` places rows (`p mod rows`,
     /// chunks of ≤ CHUNK_ROWS written before they attend). Over pseudo-random chunked forwards
     /// and rollbacks: whenever the bookkeeping accepts a forward, every key each row attends
     /// to is in the ring; whenever it accepts a rollback or a draft read, the needed rows are

@@ -174,6 +174,90 @@ impl Gpu {
         Ok(())
     }
 
+    /// Fused q/k/v post-processing `qkv_post_f32` (`layer.cu`; spec/gemma4-text.md §4.2–§4.4,
+    /// §4.8) for `t` tokens of `nh` query and `nkv` KV heads of dimension `d`: q ← RoPE(RMSNorm_
+    /// q_norm(q)) in place; with `kv = Some((kc, vc, rows, k_eq_v))` also the K cache row
+    /// `slot·rows + pos mod rows` ← RoPE(RMSNorm_k_norm(k)) and the V row ← RMSNorm(k_eq_v ? k :
+    /// v). Shapes: q [t, nh, d], k/v [t, nkv, d], caches [·, rows, nkv·d], norms [d], slot/pos
+    /// [t] (every slot·rows + rows within the caches), inv_freq f64 [d/2].
+    ///
+    /// Errors: [`RuntimeError::Shape`] for buffers shorter than these shapes or an odd `d`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn qkv_post(
+        &self,
+        q: &mut CudaViewMut<'_, f32>,
+        k: &CudaView<'_, f32>,
+        v: &CudaView<'_, f32>,
+        kv: Option<(
+            &mut CudaViewMut<'_, f32>,
+            &mut CudaViewMut<'_, f32>,
+            usize,
+            bool,
+        )>,
+        (q_norm, k_norm): (&CudaView<'_, f32>, &CudaView<'_, f32>),
+        (slot, pos): (&CudaView<'_, i32>, &CudaView<'_, i32>),
+        inv_freq: &CudaView<'_, f64>,
+        (t, nh, nkv, d): (usize, usize, usize, usize),
+        eps: f32,
+    ) -> Result<(), RuntimeError> {
+        let what = "qkv_post_f32";
+        let cache_ok = kv
+            .as_ref()
+            .is_none_or(|(kc, vc, rows, _)| kc.len().min(vc.len()) >= *rows * nkv * d && *rows > 0);
+        if d == 0
+            || !d.is_multiple_of(2)
+            || q.len() < t * nh * d
+            || k.len() < t * nkv * d
+            || v.len() < t * nkv * d
+            || q_norm.len() < d
+            || k_norm.len() < d
+            || slot.len() < t
+            || pos.len() < t
+            || inv_freq.len() < d / 2
+            || !cache_ok
+        {
+            return Err(shape(
+                what,
+                format!("T {t} × ({nh} q, {nkv} kv) heads × d {d}"),
+            ));
+        }
+        let f = self.func(Family::Layer, what)?;
+        let (nkv_i, rows_i, kv_eq) = match &kv {
+            Some((_, _, rows, e)) => (nkv as i32, *rows as i32, i32::from(*e)),
+            None => (0, 1, 0),
+        };
+        let (nh_i, d_i) = (nh as i32, d as i32);
+        let null: u64 = 0;
+        let cfg = LaunchConfig {
+            grid_dim: ((nh + 2 * nkv_i as usize) as u32, t as u32, 1),
+            block_dim: (kernels::norm_threads(d), 1, 1),
+            shared_mem_bytes: (d * 4) as u32,
+        };
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(q).arg(k).arg(v);
+        match kv {
+            Some((kc, vc, _, _)) => b.arg(kc).arg(vc),
+            None => b.arg(&null).arg(&null),
+        };
+        b.arg(q_norm)
+            .arg(k_norm)
+            .arg(slot)
+            .arg(pos)
+            .arg(inv_freq)
+            .arg(&nh_i)
+            .arg(&nkv_i)
+            .arg(&d_i)
+            .arg(&rows_i)
+            .arg(&eps)
+            .arg(&kv_eq);
+        // SAFETY: matches `qkv_post_f32(float*, const float*, const float*, float*, float*,
+        // const float*, const float*, const int*, const int*, const double*, int, int, int, int,
+        // float, int)`; every buffer holds the shape checked above (the caller guarantees the
+        // slot/pos values address rows inside the caches); dynamic shared memory d floats.
+        unsafe { b.launch(cfg) }.map_err(drv(what))?;
+        Ok(())
+    }
+
     /// Tensor-core matvec (`mvtc_prep` + `mvtc_<fmt>_<NG>`, `matvec.cu`): the same product as
     /// [`Gpu::matvec`] for a format of [`kernels::TC_FORMATS`] with `k % 256 == 0`, `k ≤`
     /// [`crate::device::TC_MAX_K`]; weights as exact bf16 integers times their group scale,
