@@ -568,6 +568,18 @@ template <> struct TcMinB<FmtQ6_K, 2> { enum { V = 2 }; };
 template <> struct TcMinB<FmtQ5_K, 1> { enum { V = 2 }; };
 template <typename F, int NG> struct TcPf { enum { V = NG == 1 ? TC_PF_1 : NG == 2 ? TC_PF_2 : TC_PF_3 }; };
 
+// The activation fragments of XB consecutive 16-groups from group G0 on: for each group and
+// column group m, this lane's uint2 at word offset xo[m] (32 words per group of a column).
+template <int XB, int NG>
+static __device__ __forceinline__ void tc_load_x(uint2 (&xv)[XB][NG], const uint32_t* __restrict__ xp,
+                                                 const uint32_t (&xo)[NG], int G0) {
+#pragma unroll
+    for (int u = 0; u < XB; ++u)
+#pragma unroll
+        for (int m = 0; m < NG; ++m)
+            xv[u][m] = __ldg((const uint2*)(xp + xo[m] + (uint64_t)(G0 + u) * 32));
+}
+
 template <typename F, int NG, int XB, int PF>
 static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                                                  const uint32_t* __restrict__ xp,
@@ -630,12 +642,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 #pragma unroll
             for (int hf = 0; hf < 16 / XB; ++hf) {
                 uint2 xv[XB][NG];
-#pragma unroll
-                for (int u = 0; u < XB; ++u)
-#pragma unroll
-                    for (int m = 0; m < NG; ++m)
-                        xv[u][m] = __ldg((const uint2*)(xp + xo[m] +
-                                                            (uint64_t)(16 * sb + XB * hf + u) * 32));
+                tc_load_x<XB, NG>(xv, xp, xo, 16 * sb + XB * hf);
 #pragma unroll
                 for (int u = 0; u < XB; ++u) {
                     const int G = XB * hf + u;
@@ -678,12 +685,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 #pragma unroll
             for (int hf = 0; hf < 16 / XB; ++hf) {
                 uint2 xv[XB][NG];
-#pragma unroll
-                for (int u = 0; u < XB; ++u)
-#pragma unroll
-                    for (int m = 0; m < NG; ++m)
-                        xv[u][m] = __ldg((const uint2*)(xp + xo[m] +
-                                                            (uint64_t)(16 * sb + XB * hf + u) * 32));
+                tc_load_x<XB, NG>(xv, xp, xo, 16 * sb + XB * hf);
 #pragma unroll
                 for (int s = XB * hf / T::GPS; s < XB * (hf + 1) / T::GPS; ++s) {
                     float part[NG][4];

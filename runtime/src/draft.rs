@@ -85,6 +85,17 @@ pub struct DraftStepRow {
     pub token: u32,
 }
 
+/// The uploaded weights of a drafter (§1.2), before its scratch buffers exist.
+struct DraftWeights {
+    layers: Vec<DraftLayer>,
+    token_embd: Mat,
+    pre_projection: Mat,
+    post_projection: Mat,
+    output_norm: CudaSlice<f32>,
+    centroid: Option<CentroidHead>,
+    weight_bytes: usize,
+}
+
 /// A drafter on the device plus its scratch buffers.
 pub struct DeviceAssistant {
     /// Assistant configuration (GGUF metadata).
@@ -231,20 +242,49 @@ impl DeviceAssistant {
         let pre_projection = ld.mat("nextn.pre_projection.weight")?;
         let post_projection = ld.mat("nextn.post_projection.weight")?;
         let output_norm = ld.vec("output_norm.weight")?;
-        let weight_bytes = ld.bytes;
+        let weights = DraftWeights {
+            layers,
+            token_embd,
+            pre_projection,
+            post_projection,
+            output_norm,
+            centroid,
+            weight_bytes: ld.bytes,
+        };
+        Self::assemble(gpu, config, store, tc.sliding_window, head, weights)
+    }
+
+    /// A drafter from uploaded weights: allocates the one-row scratch buffers for `config`'s
+    /// widths (widest layer's `n_head·head_dim` and `n_ff`, the vocabulary, the centroid count).
+    ///
+    /// Errors: driver errors (allocation).
+    fn assemble(
+        gpu: &Gpu,
+        config: AssistantConfig,
+        store: StoreLayers,
+        window: usize,
+        head: DraftHead,
+        w: DraftWeights,
+    ) -> Result<DeviceAssistant, RuntimeError> {
         let (ht, ha) = (config.n_embd_out, config.n_embd);
-        let qw = layers
+        let qw = w
+            .layers
             .iter()
             .map(|l| l.n_head * l.head_dim)
             .max()
             .unwrap_or(1);
-        let ff = layers.iter().map(|l| l.n_ff).max().unwrap_or(1);
+        let ff = w.layers.iter().map(|l| l.n_ff).max().unwrap_or(1);
         let f32s = |n: usize| {
             gpu.stream
                 .alloc_zeros::<f32>(n.max(1))
                 .map_err(drv("alloc drafter"))
         };
-        let cn = centroid.as_ref().map_or(1, |c| c.centroids.rows);
+        let i32s = |n: usize| {
+            gpu.stream
+                .alloc_zeros::<i32>(n)
+                .map_err(drv("alloc drafter"))
+        };
+        let cn = w.centroid.as_ref().map_or(1, |c| c.centroids.rows);
         Ok(DeviceAssistant {
             u: f32s(2 * ht)?,
             z: f32s(ha)?,
@@ -258,25 +298,19 @@ impl DeviceAssistant {
             logits: f32s(config.n_vocab)?,
             cscore: f32s(cn)?,
             vals: f32s(MAX_DRAFT)?,
-            ids: gpu
-                .stream
-                .alloc_zeros::<i32>(MAX_DRAFT + 1)
-                .map_err(drv("alloc drafter"))?,
-            meta: gpu
-                .stream
-                .alloc_zeros::<i32>(6)
-                .map_err(drv("alloc drafter"))?,
-            window: tc.sliding_window,
+            ids: i32s(MAX_DRAFT + 1)?,
+            meta: i32s(6)?,
+            window,
             config,
             store,
             head,
-            layers,
-            token_embd,
-            pre_projection,
-            post_projection,
-            output_norm,
-            centroid,
-            weight_bytes,
+            layers: w.layers,
+            token_embd: w.token_embd,
+            pre_projection: w.pre_projection,
+            post_projection: w.post_projection,
+            output_norm: w.output_norm,
+            centroid: w.centroid,
+            weight_bytes: w.weight_bytes,
         })
     }
 

@@ -575,20 +575,9 @@ mod tests {
     /// row t is greedy token t.
     #[test]
     fn decode_rows_equal_greedy_rows_on_gpu() {
-        if let Some(why) = crate::device::unavailable_reason() {
-            println!("skipped: {why}");
+        let Some(path) = crate::testing::gpu_fixture_model("dense-target.Q4_K_M") else {
             return;
-        }
-        let fx = std::env::var_os("GEMMA4_FIXTURES")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| {
-                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures")
-            });
-        let path = fx.join("models/dense-target.Q4_K_M.gguf");
-        if !path.exists() {
-            println!("skipped: fixtures not found at {}", fx.display());
-            return;
-        }
+        };
         let mut e = CudaEngine::load(&path, EngineOptions::default()).unwrap();
         let req = GenRequest {
             prompt: vec![2, 16308, 16302, 16281],

@@ -19,6 +19,8 @@ pub mod modelcheck;
 pub mod mvbench;
 pub mod ops;
 pub mod speccheck;
+#[cfg(test)]
+mod testing;
 pub mod weights;
 
 pub use device::Gpu;

@@ -7,7 +7,7 @@
 use reference::config::Config;
 use reference::spec::StoreLayers;
 
-use super::{pairing, CentroidHead, DeviceAssistant, DraftHead, DraftLayer, MAX_DRAFT};
+use super::{pairing, CentroidHead, DeviceAssistant, DraftHead, DraftLayer, DraftWeights};
 use crate::bench::{ones, AssistantShape, Gen, WeightMix};
 use crate::error::{drv, RuntimeError};
 use crate::Gpu;
@@ -89,50 +89,22 @@ impl DeviceAssistant {
             }
             _ => None,
         };
-        let weight_bytes = g.bytes();
-        let qw = layers
-            .iter()
-            .map(|l| l.n_head * l.head_dim)
-            .max()
-            .unwrap_or(1);
-        let f32s = |n: usize| {
-            gpu.stream
-                .alloc_zeros::<f32>(n.max(1))
-                .map_err(drv("alloc drafter"))
-        };
-        let i32s = |n: usize| {
-            gpu.stream
-                .alloc_zeros::<i32>(n)
-                .map_err(drv("alloc drafter"))
-        };
-        let cn = centroid.as_ref().map_or(1, |c| c.centroids.rows);
-        let ff = shape.n_ff;
-        Ok(DeviceAssistant {
-            u: f32s(2 * ht)?,
-            z: f32s(ha)?,
-            a: f32s(ha)?,
-            q: f32s(qw)?,
-            att: f32s(qw)?,
-            r: f32s(ha)?,
-            g: f32s(ff)?,
-            up: f32s(ff)?,
-            n: f32s(ha)?,
-            logits: f32s(v)?,
-            cscore: f32s(cn)?,
-            vals: f32s(MAX_DRAFT)?,
-            ids: i32s(MAX_DRAFT + 1)?,
-            meta: i32s(6)?,
-            window: target.sliding_window,
-            config,
-            store,
-            head: DraftHead::Full,
+        let weights = DraftWeights {
             layers,
             token_embd,
             pre_projection,
             post_projection,
             output_norm: ones(gpu, ha)?,
             centroid,
-            weight_bytes,
-        })
+            weight_bytes: g.bytes(),
+        };
+        Self::assemble(
+            gpu,
+            config,
+            store,
+            target.sliding_window,
+            DraftHead::Full,
+            weights,
+        )
     }
 }

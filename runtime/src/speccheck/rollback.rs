@@ -336,20 +336,9 @@ mod tests {
     /// give rows bitwise equal to plain decoding.
     #[test]
     fn scripted_rollback_equals_plain_on_gpu() {
-        if let Some(why) = crate::device::unavailable_reason() {
-            println!("skipped: {why}");
+        let Some(path) = crate::testing::gpu_fixture_model("dense-target.Q4_K_M") else {
             return;
-        }
-        let fx = std::env::var_os("GEMMA4_FIXTURES")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| {
-                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures")
-            });
-        let path = fx.join("models/dense-target.Q4_K_M.gguf");
-        if !path.exists() {
-            println!("skipped: fixtures not found at {}", fx.display());
-            return;
-        }
+        };
         let mut e = CudaEngine::load(&path, crate::engine::EngineOptions::default()).unwrap();
         let w = e.config().sliding_window;
         let v = check_prompt(&mut e, &[2, 16308, 16302, 16281], 40, &[2], w, w + 32).unwrap();
