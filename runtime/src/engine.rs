@@ -20,8 +20,12 @@ use crate::loader::DeviceModel;
 use crate::Gpu;
 
 mod spec;
+mod spec_batch;
+pub use spec_batch::spec_batch_width;
 
-pub use spec::{DraftSource, ScriptRound, SpecKind, SpecRoundLog, SpecRun, SpecStep};
+pub use spec::{
+    accept_round, Acceptance, DraftSource, ScriptRound, SpecKind, SpecRoundLog, SpecRun, SpecStep,
+};
 
 /// Capacity of a [`CudaEngine`].
 #[derive(Debug, Clone, Copy)]

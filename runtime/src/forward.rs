@@ -532,6 +532,36 @@ impl Workspace {
         ptr(gpu, &self.hs) + (r * h * 4) as u64
     }
 
+    /// Copies hidden row `r` (see [`Workspace::hidden_row_ptr`], `h` floats) into row `at` of
+    /// `dst` (`[·, h]` f32), on the stream: keeps a carried hidden state past later forwards.
+    ///
+    /// Errors: `r ≥ CHUNK_ROWS` or `dst` too short ([`RuntimeError::Shape`]), driver errors.
+    pub(crate) fn copy_hidden_row(
+        &self,
+        gpu: &Gpu,
+        r: usize,
+        h: usize,
+        dst: &mut CudaSlice<f32>,
+        at: usize,
+    ) -> Result<(), RuntimeError> {
+        if (r + 1) * h > self.hs.len() || (at + 1) * h > dst.len() {
+            return Err(RuntimeError::Shape {
+                what: "copy_hidden_row".into(),
+                detail: format!(
+                    "row {r} of {} floats into row {at} of {}",
+                    self.hs.len(),
+                    dst.len()
+                ),
+            });
+        }
+        gpu.stream
+            .memcpy_dtod(
+                &self.hs.slice(r * h..(r + 1) * h),
+                &mut dst.slice_mut(at * h..(at + 1) * h),
+            )
+            .map_err(drv("copy hidden row"))
+    }
+
     /// Buffers sized for `model` and [`CHUNK_ROWS`] rows.
     pub fn new(gpu: &Gpu, model: &DeviceModel) -> Result<Workspace, RuntimeError> {
         let c = &model.config;

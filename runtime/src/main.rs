@@ -106,6 +106,10 @@ enum Cmd {
         /// Tolerance on |CUDA − oracle| drafter logits in that check.
         #[arg(long, default_value_t = runtime::speccheck::drafter::DEFAULT_TOL)]
         drafter_tol: f64,
+        /// Sequences speculating at once in the batched spec:K check (spec_batch vs each
+        /// prompt alone: ids, rounds and logits rows equal); 0 or 1 skips it.
+        #[arg(long, default_value_t = 3)]
+        batch: usize,
         /// Output folder for spec-check.json (default: $OUT, else target/spec-check).
         #[arg(long)]
         out: Option<PathBuf>,
@@ -222,6 +226,7 @@ fn main() -> ExitCode {
             rollback_tokens,
             drafter_steps,
             drafter_tol,
+            batch,
             out,
         } => {
             let out_dir = out
@@ -239,6 +244,7 @@ fn main() -> ExitCode {
                 rollback_tokens,
                 drafter_steps,
                 drafter_tol,
+                batch,
             };
             let mut all = Vec::new();
             let mut ok = true;

@@ -28,6 +28,7 @@ use crate::engine::{CudaEngine, EngineOptions, GenRequest};
 use crate::error::RuntimeError;
 use crate::modelcheck::PROMPTS;
 
+pub mod batch;
 pub mod drafter;
 pub mod rollback;
 
@@ -62,6 +63,8 @@ pub struct SpecCheckOptions {
     pub drafter_steps: usize,
     /// Tolerance on `|CUDA − oracle|` drafter logits ([`drafter::DEFAULT_TOL`]).
     pub drafter_tol: f64,
+    /// Sequences speculating at once in the batched check ([`batch`]; 0 or 1 skips it).
+    pub batch: usize,
 }
 
 /// Runs the scripted-rollback check of [`rollback`] on the short prompt (a prefix of
@@ -127,8 +130,9 @@ fn first_argmax(r: &[f32]) -> usize {
 /// `draft = None` (a target alone): only the scripted-rollback check runs. With a draft, the
 /// scripted-rollback check (`opts.rollback_tokens > 0`) and, with the oracle, the
 /// teacher-forced drafter check (`opts.drafter_steps > 0`) run after the per-prompt checks;
-/// their records are `"scripted_rollback"` and `"drafter_teacher_forced"`, and `"ok"` includes
-/// theirs.
+/// their records are `"scripted_rollback"` and `"drafter_teacher_forced"`; with
+/// `opts.batch > 1` the batched `spec:K` check ([`batch`], record `"spec_batch"`) runs too, and
+/// `"ok"` includes theirs.
 pub fn check_pair(
     target: &Path,
     draft: Option<&Path>,
@@ -142,7 +146,7 @@ pub fn check_pair(
     let mut eng = CudaEngine::load(
         target,
         EngineOptions {
-            slots: 1,
+            slots: opts.batch.max(1),
             max_ctx: CHECK_CTX,
         },
     )?;
@@ -292,6 +296,27 @@ pub fn check_pair(
     } else {
         None
     };
+    let batched = if draft.is_some() && opts.batch > 1 {
+        let t = Instant::now();
+        let reqs = PROMPTS
+            .iter()
+            .take(opts.prompts)
+            .map(|text| {
+                Ok(GenRequest {
+                    prompt: tok.encode(text, true).map_err(|e| err("tokenize", e))?,
+                    max_tokens: opts.max_tokens,
+                    stop: stop.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>, RuntimeError>>()?;
+        let mut v = batch::check(&mut eng, &reqs, &opts.ks, opts.batch)
+            .unwrap_or_else(|e| json!({"ok": false, "error": e.to_string()}));
+        v["seconds"] = json!(t.elapsed().as_secs_f64());
+        ok &= v["ok"].as_bool().unwrap_or(false);
+        Some(v)
+    } else {
+        None
+    };
     let drafter_tf = match oracle.as_mut() {
         Some((m, a)) if opts.drafter_steps > 0 => {
             let t = Instant::now();
@@ -319,5 +344,6 @@ pub fn check_pair(
         "prompts": per_prompt,
         "scripted_rollback": rollback,
         "drafter_teacher_forced": drafter_tf,
+        "spec_batch": batched,
     }))
 }

@@ -92,7 +92,7 @@ impl CudaEngine {
     /// [`CudaEngine::step_rows`], or with `keep` the host path that also returns each row's
     /// full logits.
     #[allow(clippy::type_complexity)]
-    fn steps_keep(
+    pub(super) fn steps_keep(
         &mut self,
         rows: &[Row],
         top_k: usize,
@@ -297,56 +297,83 @@ impl CudaEngine {
                 token,
                 logits: true,
             }));
-            let (all, mut lg) = self.steps_keep(&rows, top_k, run.steps.len(), keep_logits)?;
-            // Accept: a_i = argmax of verify row i; the longest prefix with d_{i+1} = a_i.
-            let mut picked = Vec::new();
-            let mut n_acc_raw = 0;
-            for (i, st) in all.into_iter().enumerate() {
-                let agree = i < k_r && drafts[i] == st.token;
-                picked.push(st);
-                if !agree {
-                    break;
-                }
-                n_acc_raw += 1;
-            }
-            let mut emit: Vec<usize> = (0..=n_acc_raw).collect();
-            if let Some(i) = emit
-                .iter()
-                .position(|&r| req.stop.contains(&picked[r].token))
-            {
-                emit.truncate(i + 1);
-            }
-            emit.truncate(remaining);
-            let n_acc = emit.len() - 1;
+            let (all, lg) = self.steps_keep(&rows, top_k, run.steps.len(), keep_logits)?;
+            let n_acc = commit_round(&mut run, &mut committed, p, drafts, all, lg, req, remaining);
             self.truncate_slot(0, p + n_acc + 1)?;
             hidden_row = n_acc;
-            for &r in &emit {
-                let st = picked[r].clone();
-                committed.push(st.token);
-                run.steps.push(SpecStep {
-                    token: st.token,
-                    top_k: st.top_k,
-                    kind: if r < n_acc_raw {
-                        SpecKind::VerifyAccepted
-                    } else {
-                        SpecKind::VerifyBonus
-                    },
-                    logits: lg[r].take(),
-                });
-            }
-            let last = run.steps.last().map_or(0, |s| s.token);
-            run.rounds.push(SpecRoundLog {
-                p,
-                k: k_r,
-                drafted: drafts,
-                accepted: n_acc,
-                bonus: last,
-                has_bonus: n_acc == n_acc_raw,
-            });
         }
         self.reset_slot(0);
         Ok(run)
     }
+}
+
+/// How one verify round ends (§4.1 steps 4–5): `emit` rows `0 … emit−1` of the verify forward
+/// are emitted (`n' = emit − 1` accepted drafts plus the last one), `n_raw` drafts agreed with
+/// the target before any stop/budget cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acceptance {
+    /// Verify rows emitted, `1 ≤ emit ≤ K_r + 1`.
+    pub emit: usize,
+    /// The longest prefix of drafts with `d_{i+1} = a_i`.
+    pub n_raw: usize,
+}
+
+/// Greedy acceptance of one round: `picks[i]` = `a_i`, the target's choice at verify row `i`
+/// (`picks.len() = drafts.len() + 1`); accept the longest prefix with `drafts[i] = a_i` plus the
+/// next row's `a`, cut after the first stop id and to `remaining` (≥ 1) tokens.
+pub fn accept_round(drafts: &[u32], picks: &[u32], stop: &[u32], remaining: usize) -> Acceptance {
+    let n_raw = drafts.iter().zip(picks).take_while(|(d, a)| d == a).count();
+    let mut emit = (n_raw + 1).min(picks.len());
+    if let Some(i) = picks[..emit].iter().position(|t| stop.contains(t)) {
+        emit = i + 1;
+    }
+    Acceptance {
+        emit: emit.min(remaining.max(1)),
+        n_raw,
+    }
+}
+
+/// Applies a verify round to `run`: [`accept_round`] over the verify rows' picks `all`
+/// (`lg`: their kept logits rows), pushes the emitted steps (kinds, logits) to `run` and
+/// `committed`, and logs the round. Returns `n'` (accepted drafts after the cuts); the caller
+/// rolls the cache back to `p + n' + 1` and carries the hidden state of verify row `n'`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn commit_round(
+    run: &mut SpecRun,
+    committed: &mut Vec<u32>,
+    p: usize,
+    drafts: Vec<u32>,
+    all: Vec<GenStep>,
+    mut lg: Vec<Option<Vec<f32>>>,
+    req: &GenRequest,
+    remaining: usize,
+) -> usize {
+    let picks: Vec<u32> = all.iter().map(|s| s.token).collect();
+    let acc = accept_round(&drafts, &picks, &req.stop, remaining);
+    let n_acc = acc.emit - 1;
+    for (r, st) in all.into_iter().take(acc.emit).enumerate() {
+        committed.push(st.token);
+        run.steps.push(SpecStep {
+            token: st.token,
+            top_k: st.top_k,
+            kind: if r < acc.n_raw {
+                SpecKind::VerifyAccepted
+            } else {
+                SpecKind::VerifyBonus
+            },
+            logits: lg.get_mut(r).and_then(Option::take),
+        });
+    }
+    let last = run.steps.last().map_or(0, |s| s.token);
+    run.rounds.push(SpecRoundLog {
+        p,
+        k: drafts.len(),
+        drafted: drafts,
+        accepted: n_acc,
+        bonus: last,
+        has_bonus: n_acc == acc.n_raw,
+    });
+    n_acc
 }
 
 /// Checks a scripted round's drafts: exactly `k_r` ids, each `< vocab` (`p`: round position,
@@ -374,6 +401,37 @@ fn check_script_drafts(d: &[u32], k_r: usize, vocab: usize, p: usize) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Acceptance derived by hand (drafts d, target picks a, stop ids, budget):
+    /// - d = [5, 6, 7], a = [5, 6, 9, 4]: d1 = a0, d2 = a1, d3 ≠ a2 → 2 accepted + bonus a2 → 3 rows;
+    /// - all agree, a = [5, 6, 7, 8] → 3 + bonus → 4 rows;
+    /// - first draft wrong → only a0 (the bonus) → 1 row;
+    /// - stop id 6 at row 1 → cut after it → 2 rows (n_raw still 2);
+    /// - budget 2 with 3 agreeing drafts → 2 rows.
+    #[test]
+    fn acceptance_hand_cases() {
+        let a = |d: &[u32], p: &[u32], stop: &[u32], rem: usize| accept_round(d, p, stop, rem);
+        assert_eq!(
+            a(&[5, 6, 7], &[5, 6, 9, 4], &[], 9),
+            Acceptance { emit: 3, n_raw: 2 }
+        );
+        assert_eq!(
+            a(&[5, 6, 7], &[5, 6, 7, 8], &[], 9),
+            Acceptance { emit: 4, n_raw: 3 }
+        );
+        assert_eq!(
+            a(&[5, 6, 7], &[1, 6, 7, 8], &[], 9),
+            Acceptance { emit: 1, n_raw: 0 }
+        );
+        assert_eq!(
+            a(&[5, 6, 7], &[5, 6, 9, 4], &[6], 9),
+            Acceptance { emit: 2, n_raw: 2 }
+        );
+        assert_eq!(
+            a(&[5, 6, 7], &[5, 6, 7, 8], &[], 2),
+            Acceptance { emit: 2, n_raw: 3 }
+        );
+    }
 
     /// A script must return exactly K_r ids below V: 3 ids for K_r = 3, V = 10 pass; 2 ids is a
     /// shape error; id 10 at draft index 1 is out of range, named with its index.
