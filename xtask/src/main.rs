@@ -2,6 +2,7 @@
 //! `.cargo/config.toml`. One module per verb (style R8); to add a verb: a module with
 //! `Args` (clap derive) and `run(&Args)`, one variant in [`Command`], one line in `main`.
 
+mod bench;
 mod bless;
 mod calibrate;
 mod compare;
@@ -45,6 +46,9 @@ enum Command {
     LlamaServer(llama_server::Args),
     /// Compare two saved conformance runs (labels or report.json), forks measured against the oracle.
     Compare(compare::Args),
+    /// The benchmarks: oracle criterion benches on CPU, the 12B-shaped GPU decode bench when a
+    /// GPU is present (feature `cuda`); every figure with its ceiling measured in the same run.
+    Bench(bench::Args),
     /// Greedy generation with the CUDA engine, streaming tokens, then tokens/s (feature `cuda`).
     #[cfg(feature = "cuda")]
     Run(run::Args),
@@ -63,5 +67,6 @@ fn main() -> anyhow::Result<()> {
         #[cfg(feature = "cuda")]
         Command::Run(a) => run::run(&a),
         Command::Explain(a) => std::process::exit(explain::run(&a)),
+        Command::Bench(a) => bench::run(&a),
     }
 }
