@@ -106,9 +106,10 @@ enum Cmd {
         /// Tolerance on |CUDA − oracle| drafter logits in that check.
         #[arg(long, default_value_t = runtime::speccheck::drafter::DEFAULT_TOL)]
         drafter_tol: f64,
-        /// Sequences speculating at once in the batched spec:K check (spec_batch vs each
-        /// prompt alone: ids, rounds and logits rows equal); 0 or 1 skips it.
-        #[arg(long, default_value_t = 3)]
+        /// Sequences speculating at once in the batched spec:K check (spec_batch over the
+        /// prompts plus two short-budget requests vs each alone: ids, rounds and logits rows
+        /// equal); 0 or 1 skips it.
+        #[arg(long, default_value_t = 2)]
         batch: usize,
         /// Output folder for spec-check.json (default: $OUT, else target/spec-check).
         #[arg(long)]

@@ -146,7 +146,11 @@ pub fn check_pair(
     let mut eng = CudaEngine::load(
         target,
         EngineOptions {
-            slots: opts.batch.max(1),
+            slots: if draft.is_some() && opts.batch > 1 {
+                opts.batch
+            } else {
+                1
+            },
             max_ctx: CHECK_CTX,
         },
     )?;
@@ -298,7 +302,9 @@ pub fn check_pair(
     };
     let batched = if draft.is_some() && opts.batch > 1 {
         let t = Instant::now();
-        let reqs = PROMPTS
+        // The prompts with the check's budget, plus two short-budget requests (1 and 7 tokens)
+        // so that, with `batch` below the request count, requests join as others finish.
+        let mut reqs = PROMPTS
             .iter()
             .take(opts.prompts)
             .map(|text| {
@@ -309,6 +315,14 @@ pub fn check_pair(
                 })
             })
             .collect::<Result<Vec<_>, RuntimeError>>()?;
+        for (i, budget) in [1usize, 7].into_iter().enumerate() {
+            if let Some(r) = reqs.get(i).cloned() {
+                reqs.push(GenRequest {
+                    max_tokens: budget,
+                    ..r
+                });
+            }
+        }
         let mut v = batch::check(&mut eng, &reqs, &opts.ks, opts.batch)
             .unwrap_or_else(|e| json!({"ok": false, "error": e.to_string()}));
         v["seconds"] = json!(t.elapsed().as_secs_f64());

@@ -235,8 +235,10 @@ mod tests {
         assert_eq!(spec_batch_width(0, 2, 8), 1);
     }
 
-    /// On a GPU with the fixtures: three prompts speculating at once (spec:2, dense pair) give
-    /// each the ids, rounds and logits rows of its own `spec` run, bitwise.
+    /// On a GPU with the fixtures: five requests (budgets 40, 25, 0, 1, 7; one with a stop id)
+    /// on two slots, so requests join as others finish (spec:2, dense pair), give each the ids,
+    /// rounds and logits rows of its own `spec` run, bitwise; and the device top-k path (no
+    /// logits kept) the same ids and rounds.
     #[test]
     fn batched_spec_equals_single_on_gpu() {
         let Some(target) = crate::testing::gpu_fixture_model("dense-target.Q4_K_M") else {
@@ -248,29 +250,48 @@ mod tests {
         let mut e = CudaEngine::load(
             &target,
             crate::engine::EngineOptions {
-                slots: 3,
+                slots: 2,
                 max_ctx: 256,
             },
         )
         .unwrap();
         e.load_draft(&draft).unwrap();
-        let reqs: Vec<GenRequest> = [
-            vec![2u32, 16308, 16302],
-            vec![2, 100, 200, 300, 400],
-            vec![2, 7],
-        ]
-        .into_iter()
-        .map(|prompt| GenRequest {
+        let req = |prompt: Vec<u32>, max_tokens: usize, stop: Vec<u32>| GenRequest {
             prompt,
-            max_tokens: 40,
-            stop: Vec::new(),
-        })
-        .collect();
+            max_tokens,
+            stop,
+        };
+        let reqs = vec![
+            req(vec![2, 16308, 16302], 40, Vec::new()),
+            req(vec![2, 100, 200, 300, 400], 25, vec![1]),
+            req(vec![2, 7], 0, Vec::new()),
+            req(vec![2, 7], 1, Vec::new()),
+            req(vec![2, 9, 11], 7, Vec::new()),
+        ];
         let single: Vec<SpecRun> = reqs
             .iter()
             .map(|r| e.spec(r, 2, 4, true).unwrap())
             .collect();
-        let batched = e.spec_batch(&reqs, 3, 2, 4, true).unwrap();
-        assert_eq!(single, batched);
+        let batched = e.spec_batch(&reqs, 2, 2, 4, true).unwrap();
+        let fast = e.spec_batch(&reqs, 2, 2, 4, false).unwrap();
+        assert_eq!(batched.len(), reqs.len());
+        for (i, ((s, b), f)) in single.iter().zip(&batched).zip(&fast).enumerate() {
+            let ids = |r: &SpecRun| r.steps.iter().map(|x| x.token).collect::<Vec<_>>();
+            assert_eq!(ids(s), ids(b), "request {i}: ids");
+            assert_eq!(s.rounds, b.rounds, "request {i}: rounds");
+            assert_eq!(s.plain_steps, b.plain_steps, "request {i}: plain steps");
+            let same_rows = s
+                .steps
+                .iter()
+                .zip(&b.steps)
+                .filter(|(x, y)| x.logits == y.logits && x.logits.is_some())
+                .count();
+            assert_eq!(same_rows, s.steps.len(), "request {i}: logits rows");
+            assert_eq!(ids(s), ids(f), "request {i}: ids on the device top-k path");
+            assert_eq!(
+                s.rounds, f.rounds,
+                "request {i}: rounds on the device top-k path"
+            );
+        }
     }
 }

@@ -25,8 +25,10 @@ fn rows_equal(a: &SpecRun, b: &SpecRun) -> (usize, usize) {
 }
 
 /// Runs, per `k` in `ks`, every request alone with [`CudaEngine::spec`] and all of them with
-/// [`CudaEngine::spec_batch`] (`n` at once), and compares. Returns the JSON record (`"ok"`:
-/// ids, rounds, plain steps and every logits row equal for every request and `k`).
+/// [`CudaEngine::spec_batch`] (`n` at once; with more requests than `n` they join as others
+/// finish), both keeping logits, and compares; then the batched run again on the device top-k
+/// path (no logits kept, CUDA graphs) against the same ids and rounds. Returns the JSON record
+/// (`"ok"`: ids, rounds, plain steps and every logits row equal for every request and `k`).
 ///
 /// Errors: forward/driver errors (no drafter loaded is an error of `spec`).
 pub fn check(
@@ -45,8 +47,18 @@ pub fn check(
         let t = std::time::Instant::now();
         let batched = eng.spec_batch(reqs, n, k, 16, true)?;
         let batch_s = t.elapsed().as_secs_f64();
+        let fast = eng.spec_batch(reqs, n, k, 16, false)?;
+        let fast_ok = fast.len() == single.len()
+            && single.iter().zip(&fast).all(|(s, f)| {
+                s.rounds == f.rounds
+                    && s.plain_steps == f.plain_steps
+                    && s.steps
+                        .iter()
+                        .map(|x| x.token)
+                        .eq(f.steps.iter().map(|x| x.token))
+            });
         let mut per_req = Vec::new();
-        let mut k_ok = batched.len() == single.len();
+        let mut k_ok = batched.len() == single.len() && fast_ok;
         for (s, b) in single.iter().zip(&batched) {
             let ids = s
                 .steps
@@ -67,6 +79,7 @@ pub fn check(
             "k": k,
             "width": spec_batch_width(n, k, eng.slots()),
             "batch_s": batch_s,
+            "device_topk_path_equal": fast_ok,
             "ok": k_ok,
             "requests": per_req,
         }));
