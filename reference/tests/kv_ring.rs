@@ -52,14 +52,6 @@ fn chunked(m: &Model<f64>, ids: &[u32], r: usize, sizes: &[usize]) -> Vec<Vec<f6
     rows
 }
 
-fn max_rel(a: &[Vec<f64>], b: &[Vec<f64>]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| rel_err(x, y))
-        .fold(0.0, f64::max)
-}
-
 #[test]
 fn ring_decode_matches_transformers_top16_and_full_recompute() {
     let Some(fix) = fixtures() else { return };
@@ -89,12 +81,7 @@ fn ring_decode_matches_transformers_top16_and_full_recompute() {
             {
                 let row = &rows[p];
                 let max_abs = row.iter().map(|x| x.abs()).fold(0.0, f64::max);
-                let want: Vec<(u32, f64)> = pairs
-                    .as_array()
-                    .expect("pairs")
-                    .iter()
-                    .map(|pr| (pr[0].as_u64().expect("id") as u32, json_f64(&pr[1])))
-                    .collect();
+                let want = top16_pairs(pairs);
                 let got = reference::model::logits::top_k(row, want.len(), &[]);
                 assert_eq!(
                     got.iter().map(|x| x.0).collect::<Vec<_>>(),

@@ -31,14 +31,6 @@ fn full_rows<F: Float>(m: &Model<F>, ids: &[u32]) -> Vec<Vec<f64>> {
     m.forward(&mut m.new_cache(), ids).expect("forward")
 }
 
-fn max_rel(a: &[Vec<f64>], b: &[Vec<f64>]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| rel_err(x, y))
-        .fold(0.0, f64::max)
-}
-
 #[test]
 fn kv_cache_decode_and_chunked_prefill_equal_full_recompute() {
     let Some(fix) = fixtures() else { return };

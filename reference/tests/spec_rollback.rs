@@ -191,30 +191,52 @@ fn rule(round: usize) -> Option<usize> {
     }
 }
 
-#[test]
-fn rollback_before_and_after_the_window_fills() {
-    let Some(fix) = fixtures() else { return };
+/// Runs `case(target, prompt, greedy, what)` on every prompt of the dense and e2b pair fixtures
+/// except `count_chat` (plain, 11 tokens < W, and long_context, 47 tokens, cover both sides of
+/// the window) and ORs the `[before window, after, n' = 0 at K_r = K, across a ring wrap]` flags
+/// the cases return.
+fn rollback_coverage(
+    fix: &std::path::Path,
+    mut case: impl FnMut(&Model<f64>, &[u32], &[u32], &str) -> Vec<[bool; 4]>,
+) -> [bool; 4] {
     let mut seen = [false; 4];
     for stem in ["dense-target.F32", "e2b-target.BF16"] {
-        let pair = load_pair(&fix, stem);
+        let pair = load_pair(fix, stem);
         for pr in pair.json["prompts"].as_array().expect("prompts") {
             let name = pr["name"].as_str().unwrap_or("?");
             if name == "count_chat" {
-                continue; // plain (11 tokens < W) and long_context (47 tokens) cover both sides.
+                continue;
             }
-            let prompt = ids(&pr["prompt_ids"]);
-            let greedy = ids(&pr["greedy_ids"]);
-            for first in [FirstRound::Spec41, FirstRound::LlamaCpp] {
-                let what = format!("{stem} / {name} / {first:?}");
-                let saw =
-                    rollback_case(&pair.target, &prompt, &greedy[..40], 4, first, rule, &what);
-                println!("{what}: rejections before the window fills / after / n' = 0 at K_r = K / across a ring wrap: {saw:?}");
+            let what = format!("{stem} / {name}");
+            for saw in case(
+                &pair.target,
+                &ids(&pr["prompt_ids"]),
+                &ids(&pr["greedy_ids"]),
+                &what,
+            ) {
                 for (s, w) in seen.iter_mut().zip(saw) {
                     *s |= w;
                 }
             }
         }
     }
+    seen
+}
+
+#[test]
+fn rollback_before_and_after_the_window_fills() {
+    let Some(fix) = fixtures() else { return };
+    let seen = rollback_coverage(&fix, |target, prompt, greedy, what| {
+        [FirstRound::Spec41, FirstRound::LlamaCpp]
+            .into_iter()
+            .map(|first| {
+                let what = format!("{what} / {first:?}");
+                let saw = rollback_case(target, prompt, &greedy[..40], 4, first, rule, &what);
+                println!("{what}: rejections before the window fills / after / n' = 0 at K_r = K / across a ring wrap: {saw:?}");
+                saw
+            })
+            .collect()
+    });
     assert_eq!(
         seen, [true; 4],
         "the rule must reject before and after the window fills, reject all K, and reject across a ring wrap"
@@ -237,34 +259,25 @@ fn rule_dense(round: usize) -> Option<usize> {
 #[test]
 fn rollback_with_tight_rings_k1_and_k7() {
     let Some(fix) = fixtures() else { return };
-    let mut seen = [false; 4];
-    for stem in ["dense-target.F32", "e2b-target.BF16"] {
-        let pair = load_pair(&fix, stem);
-        for pr in pair.json["prompts"].as_array().expect("prompts") {
-            let name = pr["name"].as_str().unwrap_or("?");
-            if name == "count_chat" {
-                continue;
-            }
-            let prompt = ids(&pr["prompt_ids"]);
-            let greedy = ids(&pr["greedy_ids"]);
-            for k in [1, 7] {
-                let what = format!("{stem} / {name} / K = {k}");
+    let seen = rollback_coverage(&fix, |target, prompt, greedy, what| {
+        [1, 7]
+            .into_iter()
+            .map(|k| {
+                let what = format!("{what} / K = {k}");
                 let saw = rollback_case(
-                    &pair.target,
-                    &prompt,
-                    &greedy,
+                    target,
+                    prompt,
+                    greedy,
                     k,
                     FirstRound::Spec41,
                     rule_dense,
                     &what,
                 );
                 println!("{what}: {saw:?}");
-                for (s, w) in seen.iter_mut().zip(saw) {
-                    *s |= w;
-                }
-            }
-        }
-    }
+                saw
+            })
+            .collect()
+    });
     assert_eq!(seen, [true; 4]);
 }
 

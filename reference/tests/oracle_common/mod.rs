@@ -118,3 +118,23 @@ pub fn rel_err(a: &[f64], b: &[f64]) -> f64 {
     let den = b.iter().map(|y| y.abs()).fold(0.0, f64::max);
     num / den
 }
+
+/// Largest [`rel_err`] over rows (`a`, `b` the same number of rows; b = reference).
+pub fn max_rel(a: &[Vec<f64>], b: &[Vec<f64>]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| rel_err(x, y))
+        .fold(0.0, f64::max)
+}
+
+/// The `(id, logit)` pairs of one position of an oracle `*.logits.json` `top16` entry
+/// (`[[id, logit], …]`, logits as in [`json_f64`]).
+pub fn top16_pairs(pairs: &serde_json::Value) -> Vec<(u32, f64)> {
+    pairs
+        .as_array()
+        .expect("pairs")
+        .iter()
+        .map(|pr| (pr[0].as_u64().expect("id") as u32, json_f64(&pr[1])))
+        .collect()
+}
