@@ -97,6 +97,32 @@ static __device__ __forceinline__ float block_sum(float v, float* red) {
     return red[32];
 }
 
+// Register cache of the row-norm kernels (rmsnorm_f32, rmsnorm_add_f32, qkv_post_f32): thread
+// tid of a block of B threads holds c[j] = row[tid + jB], j < NORM_CACHE (rows longer than
+// NORM_CACHE·B are re-read).
+#define NORM_CACHE 8
+
+// RMSNorm scale (mean_j(row_j²) + eps)^(−1/2) of the block's row of n floats (spec/gemma4-text.md
+// §3), filling the register cache c: sum of squares in f32 as a per-thread fma chain over
+// i = tid + jB, then block_sum — one fixed order for every row of a given n and B. All threads
+// of the block must call it (block_sum synchronizes); `red` as for block_sum.
+static __device__ __forceinline__ float rms_scale_cached(const float* __restrict__ row, int n,
+                                                         float eps, float (&c)[NORM_CACHE],
+                                                         float* red) {
+    const int B = blockDim.x, tid = threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < NORM_CACHE; ++j) {
+        const int i = tid + j * B;
+        c[j] = i < n ? row[i] : 0.0f;
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NORM_CACHE; ++j) ss = fmaf(c[j], c[j], ss);
+    for (int i = tid + NORM_CACHE * B; i < n; i += B) ss = fmaf(row[i], row[i], ss);
+    ss = block_sum(ss, red);
+    return 1.0f / sqrtf(ss / (float)n + eps);
+}
+
 // Exact split of an f32 into three bf16 pieces v = hi + mid + lo (hi by truncation, mid rounded
 // to nearest, lo the exact rest), returned as bf16 bit patterns (the tensor-core matvec's activations, matvec.cu).
 static __device__ __forceinline__ void tc_split3(float v, uint32_t& h, uint32_t& m, uint32_t& l) {

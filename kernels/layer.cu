@@ -11,7 +11,6 @@ static __device__ __forceinline__ float gelu_tanh(float g) {
 // rmsnorm_add_f32(y, w, x, n, eps): x[r] += RMSNorm_w(y[r]) for every row r (y, x f32 [rows, n],
 // w f32 [n]): the "x = x + RMSNorm_post(a)" residual step of §8. Grid (rows), block
 // norm_threads(n) (see norm.cu: the same register cache and reduction order as rmsnorm_f32).
-#define NORM_CACHE 8
 extern "C" __global__ void rmsnorm_add_f32(const float* __restrict__ y, const float* __restrict__ w,
                                            float* __restrict__ x, int n, float eps) {
     __shared__ float red[33];
@@ -19,17 +18,7 @@ extern "C" __global__ void rmsnorm_add_f32(const float* __restrict__ y, const fl
     float* xr = x + (uint64_t)blockIdx.x * n;
     const int B = blockDim.x, tid = threadIdx.x;
     float c[NORM_CACHE];
-#pragma unroll
-    for (int j = 0; j < NORM_CACHE; ++j) {
-        const int i = tid + j * B;
-        c[j] = i < n ? yr[i] : 0.0f;
-    }
-    float ss = 0.0f;
-#pragma unroll
-    for (int j = 0; j < NORM_CACHE; ++j) ss = fmaf(c[j], c[j], ss);
-    for (int i = tid + NORM_CACHE * B; i < n; i += B) ss = fmaf(yr[i], yr[i], ss);
-    ss = block_sum(ss, red);
-    const float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    const float scale = rms_scale_cached(yr, n, eps, c, red);
 #pragma unroll
     for (int j = 0; j < NORM_CACHE; ++j) {
         const int i = tid + j * B;
@@ -267,22 +256,12 @@ extern "C" __global__ void qkv_post_f32(float* q, const float* __restrict__ k,
         w = nullptr;
         rope = false;
     }
-    // RMSNorm (rmsnorm_f32's order: per-thread fma chain over i = tid + jB, then block_sum).
-    float c[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        const int i = tid + j * B;
-        c[j] = i < d ? src[i] : 0.0f;
-    }
-    float ss = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) ss = fmaf(c[j], c[j], ss);
-    for (int i = tid + 8 * B; i < d; i += B) ss = fmaf(src[i], src[i], ss);
-    ss = block_sum(ss, red);
-    const float scale = 1.0f / sqrtf(ss / (float)d + eps);
+    // RMSNorm (rmsnorm_f32's scale and order).
+    float c[NORM_CACHE];
+    const float scale = rms_scale_cached(src, d, eps, c, red);
     float* out = rope ? head : dst;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < NORM_CACHE; ++j) {
         const int i = tid + j * B;
         if (i < d) {
             float y = c[j] * scale;
@@ -290,7 +269,7 @@ extern "C" __global__ void qkv_post_f32(float* q, const float* __restrict__ k,
             out[i] = y;
         }
     }
-    for (int i = tid + 8 * B; i < d; i += B) {
+    for (int i = tid + NORM_CACHE * B; i < d; i += B) {
         float y = src[i] * scale;
         if (w != nullptr) y *= w[i];
         out[i] = y;

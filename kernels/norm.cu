@@ -8,8 +8,7 @@
 // than NORM_CACHE·B are re-read). Sum of squares in f32: per-thread chain over j, then warp and
 // block butterflies (block_sum); the same B for every row of a given n, so every row of one
 // width is reduced in the same order.
-#define NORM_CACHE 8
-
+// (NORM_CACHE and rms_scale_cached: common.cuh.)
 extern "C" __global__ void rmsnorm_f32(const float* __restrict__ x, const float* __restrict__ w,
                                        float* y, int n, float eps) {
     __shared__ float red[33];
@@ -17,17 +16,7 @@ extern "C" __global__ void rmsnorm_f32(const float* __restrict__ x, const float*
     float* yr = y + (uint64_t)blockIdx.x * n;
     const int B = blockDim.x, tid = threadIdx.x;
     float c[NORM_CACHE];
-#pragma unroll
-    for (int j = 0; j < NORM_CACHE; ++j) {
-        const int i = tid + j * B;
-        c[j] = i < n ? xr[i] : 0.0f;
-    }
-    float ss = 0.0f;
-#pragma unroll
-    for (int j = 0; j < NORM_CACHE; ++j) ss = fmaf(c[j], c[j], ss);
-    for (int i = tid + NORM_CACHE * B; i < n; i += B) ss = fmaf(xr[i], xr[i], ss);
-    ss = block_sum(ss, red);
-    const float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    const float scale = rms_scale_cached(xr, n, eps, c, red);
 #pragma unroll
     for (int j = 0; j < NORM_CACHE; ++j) {
         const int i = tid + j * B;
