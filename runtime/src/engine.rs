@@ -21,6 +21,7 @@ use crate::Gpu;
 
 mod spec;
 mod spec_batch;
+pub(crate) use spec::no_drafter;
 pub use spec_batch::spec_batch_width;
 
 pub use spec::{

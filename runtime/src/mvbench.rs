@@ -47,14 +47,17 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-fn fnv(bits: &[f32]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+/// SHA-256 (first 16 hex digits) of the output bits, little-endian f32.
+fn bits_hash(bits: &[f32]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
     for v in bits {
-        for b in v.to_bits().to_le_bytes() {
-            h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
-        }
+        h.update(v.to_bits().to_le_bytes());
     }
-    format!("{h:016x}")
+    h.finalize()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Times every case of [`cases`] at 1, 2, 4, 8 columns (median of 5 batches of `iters`
@@ -176,7 +179,7 @@ pub fn run(gpu: &Gpu, iters: usize) -> Result<Value, RuntimeError> {
                 "case": case.name, "type": case.ty.name(), "rows": case.rows, "rows2": case.rows2,
                 "k": case.k, "ncols": nc, "weight_bytes": bytes, "us": us, "gb_per_s": gbs,
                 "fraction_of_b_read": gbs * 1e9 / b_read,
-                "y_hash": fnv(&y[..nc * case.rows]),
+                "y_hash": bits_hash(&y[..nc * case.rows]),
             }));
         }
         println!(

@@ -111,6 +111,19 @@ fn rollback_check(
     }))
 }
 
+/// Runs one sub-check: its JSON record (an error becomes `{"ok": false, "error": …}`) with
+/// `"seconds"` added; `ok` keeps the record's verdict.
+fn timed_check(
+    ok: &mut bool,
+    f: impl FnOnce() -> Result<serde_json::Value, RuntimeError>,
+) -> serde_json::Value {
+    let t = Instant::now();
+    let mut v = f().unwrap_or_else(|e| json!({"ok": false, "error": e.to_string()}));
+    v["seconds"] = json!(t.elapsed().as_secs_f64());
+    *ok &= v["ok"].as_bool().unwrap_or(false);
+    v
+}
+
 /// Context of the spec-check engine (positions per slot).
 const CHECK_CTX: usize = 1024;
 
@@ -176,8 +189,13 @@ pub fn check_pair(
     let mut ok = true;
     let mut per_prompt = Vec::new();
     let spec_prompts = if draft.is_some() { opts.prompts } else { 0 };
-    for text in PROMPTS.iter().take(spec_prompts) {
-        let prompt = tok.encode(text, true).map_err(|e| err("tokenize", e))?;
+    let prompts = PROMPTS
+        .iter()
+        .take(opts.prompts)
+        .map(|text| tok.encode(text, true).map_err(|e| err("tokenize", e)))
+        .collect::<Result<Vec<_>, _>>()?;
+    for (text, prompt) in PROMPTS.iter().zip(&prompts).take(spec_prompts) {
+        let prompt = prompt.clone();
         let req = GenRequest {
             prompt: prompt.clone(),
             max_tokens: opts.max_tokens,
@@ -290,31 +308,19 @@ pub fn check_pair(
             "spec": per_k,
         }));
     }
-    let rollback = if opts.rollback_tokens > 0 {
-        let t = Instant::now();
-        let mut v = rollback_check(&mut eng, &tok, opts)
-            .unwrap_or_else(|e| json!({"ok": false, "error": e.to_string()}));
-        v["seconds"] = json!(t.elapsed().as_secs_f64());
-        ok &= v["ok"].as_bool().unwrap_or(false);
-        Some(v)
-    } else {
-        None
-    };
-    let batched = if draft.is_some() && opts.batch > 1 {
-        let t = Instant::now();
+    let rollback = (opts.rollback_tokens > 0)
+        .then(|| timed_check(&mut ok, || rollback_check(&mut eng, &tok, opts)));
+    let batched = (draft.is_some() && opts.batch > 1).then(|| {
         // The prompts with the check's budget, plus two short-budget requests (1 and 7 tokens)
         // so that, with `batch` below the request count, requests join as others finish.
-        let mut reqs = PROMPTS
+        let mut reqs: Vec<GenRequest> = prompts
             .iter()
-            .take(opts.prompts)
-            .map(|text| {
-                Ok(GenRequest {
-                    prompt: tok.encode(text, true).map_err(|e| err("tokenize", e))?,
-                    max_tokens: opts.max_tokens,
-                    stop: stop.clone(),
-                })
+            .map(|p| GenRequest {
+                prompt: p.clone(),
+                max_tokens: opts.max_tokens,
+                stop: stop.clone(),
             })
-            .collect::<Result<Vec<_>, RuntimeError>>()?;
+            .collect();
         for (i, budget) in [1usize, 7].into_iter().enumerate() {
             if let Some(r) = reqs.get(i).cloned() {
                 reqs.push(GenRequest {
@@ -323,28 +329,16 @@ pub fn check_pair(
                 });
             }
         }
-        let mut v = batch::check(&mut eng, &reqs, &opts.ks, opts.batch)
-            .unwrap_or_else(|e| json!({"ok": false, "error": e.to_string()}));
-        v["seconds"] = json!(t.elapsed().as_secs_f64());
-        ok &= v["ok"].as_bool().unwrap_or(false);
-        Some(v)
-    } else {
-        None
-    };
+        timed_check(&mut ok, || {
+            batch::check(&mut eng, &reqs, &opts.ks, opts.batch)
+        })
+    });
     let drafter_tf = match oracle.as_mut() {
         Some((m, a)) if opts.drafter_steps > 0 => {
-            let t = Instant::now();
-            let prompts = PROMPTS
-                .iter()
-                .take(opts.prompts)
-                .map(|text| tok.encode(text, true).map_err(|e| err("tokenize", e)))
-                .collect::<Result<Vec<_>, _>>()?;
             let steps = opts.drafter_steps.min(crate::draft::MAX_DRAFT);
-            let mut v = drafter::check(&mut eng, m, a, &prompts, steps, opts.drafter_tol)
-                .unwrap_or_else(|e| json!({"ok": false, "error": e.to_string()}));
-            v["seconds"] = json!(t.elapsed().as_secs_f64());
-            ok &= v["ok"].as_bool().unwrap_or(false);
-            Some(v)
+            Some(timed_check(&mut ok, || {
+                drafter::check(&mut eng, m, a, &prompts, steps, opts.drafter_tol)
+            }))
         }
         _ => None,
     };

@@ -114,6 +114,42 @@ impl CudaEngine {
         }
     }
 
+    /// Checks that `slot` holds exactly the `p` committed positions a round at position `p`
+    /// starts from (§4.1: rows `< p`; a verify forward then writes `p …`).
+    ///
+    /// Errors: [`RuntimeError::Capacity`] naming the slot, its length and `p`.
+    pub(super) fn check_round_start(&self, slot: usize, p: usize) -> Result<(), RuntimeError> {
+        if self.cache.len(slot) != p {
+            return Err(RuntimeError::Capacity(format!(
+                "slot {slot} holds {} positions at round position {p}",
+                self.cache.len(slot)
+            )));
+        }
+        Ok(())
+    }
+
+    /// The loaded drafter's `k` drafts for `slot` at round position `p` from token `x` and the
+    /// carried hidden state at device address `hidden` ([`crate::draft::DeviceAssistant::draft`]).
+    ///
+    /// Errors: no drafter loaded ([`no_drafter`] naming `what`), the drafter's errors.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn device_draft(
+        &mut self,
+        what: &str,
+        slot: usize,
+        x: u32,
+        hidden: u64,
+        p: usize,
+        k: usize,
+    ) -> Result<Vec<u32>, RuntimeError> {
+        let fw = Forward {
+            gpu: &self.gpu,
+            model: &self.model,
+        };
+        let d = self.draft.as_mut().ok_or_else(|| no_drafter(what))?;
+        d.draft(&fw, &self.cache, slot, x, hidden, p, k)
+    }
+
     /// Teacher-forced drafter steps for the drafter check (`spec/gemma4-assistant-mtp.md` §6.3
     /// item 5, §5 last point): in slot 0, prefill `prefix` (`t_0 … t_{p−1}`, one forward as
     /// [`CudaEngine::greedy`] does), then run `inputs.len()` drafter steps at the round position
@@ -143,10 +179,10 @@ impl CudaEngine {
                 gpu: &self.gpu,
                 model: &self.model,
             };
-            let d = self.draft.as_mut().ok_or_else(|| RuntimeError::Model {
-                what: "draft_teacher_forced".into(),
-                detail: "no draft model loaded".into(),
-            })?;
+            let d = self
+                .draft
+                .as_mut()
+                .ok_or_else(|| no_drafter("draft_teacher_forced"))?;
             d.draft_forced(&fw, &self.cache, 0, inputs, hid, prefix.len())
         });
         self.reset_slot(0);
@@ -190,10 +226,7 @@ impl CudaEngine {
         mut source: DraftSource<'_>,
     ) -> Result<SpecRun, RuntimeError> {
         if matches!(source, DraftSource::Device) && self.draft.is_none() {
-            return Err(RuntimeError::Model {
-                what: "spec:K".into(),
-                detail: "no draft model loaded".into(),
-            });
+            return Err(no_drafter("spec:K"));
         }
         if k == 0 || k > crate::draft::MAX_DRAFT || k + 1 > crate::forward::CHUNK_ROWS {
             return Err(RuntimeError::Capacity(format!(
@@ -257,24 +290,11 @@ impl CudaEngine {
                 hidden_row = 0;
                 continue;
             }
-            if self.cache.len(0) != p {
-                return Err(RuntimeError::Capacity(format!(
-                    "cache holds {} positions at round position {p}",
-                    self.cache.len(0)
-                )));
-            }
+            self.check_round_start(0, p)?;
             let drafts = match &mut source {
                 DraftSource::Device => {
                     let hid = self.ws.hidden_row_ptr(&self.gpu, hidden_row, h);
-                    let fw = Forward {
-                        gpu: &self.gpu,
-                        model: &self.model,
-                    };
-                    let d = self.draft.as_mut().ok_or_else(|| RuntimeError::Model {
-                        what: "spec:K".into(),
-                        detail: "no draft model loaded".into(),
-                    })?;
-                    d.draft(&fw, &self.cache, 0, t_p, hid, p, k_r)?
+                    self.device_draft("spec:K", 0, t_p, hid, p, k_r)?
                 }
                 DraftSource::Script(script) => {
                     let d = script(&ScriptRound {
@@ -304,6 +324,14 @@ impl CudaEngine {
         }
         self.reset_slot(0);
         Ok(run)
+    }
+}
+
+/// The typed error of a drafter call with no drafter loaded (`what`: the caller).
+pub(crate) fn no_drafter(what: &str) -> RuntimeError {
+    RuntimeError::Model {
+        what: what.into(),
+        detail: "no draft model loaded".into(),
     }
 }
 

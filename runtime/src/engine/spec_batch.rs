@@ -8,10 +8,10 @@
 
 use cudarc::driver::CudaSlice;
 
-use super::spec::{commit_round, SpecKind, SpecRun, SpecStep};
+use super::spec::{commit_round, no_drafter, SpecKind, SpecRun, SpecStep};
 use super::{CudaEngine, GenRequest};
 use crate::error::{drv, RuntimeError};
-use crate::forward::{ptr, Forward, Row, CHUNK_ROWS};
+use crate::forward::{ptr, Row, CHUNK_ROWS};
 
 /// One sequence being decoded.
 struct Active {
@@ -46,10 +46,7 @@ impl CudaEngine {
         keep_logits: bool,
     ) -> Result<Vec<SpecRun>, RuntimeError> {
         if self.draft.is_none() {
-            return Err(RuntimeError::Model {
-                what: "spec:K batch".into(),
-                detail: "no draft model loaded".into(),
-            });
+            return Err(no_drafter("spec:K batch"));
         }
         if k == 0 || k > crate::draft::MAX_DRAFT || k + 1 > CHUNK_ROWS {
             return Err(RuntimeError::Capacity(format!(
@@ -136,33 +133,24 @@ impl CudaEngine {
                 let p = a.committed.len() - 1;
                 let k_r = k.min(req.max_tokens - a.run.steps.len() - 1);
                 let t_p = a.committed[p];
-                if self.cache.len(a.slot) != p {
-                    return Err(RuntimeError::Capacity(format!(
-                        "slot {} holds {} positions at round position {p}",
-                        a.slot,
-                        self.cache.len(a.slot)
-                    )));
-                }
+                self.check_round_start(a.slot, p)?;
                 let drafts = if k_r == 0 {
                     Vec::new()
                 } else {
                     let hid = ptr(&self.gpu, &carried) + (a.slot * h * 4) as u64;
-                    let fw = Forward {
-                        gpu: &self.gpu,
-                        model: &self.model,
-                    };
-                    let d = self.draft.as_mut().ok_or_else(|| RuntimeError::Model {
-                        what: "spec:K batch".into(),
-                        detail: "no draft model loaded".into(),
-                    })?;
-                    d.draft(&fw, &self.cache, a.slot, t_p, hid, p, k_r)?
+                    self.device_draft("spec:K batch", a.slot, t_p, hid, p, k_r)?
                 };
-                plan.push((rows.len(), p, drafts.clone()));
-                rows.extend(std::iter::once(t_p).chain(drafts).map(|token| Row {
-                    slot: a.slot,
-                    token,
-                    logits: true,
-                }));
+                let first = rows.len();
+                rows.extend(
+                    std::iter::once(t_p)
+                        .chain(drafts.iter().copied())
+                        .map(|token| Row {
+                            slot: a.slot,
+                            token,
+                            logits: true,
+                        }),
+                );
+                plan.push((first, p, drafts));
             }
             let (all, lg) = self.steps_keep(&rows, top_k, 0, keep_logits)?;
             let mut all = all.into_iter();

@@ -91,12 +91,7 @@ pub fn check(
     let head = match eng.drafter().map(|d| d.head) {
         Some(DraftHead::Centroid) => Head::Centroid,
         Some(DraftHead::Full) => Head::Full,
-        None => {
-            return Err(RuntimeError::Model {
-                what: "drafter check".into(),
-                detail: "no draft model loaded".into(),
-            })
-        }
+        None => return Err(crate::engine::no_drafter("drafter check")),
     };
     a.set_head(head).map_err(|e| err("oracle assistant", e))?;
     let store = a
