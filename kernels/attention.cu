@@ -11,26 +11,37 @@
 // kernels only change where a key is read, never which keys or in which order: results are
 // bitwise those of a linear cache.
 //
-// attention_f32(q, kc, vc, slot, pos, out, nh, nkv, d, rows, window):
+// attention_f32(q, kc, vc, slot, pos, out, nh, nkv, d, rows, window, part, cnt):
 //   q   f32 [T, nh, d] (normed, rotated queries);
 //   kc, vc f32 [S, rows, nkv, d]: the cache of the layer attended to (its own or, on a reuse
 //   layer, the store layer's; `rows` is that storage's rows per slot);
 //   slot, pos i32 [T]: the cache slot and absolute position of each query row (its own K/V and
 //   every earlier visible position of that slot are already in the cache);
-//   out f32 [T, nh, d];  window: W on sliding layers, 0 = full causal.
-// attention_rows_f32(q, kc, vc, slot, lo, cnt, out, nh, nkv, d, rows): the same over an explicit
-//   key range per query row: keys at positions lo[t] … lo[t] + cnt[t] − 1 of slot[t] (the MTP
-//   drafter's visible rows S_τ(p), which exclude the query's own position). 1 ≤ cnt[t] ≤ rows.
-// Launch: grid (nh, T, 1), block (128,1,1), dynamic shared memory ATT_SMEM_BYTES(span) =
-// (round_up(span, 4) + 4)·4 bytes where span = number of visible keys of the widest row (host
-// computes it; kernels::attention_smem_bytes). The padding is required: the output loop reads the
-// scores 4 at a time and ptxas merges the ≤ 3 scalar reads of its remainder into one vector read
-// that may extend up to 3 floats past the last score (compute-sanitizer memcheck flagged a
-// 12-byte shared read past a 1-score allocation); the values read there are never used.
-// Arithmetic (f32): each score is a warp dot product (lane-strided fma chain + butterfly);
-// softmax exp(s − max) with the block max, probabilities e/Σe (block-reduced Σ), then every
-// output dim is Σ_u prob_u·v_u in key order (one fma chain per dim, continued unchanged across
-// the ring's wrap point).
+//   out f32 [T, nh, d];  window: W on sliding layers, 0 = full causal;
+//   part f32 [T, nh, ATT_SPLIT_MAX, d + 2] scratch; cnt u32 [T, nh], zero before the launch and
+//   left zero after it.
+//   A row that sees n keys is split into Z = att_splits(n) = min(ceil(n / 16), 32) blocks of CH = ceil(n / Z) keys
+//   (flash-decoding; Z and CH depend on n only): block z computes, over its keys, m_z = max s,
+//   l_z = Σ e, e = exp(s − m_z), o_z = Σ e·v (key order); the row's last block to finish
+//   (atomic count) combines, in split order, M = max m_z, w_z = exp(m_z − M),
+//   L = Σ w_z·l_z, o = (Σ w_z·o_z) / L.
+//   Launch: grid (nh, T, att_splits(span)), block (128,1,1), dynamic shared memory
+//   ATT_SMEM_BYTES(att_chunk(span)) (span = visible keys of the widest row, or the window /
+//   context for a launch valid at any position; blocks past a row's Z return at once).
+// attention_rows_f32(q, kc, vc, slot, lo, cnt, out, nh, nkv, d, rows): one block per (head,
+//   row) over an explicit key range per query row: keys at positions lo[t] … lo[t] + cnt[t] − 1
+//   of slot[t] (the MTP drafter's visible rows S_τ(p), which exclude the query's own position),
+//   1 ≤ cnt[t] ≤ rows; softmax exp(s − max) with the block max, probabilities e/Σe, then every
+//   output dim Σ_u prob_u·v_u in key order. Launch: grid (nh, T, 1), block (128,1,1), dynamic
+//   shared memory ATT_SMEM_BYTES(span).
+// ATT_SMEM_BYTES(n) = (round_up(n, 4) + 4)·4 bytes (host: kernels::attention_smem_bytes). The
+// padding is required: the output loop reads the scores 4 at a time and ptxas merges the ≤ 3
+// scalar reads of its remainder into one vector read that may extend up to 3 floats past the
+// last score (compute-sanitizer memcheck flagged a 12-byte shared read past a 1-score
+// allocation); the values read there are never used.
+// Arithmetic (f32): each score is a warp dot product (lane-strided fma chain + butterfly, the
+// same whatever the split); block max and sums through fixed-shape reductions; the ring's wrap
+// point changes only where a key is read. d ≤ 512 (4 output dims per thread).
 
 static __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
@@ -54,25 +65,71 @@ static __device__ __forceinline__ float block_reduce(float v, bool is_max, float
     return red[0];
 }
 
-// One (head, row) block: scores of query qh against the n keys at positions lo … lo + n − 1 of
-// the slot whose rows start at cache row `sbase` (= slot·rows), position u at row u mod rows
-// (n ≤ rows: the range wraps at most once), softmax, weighted sum of values into o.
+// Ring row of key i (0-based from the first visible position lo): keys before the wrap point
+// (i < n1) are at rows r0 + i, the rest at rows i − n1.
+static __device__ __forceinline__ int key_row(int i, int r0, int n1) { return i < n1 ? r0 + i : i - n1; }
+
+// Scores q·k of keys k0 … k1 − 1 into sc[0 … k1 − k0): keys in batches of 4 per warp (the
+// loads of 4 keys in flight together); each score is one lane-strided fma chain + butterfly,
+// whatever the batch.
+static __device__ __forceinline__ void key_scores(const float* __restrict__ qh,
+                                                  const float* __restrict__ kc, uint64_t sbase,
+                                                  int r0, int n1, int nkv, int g, int d, int k0,
+                                                  int k1, float* sc) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int i0 = k0 + 4 * wid; i0 < k1; i0 += 4 * nw) {
+        float s[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            s[u] = 0.0f;
+            const int i = i0 + u;
+            if (i < k1) {
+                const float* kr = kc + ((sbase + key_row(i, r0, n1)) * nkv + g) * d;
+                for (int j = lane; j < d; j += 32) s[u] = fmaf(qh[j], kr[j], s[u]);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const float v = warp_sum(s[u]);
+            if (lane == 0 && i0 + u < k1) sc[i0 + u - k0] = v;
+        }
+    }
+}
+
+// acc[q] = Σ_i w_i · v_i[j] over keys k0 … k1 − 1 in key order, w_i = sc[i − k0], for the output
+// dims j = threadIdx.x + blockDim.x·q (q < 4: d ≤ 4·blockDim.x); one fma chain per dim, the
+// chains of a thread and 4 keys' loads interleaved.
+static __device__ __forceinline__ void weighted_values(const float* __restrict__ vc, uint64_t sbase,
+                                                       int r0, int n1, int nkv, int d, int g,
+                                                       int k0, int k1, const float* sc,
+                                                       float (&acc)[4]) {
+    const uint64_t stride = (uint64_t)nkv * d;
+    const float* vb = vc + (sbase * nkv + g) * d;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) acc[q] = 0.0f;
+#pragma unroll 8
+    for (int i = k0; i < k1; ++i) {
+        const float w = sc[i - k0];
+        const float* vr = vb + (uint64_t)key_row(i, r0, n1) * stride;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const int j = threadIdx.x + q * blockDim.x;
+            if (j < d) acc[q] = fmaf(w, vr[j], acc[q]);
+        }
+    }
+}
+
+// One (head, row) block over all n keys at positions lo … lo + n − 1 of the slot whose rows
+// start at cache row `sbase` (= slot·rows), position u at row u mod rows (n ≤ rows: the range
+// wraps at most once): scores, softmax (probabilities e/Σe), weighted sum of values into o.
 static __device__ __forceinline__ void attend_block(const float* __restrict__ qh,
                                                     const float* __restrict__ kc,
                                                     const float* __restrict__ vc, uint64_t sbase,
                                                     int lo, int n, int rows, int nkv, int g, int d,
                                                     float* __restrict__ o, float* sc, float* red) {
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    const int r0 = lo % rows;                 // ring row of the first key
-    const int n1 = min(n, rows - r0);         // keys before the wrap point
-    for (int i = wid; i < n; i += nw) {
-        const int r = i < n1 ? r0 + i : i - n1;
-        const float* kr = kc + ((sbase + r) * nkv + g) * d;
-        float s = 0.0f;
-        for (int j = lane; j < d; j += 32) s = fmaf(qh[j], kr[j], s);
-        s = warp_sum(s);
-        if (lane == 0) sc[i] = s;
-    }
+    const int r0 = lo % rows;            // ring row of the first key
+    const int n1 = min(n, rows - r0);    // keys before the wrap point
+    key_scores(qh, kc, sbase, r0, n1, nkv, g, d, 0, n, sc);
     __syncthreads();
     float m = -__int_as_float(0x7f800000);
     for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, sc[i]);
@@ -86,33 +143,88 @@ static __device__ __forceinline__ void attend_block(const float* __restrict__ qh
     sum = block_reduce(sum, false, red);
     for (int i = threadIdx.x; i < n; i += blockDim.x) sc[i] = sc[i] / sum;
     __syncthreads();
-    const uint64_t stride = (uint64_t)nkv * d;
-    for (int j = threadIdx.x; j < d; j += blockDim.x) {
-        // One fma chain in key order: keys 0 … n1 − 1 (rows r0 …), then n1 … n − 1 (rows 0 …).
-        float acc = 0.0f;
-        const float* vr = vc + ((sbase + r0) * nkv + g) * d + j;
-        for (int i = 0; i < n1; ++i) acc = fmaf(sc[i], vr[i * stride], acc);
-        const float* vw = vc + (sbase * nkv + g) * d + j;
-        for (int i = n1; i < n; ++i) acc = fmaf(sc[i], vw[(i - n1) * stride], acc);
-        o[j] = acc;
+    float acc[4];
+    weighted_values(vc, sbase, r0, n1, nkv, d, g, 0, n, sc, acc);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        const int j = threadIdx.x + q * blockDim.x;
+        if (j < d) o[j] = acc[q];
     }
+}
+
+// Key splits of a query row that sees n keys (flash-decoding): Z = min(ceil(n / 16), 32) blocks
+// of CH = ceil(n / Z) consecutive keys (host: kernels::att_splits / att_chunk). A function of n
+// only, so a row's sums never depend on the other rows of the launch.
+#define ATT_SPLIT_KEYS 16
+#define ATT_SPLIT_MAX 32
+static __device__ __forceinline__ int att_splits(int n) {
+    return min((n + ATT_SPLIT_KEYS - 1) / ATT_SPLIT_KEYS, ATT_SPLIT_MAX);
 }
 
 extern "C" __global__ void attention_f32(const float* __restrict__ q, const float* __restrict__ kc,
                                          const float* __restrict__ vc, const int* __restrict__ slot,
                                          const int* __restrict__ pos, float* __restrict__ out,
-                                         int nh, int nkv, int d, int rows, int window) {
+                                         int nh, int nkv, int d, int rows, int window,
+                                         float* __restrict__ part, unsigned* __restrict__ cnt) {
     extern __shared__ float sc[];
     __shared__ float red[32];
-    const int h = blockIdx.x, t = blockIdx.y;
+    __shared__ int last;
+    const int h = blockIdx.x, t = blockIdx.y, z = blockIdx.z;
     const int p = pos[t];
     const int lo = (window > 0 && p + 1 > window) ? p + 1 - window : 0;
     const int n = p + 1 - lo;
+    const int Z = att_splits(n), CH = (n + Z - 1) / Z;
+    if (z >= Z) return;
     const int g = h / (nh / nkv);
     const float* qh = q + ((uint64_t)t * nh + h) * d;
     const uint64_t sbase = (uint64_t)slot[t] * rows;
-    attend_block(qh, kc, vc, sbase, lo, n, rows, nkv, g, d, out + ((uint64_t)t * nh + h) * d, sc,
-                 red);
+    const int r0 = lo % rows, n1 = min(n, rows - r0);
+    const int k0 = z * CH, k1 = min(n, k0 + CH);
+    // This split: scores, m = max, e_i = exp(s_i − m), l = Σ e_i, o_z = Σ e_i · v_i.
+    key_scores(qh, kc, sbase, r0, n1, nkv, g, d, k0, k1, sc);
+    __syncthreads();
+    float m = -__int_as_float(0x7f800000);
+    for (int i = threadIdx.x; i < k1 - k0; i += blockDim.x) m = fmaxf(m, sc[i]);
+    m = block_reduce(m, true, red);
+    float l = 0.0f;
+    for (int i = threadIdx.x; i < k1 - k0; i += blockDim.x) {
+        const float e = expf(sc[i] - m);
+        sc[i] = e;
+        l += e;
+    }
+    l = block_reduce(l, false, red);
+    float acc[4];
+    weighted_values(vc, sbase, r0, n1, nkv, d, g, k0, k1, sc, acc);
+    const uint64_t ps = (uint64_t)d + 2;
+    float* pb = part + ((uint64_t)t * nh + h) * ATT_SPLIT_MAX * ps;
+#pragma unroll
+    for (int qq = 0; qq < 4; ++qq) {
+        const int j = threadIdx.x + qq * blockDim.x;
+        if (j < d) pb[z * ps + j] = acc[qq];
+    }
+    if (threadIdx.x == 0) {
+        pb[z * ps + d] = m;
+        pb[z * ps + d + 1] = l;
+    }
+    // The last split of the row to finish combines them all (in split order, whichever is last).
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&cnt[(uint64_t)t * nh + h], 1u) == (unsigned)(Z - 1);
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    float M = -__int_as_float(0x7f800000);
+    for (int zz = 0; zz < Z; ++zz) M = fmaxf(M, __ldcg(pb + zz * ps + d));
+    float L = 0.0f;
+    for (int zz = 0; zz < Z; ++zz) L = fmaf(expf(__ldcg(pb + zz * ps + d) - M), __ldcg(pb + zz * ps + d + 1), L);
+    float* o = out + ((uint64_t)t * nh + h) * d;
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        float s = 0.0f;
+        for (int zz = 0; zz < Z; ++zz)
+            s = fmaf(expf(__ldcg(pb + zz * ps + d) - M), __ldcg(pb + zz * ps + j), s);
+        o[j] = s / L;
+    }
+    if (threadIdx.x == 0) cnt[(uint64_t)t * nh + h] = 0u;  // ready for the next launch
 }
 
 extern "C" __global__ void attention_rows_f32(const float* __restrict__ q,

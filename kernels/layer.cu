@@ -27,8 +27,11 @@ extern "C" __global__ void rmsnorm_add_f32(const float* __restrict__ y, const fl
     for (int i = tid + NORM_CACHE * B; i < n; i += B) xr[i] += (yr[i] * scale) * w[i];
 }
 
-// add_norm_prep_f32(y, wy, x, w, h, n, eps, xp, xs, prep_rows): for row r (grid rows):
-//   if y != null: x[r] += RMSNorm_wy(y[r])       (the §8 residual step)
+// add_norm_prep_f32(y, wy, x, w, h, n, eps, xp, xs, prep_rows, post_scale): for row r (grid
+// rows):
+//   if y != null: x[r] += RMSNorm_wy(y[r]), then x[r] *= post_scale
+//                 (the §8 residual step and, at a layer's end, its layer_scalar: the same f32
+//                 multiply as scale_f32)
 //   h[r] = RMSNorm_w(x[r])                        (the next sub-block's input norm)
 //   and, for r < prep_rows (≤ 8), column r of h split into the tensor-core matvec's prep
 //   buffers xp/xs (the same bits as mvtc_prep of h).
@@ -41,7 +44,8 @@ extern "C" __global__ void add_norm_prep_f32(const float* __restrict__ y,
                                              const float* __restrict__ wy, float* __restrict__ x,
                                              const float* __restrict__ w, float* __restrict__ h,
                                              int n, float eps, uint32_t* __restrict__ xp,
-                                             float* __restrict__ xs, int prep_rows) {
+                                             float* __restrict__ xs, int prep_rows,
+                                             float post_scale) {
     __shared__ float red[33];
     const int r = blockIdx.x, B = blockDim.x, nq = n >> 2, ng = n >> 4;
     float* xr = x + (uint64_t)r * n;
@@ -77,6 +81,8 @@ extern "C" __global__ void add_norm_prep_f32(const float* __restrict__ y,
                 v[k][1] += (u[k][1] * scale) * ww.y;
                 v[k][2] += (u[k][2] * scale) * ww.z;
                 v[k][3] += (u[k][3] * scale) * ww.w;
+#pragma unroll
+                for (int e = 0; e < 4; ++e) v[k][e] *= post_scale;
                 ((float4*)xr)[q] = make_float4(v[k][0], v[k][1], v[k][2], v[k][3]);
             }
         }

@@ -274,15 +274,17 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 // multiply the group scale into the integer and take the offsets Σ_G b_G·S_G as one more mma
 // per super-block of the sums' pieces (packed the same way).
 //
-// Tile: 16 rows × 8·NG mma columns; a block (TC_WARPS = 8 warps) computes tpc tiles, each tile's
-// K split into S = 8 / tpc strided runs of 256-element super-blocks (run s: s, s + S, …), one
-// per warp (the next super-block's weights loaded while the current one is computed; XB groups'
-// activation fragments loaded as one batch before first use); lane = 4·g + t holds rows g and
-// g + 8 and, per 16-group, the elements e = 4t .. 4t+3 (mma k-slots 2t ↔ e=4t, 2t+1 ↔ 4t+2,
-// 2t+8 ↔ 4t+1, 2t+9 ↔ 4t+3), so a 32-bit word of 4 consecutive bytes gives the thread's two bf16
-// pairs with one mask each.
-// Launch: block (256,1,1), grid (ceil(ceil(rows / 16) / tpc), 1, 1), after mvtc_prep of the
-// same x.
+// Tile: 16 rows × 8·NG mma columns per block (TC_WARPS = 8 warps); the tile's K is split into 8
+// strided runs of 256-element super-blocks (warp w: w, w + 8, …). The weights reach the warps
+// through shared memory: stage j = super-blocks 8j … 8j + 7 of the 16 rows, copied with 16-byte
+// `cp.async` chunks by the whole block, up to 3 stages in flight (`TcStage`), so the global
+// reads are wide and contiguous whatever the block format's alignment. XB groups' activation
+// fragments are loaded (from global memory) as one batch before first use; lane = 4·g + t holds
+// rows g and g + 8 and, per 16-group, the elements e = 4t .. 4t+3 (mma k-slots 2t ↔ e=4t,
+// 2t+1 ↔ 4t+2, 2t+8 ↔ 4t+1, 2t+9 ↔ 4t+3), so a 32-bit word of 4 consecutive bytes gives the
+// thread's two bf16 pairs with one mask each.
+// Launch: block (256,1,1), grid (ceil(rows / 16) [+ ceil(rows2 / 16)], 1, 1), after mvtc_prep of
+// the same x.
 // =============================================================================================
 
 #define TC_WORDS 8  // u32 words per (column, 16-group, thread) in the prep buffer
@@ -345,6 +347,14 @@ static __device__ __forceinline__ void tc_mma(float (&d)[4], uint32_t a0, uint32
 // per scale group; HAS_MIN = b ≠ 0; Row = what one thread loads of one row's super-block;
 // load(blk, t, R); pairs(R, G, p0, p1): the bf16 integer pairs of 16-group G (0..15) for this
 // thread's elements (p0 = e 4t, 4t+2; p1 = e 4t+1, 4t+3); scale(R, s, a, b) of scale group s.
+// Loads of a staged super-block (shared memory, copied verbatim from the weights, so with the
+// same alignment mod 16 as in global memory; plain loads, no read-only cache path).
+static __device__ __forceinline__ uint32_t sm_u16(const uint8_t* p) { return *(const unsigned short*)p; }
+static __device__ __forceinline__ uint32_t sm_u32_a2(const uint8_t* p) {
+    return sm_u16(p) | (sm_u16(p + 2) << 16);
+}
+static __device__ __forceinline__ uint32_t sm_u32_a4(const uint8_t* p) { return *(const uint32_t*)p; }
+
 template <typename F> struct Tc { enum { OK = 0, SB = 1, GPS = 1, HAS_MIN = 0, FOLD = 0 }; struct Row {};
     static __device__ __forceinline__ void load(const uint8_t*, int, Row&) {}
     static __device__ __forceinline__ void pairs(const Row&, int, uint32_t& p0, uint32_t& p1) { p0 = p1 = 0; }
@@ -355,9 +365,9 @@ template <typename F> struct Tc { enum { OK = 0, SB = 1, GPS = 1, HAS_MIN = 0, F
 template <> struct Tc<FmtQ4_K> { enum { OK = 1, SB = 144, GPS = 2, HAS_MIN = 1, FOLD = 0 };
     struct Row { uint4 hd; uint32_t q[8]; };
     static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
-        R.hd = __ldg((const uint4*)b);
+        R.hd = *(const uint4*)b;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) R.q[i] = ld_u32_a4(b + 16 + 16 * i + 4 * t);
+        for (int i = 0; i < 8; ++i) R.q[i] = sm_u32_a4(b + 16 + 16 * i + 4 * t);
     }
     static __device__ __forceinline__ void pairs(const Row& R, int G, uint32_t& p0, uint32_t& p1) {
         const int s = G >> 1, w = 2 * (s >> 1) + (G & 1), sh = 4 * (s & 1);
@@ -384,11 +394,11 @@ template <> struct Tc<FmtQ4_K> { enum { OK = 1, SB = 144, GPS = 2, HAS_MIN = 1, 
 template <> struct Tc<FmtQ5_K> { enum { OK = 1, SB = 176, GPS = 2, HAS_MIN = 1, FOLD = 0 };
     struct Row { uint4 hd; uint32_t qh[2]; uint32_t q[8]; };
     static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
-        R.hd = __ldg((const uint4*)b);
-        R.qh[0] = ld_u32_a4(b + 16 + 4 * t);
-        R.qh[1] = ld_u32_a4(b + 32 + 4 * t);
+        R.hd = *(const uint4*)b;
+        R.qh[0] = sm_u32_a4(b + 16 + 4 * t);
+        R.qh[1] = sm_u32_a4(b + 32 + 4 * t);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) R.q[i] = ld_u32_a4(b + 48 + 16 * i + 4 * t);
+        for (int i = 0; i < 8; ++i) R.q[i] = sm_u32_a4(b + 48 + 16 * i + 4 * t);
     }
     static __device__ __forceinline__ void pairs(const Row& R, int G, uint32_t& p0, uint32_t& p1) {
         const int s = G >> 1, w = 2 * (s >> 1) + (G & 1), sh = 4 * (s & 1);
@@ -410,12 +420,12 @@ template <> struct Tc<FmtQ6_K> { enum { OK = 1, SB = 210, GPS = 1, HAS_MIN = 0, 
     static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
         // ql word i = (h, j&1, gh) = (i >> 2, (i >> 1) & 1, i & 1); qh word i = (h, gh).
 #pragma unroll
-        for (int i = 0; i < 8; ++i) R.ql[i] = ld_u32_a2(b + 64 * (i >> 2) + 32 * ((i >> 1) & 1) + 16 * (i & 1) + 4 * t);
+        for (int i = 0; i < 8; ++i) R.ql[i] = sm_u32_a2(b + 64 * (i >> 2) + 32 * ((i >> 1) & 1) + 16 * (i & 1) + 4 * t);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) R.qh[i] = ld_u32_a2(b + 128 + 32 * (i >> 1) + 16 * (i & 1) + 4 * t);
+        for (int i = 0; i < 4; ++i) R.qh[i] = sm_u32_a2(b + 128 + 32 * (i >> 1) + 16 * (i & 1) + 4 * t);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) R.sc[i] = ld_u32_a2(b + 192 + 4 * i);
-        R.d = f16_to_f32(ld_u16(b + 208));
+        for (int i = 0; i < 4; ++i) R.sc[i] = sm_u32_a2(b + 192 + 4 * i);
+        R.d = f16_to_f32(sm_u16(b + 208));
     }
     static __device__ __forceinline__ void pairs(const Row& R, int G, uint32_t& p0, uint32_t& p1) {
         const int sb = G >> 1, h = sb >> 2, j = sb & 3, gh = G & 1;
@@ -439,11 +449,11 @@ template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, F
     struct Row { uint32_t sc[4]; uint32_t q[4]; uint32_t dd; };
     static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) R.sc[i] = ld_u32_a4(b + 4 * i);
+        for (int i = 0; i < 4; ++i) R.sc[i] = sm_u32_a4(b + 4 * i);
         // q word i = (h, gh) = (i >> 1, i & 1)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) R.q[i] = ld_u32_a4(b + 16 + 32 * (i >> 1) + 16 * (i & 1) + 4 * t);
-        R.dd = ld_u32_a4(b + 80);
+        for (int i = 0; i < 4; ++i) R.q[i] = sm_u32_a4(b + 16 + 32 * (i >> 1) + 16 * (i & 1) + 4 * t);
+        R.dd = sm_u32_a4(b + 80);
     }
     // Folded pairs: (sc_G·q) for the thread's elements of group G.
     static __device__ __forceinline__ void pairs_fold(const Row& R, int G, uint32_t& p0, uint32_t& p1) {
@@ -468,13 +478,13 @@ template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, F
 template <> struct Tc<FmtQ3_K> { enum { OK = 1, SB = 110, GPS = 1, HAS_MIN = 0, FOLD = 0 };
     struct Row { uint32_t hm[2]; uint32_t q[4]; uint32_t sc[3]; float d; };
     static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
-        R.hm[0] = ld_u32_a2(b + 4 * t);
-        R.hm[1] = ld_u32_a2(b + 16 + 4 * t);
+        R.hm[0] = sm_u32_a2(b + 4 * t);
+        R.hm[1] = sm_u32_a2(b + 16 + 4 * t);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) R.q[i] = ld_u32_a2(b + 32 + 32 * (i >> 1) + 16 * (i & 1) + 4 * t);
+        for (int i = 0; i < 4; ++i) R.q[i] = sm_u32_a2(b + 32 + 32 * (i >> 1) + 16 * (i & 1) + 4 * t);
 #pragma unroll
-        for (int i = 0; i < 3; ++i) R.sc[i] = ld_u32_a2(b + 96 + 4 * i);
-        R.d = f16_to_f32(ld_u16(b + 108));
+        for (int i = 0; i < 3; ++i) R.sc[i] = sm_u32_a2(b + 96 + 4 * i);
+        R.d = f16_to_f32(sm_u16(b + 108));
     }
     static __device__ __forceinline__ void pairs(const Row& R, int G, uint32_t& p0, uint32_t& p1) {
         const int sb = G >> 1, h = sb >> 2, j = sb & 3, gh = G & 1;
@@ -498,8 +508,8 @@ template <> struct Tc<FmtQ4_0> { enum { OK = 1, SB = 144, GPS = 2, HAS_MIN = 0, 
     static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-            R.q[i] = ld_u32_a2(b + 18 * i + 2 + 4 * t);
-            R.d[i] = f16_to_f32(ld_u16(b + 18 * i));
+            R.q[i] = sm_u32_a2(b + 18 * i + 2 + 4 * t);
+            R.d[i] = f16_to_f32(sm_u16(b + 18 * i));
         }
     }
     static __device__ __forceinline__ void pairs(const Row& R, int G, uint32_t& p0, uint32_t& p1) {
@@ -519,15 +529,10 @@ template <> struct Tc<FmtQ4_0> { enum { OK = 1, SB = 144, GPS = 2, HAS_MIN = 0, 
 // shapes; none of them changes any sum — each column's arithmetic is fixed):
 //   XB   16-groups whose activation fragments are loaded as one batch;
 //   MINB resident blocks per SM the compiler must allow (register cap 65536 / (256·MINB):
-//        3 blocks ≤ 85 registers, 2 blocks ≤ 128);
-//   PF   whether the next super-block's weights are loaded while the current one is computed
-//        (one more weight Row of registers per row pair; pays off only for NG = 1).
+//        3 blocks ≤ 85 registers, 2 blocks ≤ 128).
 // Every value can be overridden with a #define (TC_XB_1, TC_XB_2, TC_XB_3, TC_XB_Q3K_1,
-// TC_MINB_1, TC_MINB_2, TC_MINB_3, TC_PF_1, TC_PF_2, TC_PF_3) in a copy of this file read
-// through GEMMA4_KERNEL_SRC, to time variants without a rebuild.
-// Measured (µs, one 12B sliding layer's matvecs at n = 1 / 4 / 8 columns): the NG = 1 kernel
-// at 3 blocks per SM took gate+up 52 → 40 at n = 1; NG = 2 without prefetch at 3 blocks 57 → 49
-// at n = 4; NG = 3 without prefetch, XB 2, 78 → 72 at n = 8 (the Q6_K head 790 → 690).
+// TC_MINB_1, TC_MINB_2, TC_MINB_3, TC_STAGE_BYTES) in a copy of this file read through
+// GEMMA4_KERNEL_SRC, to time variants without a rebuild.
 #ifndef TC_XB_1
 #define TC_XB_1 8
 #endif
@@ -549,14 +554,9 @@ template <> struct Tc<FmtQ4_0> { enum { OK = 1, SB = 144, GPS = 2, HAS_MIN = 0, 
 #ifndef TC_MINB_3
 #define TC_MINB_3 2
 #endif
-#ifndef TC_PF_1
-#define TC_PF_1 1
-#endif
-#ifndef TC_PF_2
-#define TC_PF_2 0
-#endif
-#ifndef TC_PF_3
-#define TC_PF_3 0
+// Shared memory for the weight stages of one block (static, so ≤ 48 KiB with the rest).
+#ifndef TC_STAGE_BYTES
+#define TC_STAGE_BYTES 45056
 #endif
 template <typename F, int NG> struct TcXb { enum { V = NG == 1 ? TC_XB_1 : NG == 2 ? TC_XB_2 : TC_XB_3 }; };
 template <> struct TcXb<FmtQ3_K, 1> { enum { V = TC_XB_Q3K_1 }; };
@@ -566,7 +566,19 @@ template <> struct TcMinB<FmtQ6_K, 1> { enum { V = 2 }; };
 template <> struct TcMinB<FmtQ6_K, 2> { enum { V = 2 }; };
 // Q5_K at 3 blocks spills ~170 B for one group (not timed on the 12B shapes): left at 2.
 template <> struct TcMinB<FmtQ5_K, 1> { enum { V = 2 }; };
-template <typename F, int NG> struct TcPf { enum { V = NG == 1 ? TC_PF_1 : NG == 2 ? TC_PF_2 : TC_PF_3 }; };
+
+// Weight staging: a stage is the next TC_WARPS super-blocks (one per warp) of the tile's 16
+// rows, copied into shared memory with 16-byte `cp.async` chunks (whole aligned chunks covering
+// each row's contiguous bytes, so a chunk keeps its address mod 16). CPR = chunks per row of a
+// stage, made odd so that the 8 rows a fragment load touches fall on 8 different bank quads;
+// NST = stages in flight (as many as TC_STAGE_BYTES holds, at most 3).
+template <typename F> struct TcStage {
+    enum {
+        CPR = ((15 + TC_WARPS * Tc<F>::SB + 15) / 16) | 1,
+        BYTES = 16 * CPR * 16,
+        NST = TC_STAGE_BYTES / BYTES >= 3 ? 3 : (TC_STAGE_BYTES / BYTES >= 2 ? 2 : 1)
+    };
+};
 
 // The activation fragments of XB consecutive 16-groups from group G0 on: for each group and
 // column group m, this lane's uint2 at word offset xo[m] (32 words per group of a column).
@@ -580,24 +592,61 @@ static __device__ __forceinline__ void tc_load_x(uint2 (&xv)[XB][NG], const uint
             xv[u][m] = __ldg((const uint2*)(xp + xo[m] + (uint64_t)(G0 + u) * 32));
 }
 
-template <typename F, int NG, int XB, int PF>
+// 16 bytes global → shared (asynchronous; 16-byte aligned both sides).
+static __device__ __forceinline__ void tc_cp16(void* dst, const void* src, int n) {
+    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(n));
+}
+static __device__ __forceinline__ void tc_cp_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+static __device__ __forceinline__ void tc_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+// Queues stage j (super-blocks 8j … 8j + 7 of rows row0 … row0 + 15, rows past the end
+// clamped to the last one) into buffer `sm`; bytes past the matrix end are not read.
+template <typename F>
+static __device__ __forceinline__ void tc_stage(uint4* __restrict__ sm, const uint8_t* __restrict__ W,
+                                                int rows, uint64_t row_bytes, int row0, int j) {
+    typedef TcStage<F> St;
+    const uint8_t* wend = W + (uint64_t)rows * row_bytes;
+    for (int c = threadIdx.x; c < 16 * St::CPR; c += 32 * TC_WARPS) {
+        const int r = c / St::CPR, col = c - r * St::CPR;
+        const uint8_t* rs = W + (uint64_t)min(row0 + r, rows - 1) * row_bytes +
+                            (uint64_t)j * TC_WARPS * Tc<F>::SB;
+        const uint8_t* a = (const uint8_t*)((unsigned long long)rs & ~15ull) + 16 * col;
+        const int n = a < wend ? (int)min((uint64_t)16, (uint64_t)(wend - a)) : 0;
+        if (n == 16) {
+            tc_cp16(&sm[c], a, 16);
+        } else {
+            // The matrix's last partial chunk (or none): byte loads, so nothing past the end
+            // is touched; zeros after it.
+            uint8_t* d = (uint8_t*)&sm[c];
+            for (int i = 0; i < 16; ++i) d[i] = i < n ? a[i] : (uint8_t)0;
+        }
+    }
+}
+
+template <typename F, int NG, int XB>
 static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                                                  const uint32_t* __restrict__ xp,
                                                  const float* __restrict__ xs,
                                                  float* __restrict__ y, int rows, int K,
-                                                 uint64_t row_bytes, int nc, int cta, int tpc) {
+                                                 uint64_t row_bytes, int nc, int cta,
+                                                 uint4* __restrict__ sm) {
 #if __CUDA_ARCH__ >= 800
     typedef Tc<F> T;
+    typedef TcStage<F> St;
     // Per warp: NG mma column groups × 4 accumulator elements × 32 lanes, reused for the
-    // column totals tot[8·NG columns][16 rows].
-    __shared__ float red[TC_WARPS][4 * NG][32];
+    // column totals tot[8·NG columns][16 rows]; aliases the stage buffers (used after them).
+    float (*red)[4 * NG][32] = reinterpret_cast<float (*)[4 * NG][32]>(sm);
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int S = TC_WARPS / tpc, tl = wid % tpc, run = wid / tpc;
-    const int row0 = (cta * tpc + tl) * 16;
-    const uint8_t* wa = W + (uint64_t)min(row0 + g, rows - 1) * row_bytes;
-    const uint8_t* wb = W + (uint64_t)min(row0 + g + 8, rows - 1) * row_bytes;
+    const int row0 = cta * 16;
     const int nsb = K >> 8, ng = K >> 4;
+    const int nstage = (nsb + TC_WARPS - 1) / TC_WARPS;
+    // Offsets (mod 16) of rows g and g + 8 in their stage buffer, per stage j: (row·row_bytes
+    // + j·8·SB) mod 16 (W is 256-aligned).
+    const uint64_t ra = (uint64_t)min(row0 + g, rows - 1) * row_bytes;
+    const uint64_t rb = (uint64_t)min(row0 + g + 8, rows - 1) * row_bytes;
     // Packed columns: mma column cc = 8m + n (group m < NG, n < 8) is piece cc % 3 (hi, mid, lo)
     // of input column cc / 3. B-fragment lane (g, t) holds column 8m + g; lanes past the last
     // input read input nc − 1 (valid memory; those columns are never written).
@@ -612,146 +661,150 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     for (int m = 0; m < NG; ++m)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[m][i] = 0.0f;
-    const int sbe = (row0 < rows) ? nsb : 0;
-    typename T::Row A, B;
-    if (PF && run < sbe) {
-        T::load(wa + (uint64_t)run * T::SB, t, A);
-        T::load(wb + (uint64_t)run * T::SB, t, B);
+    // Prologue: stages 0 … NST − 2 in flight (empty groups keep the group count uniform).
+#pragma unroll
+    for (int j = 0; j < St::NST - 1; ++j) {
+        if (j < nstage) tc_stage<F>(sm + j * (St::BYTES / 16), W, rows, row_bytes, row0, j);
+        tc_cp_commit();
     }
 #pragma unroll 1
-    for (int sb = run; sb < sbe; sb += S) {
-        typename T::Row An, Bn;
-        if constexpr (PF) {
-            const int sn = sb + S;
-            if (sn < sbe) {
-                T::load(wa + (uint64_t)sn * T::SB, t, An);
-                T::load(wb + (uint64_t)sn * T::SB, t, Bn);
-            }
-        } else {
-            T::load(wa + (uint64_t)sb * T::SB, t, A);
-            T::load(wb + (uint64_t)sb * T::SB, t, B);
-        }
-        if constexpr (T::FOLD) {
-            float P[2][NG][4];
-#pragma unroll
-            for (int a = 0; a < 2; ++a)
-#pragma unroll
-                for (int m = 0; m < NG; ++m)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) P[a][m][i] = 0.0f;
-#pragma unroll
-            for (int hf = 0; hf < 16 / XB; ++hf) {
-                uint2 xv[XB][NG];
-                tc_load_x<XB, NG>(xv, xp, xo, 16 * sb + XB * hf);
-#pragma unroll
-                for (int u = 0; u < XB; ++u) {
-                    const int G = XB * hf + u;
-                    uint32_t a0, a1, a2, a3;
-                    T::pairs_fold(A, G, a0, a2);
-                    T::pairs_fold(B, G, a1, a3);
-#pragma unroll
+    for (int j = 0; j < nstage; ++j) {
+        const int jn = j + St::NST - 1;
+        if (jn < nstage)
+            tc_stage<F>(sm + (jn % St::NST) * (St::BYTES / 16), W, rows, row_bytes, row0, jn);
+        tc_cp_commit();
+        tc_cp_wait<St::NST - 1>();
+        __syncthreads();
+        // Warp wid takes super-block 8j + wid: over the stages, wid, wid + 8, … in order (the
+        // summation order of the unstaged kernel).
+        const int sb = j * TC_WARPS + wid;
+        if (sb < nsb) {
+            const uint8_t* sbuf = (const uint8_t*)(sm + (j % St::NST) * (St::BYTES / 16));
+            const uint64_t so = (uint64_t)j * TC_WARPS * T::SB;
+            const uint8_t* pa = sbuf + g * (St::CPR * 16) + ((ra + so) & 15) + wid * T::SB;
+            const uint8_t* pb = sbuf + (g + 8) * (St::CPR * 16) + ((rb + so) & 15) + wid * T::SB;
+            typename T::Row A, B;
+            T::load(pa, t, A);
+            T::load(pb, t, B);
+            if constexpr (T::FOLD) {
+                float P[2][NG][4];
+    #pragma unroll
+                for (int a = 0; a < 2; ++a)
+    #pragma unroll
                     for (int m = 0; m < NG; ++m)
-                        tc_mma(P[u & 1][m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
-                }
-            }
-            // Offsets: M = Σ_G m_G · S_G over the super-block's 16 groups (k = group), the
-            // sums' pieces packed into columns like the activations.
-            float M[NG][4];
-            uint32_t a0, a1, a2, a3;
-            T::mins(A, t, a0, a2);
-            T::mins(B, t, a1, a3);
-#pragma unroll
-            for (int m = 0; m < NG; ++m) {
-#pragma unroll
-                for (int i = 0; i < 4; ++i) M[m][i] = 0.0f;
-                {
-                    const int cc = 8 * m + g, j = min(cc / 3, nc - 1);
-                    const uint2 s = __ldg((const uint2*)((const uint32_t*)(xs + TC_XSF_OFFSET) +
-                                                         (((uint64_t)j * nsb + sb) * 4 + t) * 8 +
-                                                         2 * (cc % 3)));
-                    tc_mma(M[m], a0, a1, a2, a3, s.x, s.y);
-                }
-            }
-            const float da = T::d(A), db = T::d(B), ma = -T::dmin(A), mb = -T::dmin(B);
-#pragma unroll
-            for (int m = 0; m < NG; ++m)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const float dd = i < 2 ? da : db, mm = i < 2 ? ma : mb;
-                    acc[m][i] = fmaf(dd, P[0][m][i] + P[1][m][i], acc[m][i]);
-                    acc[m][i] = fmaf(mm, M[m][i], acc[m][i]);
-                }
-        } else {
-#pragma unroll
-            for (int hf = 0; hf < 16 / XB; ++hf) {
-                uint2 xv[XB][NG];
-                tc_load_x<XB, NG>(xv, xp, xo, 16 * sb + XB * hf);
-#pragma unroll
-                for (int s = XB * hf / T::GPS; s < XB * (hf + 1) / T::GPS; ++s) {
-                    float part[NG][4];
-#pragma unroll
-                    for (int m = 0; m < NG; ++m)
-#pragma unroll
-                        for (int i = 0; i < 4; ++i) part[m][i] = 0.0f;
-#pragma unroll
-                    for (int u = 0; u < T::GPS; ++u) {
-                        const int G = s * T::GPS + u, ul = G - XB * hf;
+    #pragma unroll
+                        for (int i = 0; i < 4; ++i) P[a][m][i] = 0.0f;
+    #pragma unroll
+                for (int hf = 0; hf < 16 / XB; ++hf) {
+                    uint2 xv[XB][NG];
+                    tc_load_x<XB, NG>(xv, xp, xo, 16 * sb + XB * hf);
+    #pragma unroll
+                    for (int u = 0; u < XB; ++u) {
+                        const int G = XB * hf + u;
                         uint32_t a0, a1, a2, a3;
-                        T::pairs(A, G, a0, a2);
-                        T::pairs(B, G, a1, a3);
-#pragma unroll
+                        T::pairs_fold(A, G, a0, a2);
+                        T::pairs_fold(B, G, a1, a3);
+    #pragma unroll
                         for (int m = 0; m < NG; ++m)
-                            tc_mma(part[m], a0, a1, a2, a3, xv[ul][m].x, xv[ul][m].y);
+                            tc_mma(P[u & 1][m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
                     }
-                    float sa, ma, sbb, mb;
-                    T::scale(A, s, sa, ma);
-                    T::scale(B, s, sbb, mb);
-#pragma unroll
-                    for (int m = 0; m < NG; ++m) {
-                        acc[m][0] = fmaf(sa, part[m][0], acc[m][0]);
-                        acc[m][1] = fmaf(sa, part[m][1], acc[m][1]);
-                        acc[m][2] = fmaf(sbb, part[m][2], acc[m][2]);
-                        acc[m][3] = fmaf(sbb, part[m][3], acc[m][3]);
+                }
+                // Offsets: M = Σ_G m_G · S_G over the super-block's 16 groups (k = group), the
+                // sums' pieces packed into columns like the activations.
+                float M[NG][4];
+                uint32_t a0, a1, a2, a3;
+                T::mins(A, t, a0, a2);
+                T::mins(B, t, a1, a3);
+    #pragma unroll
+                for (int m = 0; m < NG; ++m) {
+    #pragma unroll
+                    for (int i = 0; i < 4; ++i) M[m][i] = 0.0f;
+                    {
+                        const int cc = 8 * m + g, j = min(cc / 3, nc - 1);
+                        const uint2 s = __ldg((const uint2*)((const uint32_t*)(xs + TC_XSF_OFFSET) +
+                                                             (((uint64_t)j * nsb + sb) * 4 + t) * 8 +
+                                                             2 * (cc % 3)));
+                        tc_mma(M[m], a0, a1, a2, a3, s.x, s.y);
                     }
-                    if (T::HAS_MIN) {
-                        // b · S_{j,G} once per input column j: on its hi-piece column only.
-#pragma unroll
+                }
+                const float da = T::d(A), db = T::d(B), ma = -T::dmin(A), mb = -T::dmin(B);
+    #pragma unroll
+                for (int m = 0; m < NG; ++m)
+    #pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        const float dd = i < 2 ? da : db, mm = i < 2 ? ma : mb;
+                        acc[m][i] = fmaf(dd, P[0][m][i] + P[1][m][i], acc[m][i]);
+                        acc[m][i] = fmaf(mm, M[m][i], acc[m][i]);
+                    }
+            } else {
+    #pragma unroll
+                for (int hf = 0; hf < 16 / XB; ++hf) {
+                    uint2 xv[XB][NG];
+                    tc_load_x<XB, NG>(xv, xp, xo, 16 * sb + XB * hf);
+    #pragma unroll
+                    for (int s = XB * hf / T::GPS; s < XB * (hf + 1) / T::GPS; ++s) {
+                        float part[NG][4];
+    #pragma unroll
                         for (int m = 0; m < NG; ++m)
-#pragma unroll
-                            for (int h = 0; h < 2; ++h) {
-                                const int cc = 8 * m + 2 * t + h;
-                                if (cc % 3 == 0 && cc / 3 < nc) {
-#pragma unroll
-                                    for (int u = 0; u < T::GPS; ++u) {
-                                        const float Sg = __ldg(xs + 8 * (16 * sb + s * T::GPS + u) + cc / 3);
-                                        acc[m][h] = fmaf(ma, Sg, acc[m][h]);
-                                        acc[m][2 + h] = fmaf(mb, Sg, acc[m][2 + h]);
+    #pragma unroll
+                            for (int i = 0; i < 4; ++i) part[m][i] = 0.0f;
+    #pragma unroll
+                        for (int u = 0; u < T::GPS; ++u) {
+                            const int G = s * T::GPS + u, ul = G - XB * hf;
+                            uint32_t a0, a1, a2, a3;
+                            T::pairs(A, G, a0, a2);
+                            T::pairs(B, G, a1, a3);
+    #pragma unroll
+                            for (int m = 0; m < NG; ++m)
+                                tc_mma(part[m], a0, a1, a2, a3, xv[ul][m].x, xv[ul][m].y);
+                        }
+                        float sa, ma, sbb, mb;
+                        T::scale(A, s, sa, ma);
+                        T::scale(B, s, sbb, mb);
+    #pragma unroll
+                        for (int m = 0; m < NG; ++m) {
+                            acc[m][0] = fmaf(sa, part[m][0], acc[m][0]);
+                            acc[m][1] = fmaf(sa, part[m][1], acc[m][1]);
+                            acc[m][2] = fmaf(sbb, part[m][2], acc[m][2]);
+                            acc[m][3] = fmaf(sbb, part[m][3], acc[m][3]);
+                        }
+                        if (T::HAS_MIN) {
+                            // b · S_{j,G} once per input column j: on its hi-piece column only.
+    #pragma unroll
+                            for (int m = 0; m < NG; ++m)
+    #pragma unroll
+                                for (int h = 0; h < 2; ++h) {
+                                    const int cc = 8 * m + 2 * t + h;
+                                    if (cc % 3 == 0 && cc / 3 < nc) {
+    #pragma unroll
+                                        for (int u = 0; u < T::GPS; ++u) {
+                                            const float Sg = __ldg(xs + 8 * (16 * sb + s * T::GPS + u) + cc / 3);
+                                            acc[m][h] = fmaf(ma, Sg, acc[m][h]);
+                                            acc[m][2 + h] = fmaf(mb, Sg, acc[m][2 + h]);
+                                        }
                                     }
                                 }
-                            }
+                        }
                     }
                 }
             }
         }
-        if constexpr (PF) {
-            A = An;
-            B = Bn;
-        }
+        __syncthreads();
     }
 #pragma unroll
     for (int m = 0; m < NG; ++m)
 #pragma unroll
         for (int i = 0; i < 4; ++i) red[wid][4 * m + i][lane] = acc[m][i];
     __syncthreads();
-    if (run == 0) {
+    if (wid == 0) {
         // The runs of this tile in order, pairwise: (r0 + r1) + (r2 + r3) + …
         float v[4 * NG];
 #pragma unroll
         for (int q = 0; q < 4 * NG; ++q) {
             v[q] = 0.0f;
-            for (int s2 = 0; s2 < S; s2 += 2) {
-                const float a = red[tl + s2 * tpc][q][lane];
-                v[q] += (s2 + 1 < S) ? a + red[tl + (s2 + 1) * tpc][q][lane] : a;
+            for (int s2 = 0; s2 < TC_WARPS; s2 += 2) {
+                const float a = red[s2][q][lane];
+                v[q] += (s2 + 1 < TC_WARPS) ? a + red[s2 + 1][q][lane] : a;
             }
         }
         __syncwarp();
@@ -774,27 +827,28 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 #endif
 }
 
-// mvtc_<fmt>_<NG>(W, xp, xs, y, rows, K, row_bytes, nc, W2, y2, rows2, tpc): y = W·x and, in
-// the same launch, y2 = W2·x (same format and K; rows2 = 0 for none), for nc inputs with
-// NG = ceil(3·nc / 8) mma column groups (host: kernels::mvtc_kernel(fmt, nc)). tpc ∈ {1, 2, 4, 8}
-// row tiles per block (host: kernels::tc_tiles_per_block, a function of rows and the SM count
-// only, so a matrix always gets the same summation order). Grid ceil(tiles / tpc) +
-// ceil(tiles2 / tpc).
+// mvtc_<fmt>_<NG>(W, xp, xs, y, rows, K, row_bytes, nc, W2, y2, rows2): y = W·x and, in the
+// same launch, y2 = W2·x (same format and K; rows2 = 0 for none), for nc inputs with
+// NG = ceil(3·nc / 8) mma column groups (host: kernels::mvtc_kernel(fmt, nc)). One 16-row tile
+// per block; grid ceil(rows / 16) + ceil(rows2 / 16).
 #define MVTC_ENTRY(NAME, F, NG)                                                              \
     extern "C" __global__ void __launch_bounds__(32 * TC_WARPS, TcMinB<F, NG>::V)         \
         mvtc_##NAME##_##NG(                                                                  \
         const uint8_t* __restrict__ W, const uint32_t* __restrict__ xp,                      \
         const float* __restrict__ xs, float* __restrict__ y, int rows, int K,                \
         uint64_t row_bytes, int nc, const uint8_t* __restrict__ W2, float* __restrict__ y2,  \
-        int rows2, int tpc) {                                                                \
+        int rows2) {                                                                         \
         if constexpr (Tc<F>::OK) {                                                           \
-            constexpr int XB = TcXb<F, NG>::V, PF = TcPf<F, NG>::V;                          \
-            const int ctas = (((rows + 15) >> 4) + tpc - 1) / tpc;                           \
+            constexpr int XB = TcXb<F, NG>::V;                                               \
+            constexpr int SMB = TcStage<F>::NST * TcStage<F>::BYTES;                         \
+            constexpr int RB = TC_WARPS * 4 * NG * 32 * 4;                                   \
+            __shared__ uint4 sm[(SMB > RB ? SMB : RB) / 16];                                 \
+            const int ctas = (rows + 15) >> 4;                                               \
             if ((int)blockIdx.x < ctas)                                                      \
-                mvtc_body<F, NG, XB, PF>(W, xp, xs, y, rows, K, row_bytes, nc, blockIdx.x, tpc); \
+                mvtc_body<F, NG, XB>(W, xp, xs, y, rows, K, row_bytes, nc, blockIdx.x, sm);  \
             else                                                                             \
-                mvtc_body<F, NG, XB, PF>(W2, xp, xs, y2, rows2, K, row_bytes, nc,                \
-                                     blockIdx.x - ctas, tpc);                                \
+                mvtc_body<F, NG, XB>(W2, xp, xs, y2, rows2, K, row_bytes, nc,                \
+                                     blockIdx.x - ctas, sm);                                 \
         }                                                                                    \
     }
 #define MVTC_KERNEL(NAME, F) MVTC_ENTRY(NAME, F, 1) MVTC_ENTRY(NAME, F, 2) MVTC_ENTRY(NAME, F, 3)

@@ -140,14 +140,32 @@ pub fn mvtc_kernel(fmt: &str, nc: usize) -> String {
     format!("mvtc_{fmt}_{}", tc_col_groups(nc).clamp(1, TC_MAX_GROUPS))
 }
 
-/// Row tiles (of [`TC_ROWS`]) per `mvtc` block for a matrix of `rows` rows on a GPU with
-/// `sm_count` SMs. Always 1 for now: on the H200 (12B shapes, Q2_K/Q3_K) 2 tiles per block with
-/// contiguous runs was slower (gate+up 53 → 63 µs) than one tile whose 8 warps stride over the
-/// super-blocks. The kernel takes 1, 2, 4 or 8; the choice must depend on the shape and device
-/// only, so that every call on a matrix sums in the same order.
-pub fn tc_tiles_per_block(rows: usize, sm_count: u32) -> u32 {
-    let _ = (rows, sm_count);
-    1
+/// Largest `head_dim` the `attention*_f32` kernels take: a block of 128 threads holds up to 4
+/// output dims per thread (`attention.cu`).
+pub const ATTENTION_MAX_HEAD_DIM: usize = 512;
+
+/// Most key splits of one query row in `attention_f32` (flash-decoding; `attention.cu`).
+pub const ATT_SPLIT_MAX: usize = 32;
+
+/// Keys per split below which a row gets another split (`attention.cu` ATT_SPLIT_KEYS).
+pub const ATT_SPLIT_KEYS: usize = 16;
+
+/// Key splits of a query row that sees `n` keys: `min(ceil(n / 16), 32)` (at least 1), the
+/// grid's z extent for a launch whose widest row sees `n` keys.
+pub fn att_splits(n: usize) -> usize {
+    n.div_ceil(ATT_SPLIT_KEYS).clamp(1, ATT_SPLIT_MAX)
+}
+
+/// Keys per split of a row that sees `n` keys: `ceil(n / att_splits(n))`.
+pub fn att_chunk(n: usize) -> usize {
+    n.max(1).div_ceil(att_splits(n))
+}
+
+/// The largest [`att_chunk`] of any row that sees at most `span` keys (what an `attention_f32`
+/// launch's shared memory must hold): `max(min(span, 16), att_chunk(span))` — chunks never
+/// exceed 16 keys below 32 splits, and grow with `n` above.
+pub fn att_chunk_bound(span: usize) -> usize {
+    span.clamp(1, ATT_SPLIT_KEYS).max(att_chunk(span))
 }
 
 /// Dynamic shared memory (bytes) of an `attention*_f32` launch whose widest query row sees `span`
@@ -641,7 +659,37 @@ mod tests {
         assert!(!super::tc_supported("q2_k", 3840 + 32, (9, 0)));
         assert!(!super::tc_supported("q8_0", 3840, (9, 0)));
         assert!(!super::tc_supported("q4_k", 3840, (7, 5)));
-        assert_eq!(super::tc_tiles_per_block(30720, 132), 1);
+    }
+
+    #[test]
+    fn attention_splits() {
+        // By hand: ceil(n / 16) splits up to 32, then ceil(n / 32) keys each.
+        assert_eq!((super::att_splits(1), super::att_chunk(1)), (1, 1));
+        assert_eq!((super::att_splits(16), super::att_chunk(16)), (1, 16));
+        assert_eq!((super::att_splits(17), super::att_chunk(17)), (2, 9));
+        assert_eq!((super::att_splits(100), super::att_chunk(100)), (7, 15));
+        assert_eq!((super::att_splits(512), super::att_chunk(512)), (32, 16));
+        assert_eq!((super::att_splits(1024), super::att_chunk(1024)), (32, 32));
+        assert_eq!(
+            (super::att_splits(12_000), super::att_chunk(12_000)),
+            (32, 375)
+        );
+        // The CUDA #defines agree with the Rust constants.
+        for line in [
+            format!("#define ATT_SPLIT_KEYS {}", super::ATT_SPLIT_KEYS),
+            format!("#define ATT_SPLIT_MAX {}", super::ATT_SPLIT_MAX),
+        ] {
+            assert!(
+                super::Family::Attention.body().contains(&line),
+                "attention.cu lacks {line:?}"
+            );
+        }
+        // The bound covers every shorter row (brute force: running maximum over n ≤ span).
+        let mut widest = 0;
+        for span in 1..13_000 {
+            widest = widest.max(super::att_chunk(span));
+            assert_eq!(super::att_chunk_bound(span), widest, "span {span}");
+        }
     }
 
     #[test]

@@ -426,6 +426,10 @@ pub fn run(
         .sum();
     let per_tok = wb + kv_read;
     let roof = bread / per_tok as f64;
+    let profile = [1usize, 8]
+        .iter()
+        .map(|&b| kernel_profile(&mut eng, b))
+        .collect::<Result<Vec<_>, _>>()?;
     let drafter = match draft {
         Some(d) => draft_bench(&eng, d, ctx_mid, step_s, &verify_s)?,
         None => serde_json::Value::Null,
@@ -450,6 +454,72 @@ pub fn run(
         "verify_cost": verify,
         "batch": batch,
         "drafter": drafter,
+        "kernel_profile": profile,
         "notes": "decode = CUDA graph replay per step, top-1 on the device (one id copied back); eager_full_logits = the previous path (eager launches, logits row to host); f32 activations and KV",
+    }))
+}
+
+/// Where a decode step's GPU time goes: one eager forward of `batch` rows (slots `0..batch`,
+/// one token each, logits of every row) queued behind a 50 ms [`Gpu::spin`] so the GPU runs the
+/// launches back to back, with an event after each ([`Gpu::profile_start`]). Returns per kernel
+/// name the launch count and summed µs (kernel plus the gap before it), largest first, the total,
+/// and the first layer's launches in order. The slots' lengths are restored afterwards.
+///
+/// Errors: driver errors of the forward or the events.
+fn kernel_profile(eng: &mut CudaEngine, batch: usize) -> Result<serde_json::Value, RuntimeError> {
+    let lens: Vec<usize> = (0..batch).map(|s| eng.slot_len(s)).collect();
+    let rows: Vec<Row> = (0..batch)
+        .map(|s| Row {
+            slot: s,
+            token: 200 + s as u32,
+            logits: true,
+        })
+        .collect();
+    eng.forward(&rows)?; // warm (kernels compiled, buffers touched)
+    for (s, &l) in lens.iter().enumerate() {
+        eng.truncate_slot(s, l)?;
+    }
+    eng.gpu().spin(50_000_000)?;
+    eng.gpu().profile_start()?;
+    let res = eng.forward(&rows);
+    let prof = eng.gpu().profile_take();
+    res?;
+    let prof = prof?;
+    for (s, &l) in lens.iter().enumerate() {
+        eng.truncate_slot(s, l)?;
+    }
+    let total: f64 = prof.iter().map(|p| p.1).sum();
+    let mut by: Vec<(String, usize, f64)> = Vec::new();
+    for (name, us) in &prof {
+        match by.iter_mut().find(|e| &e.0 == name) {
+            Some(e) => {
+                e.1 += 1;
+                e.2 += us;
+            }
+            None => by.push((name.clone(), 1, *us)),
+        }
+    }
+    by.sort_by(|a, b| b.2.total_cmp(&a.2));
+    // The first layer: from the first add_norm_prep up to (not including) the second.
+    let starts: Vec<usize> = prof
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.0 == "add_norm_prep_f32")
+        .map(|(i, _)| i)
+        .collect();
+    let layer0: Vec<serde_json::Value> = match starts.as_slice() {
+        [a, _, c, ..] => prof[*a..*c]
+            .iter()
+            .map(|(n, us)| json!({"kernel": n, "us": us}))
+            .collect(),
+        _ => Vec::new(),
+    };
+    Ok(json!({
+        "batch": batch,
+        "launches": prof.len(),
+        "total_us": total,
+        "by_kernel": by.iter().map(|(n, c, us)| json!({"kernel": n, "launches": c, "us": us, "share": us / total})).collect::<Vec<_>>(),
+        "layer0": layer0,
+        "notes": "eager forward queued behind a 50 ms spin; each launch timed from the event after the previous launch (kernel + gap); full logits, no top-k",
     }))
 }

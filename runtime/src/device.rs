@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUdevice_attribute;
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
+use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream};
 use kernels::ModuleCache;
 
 use crate::error::{drv, RuntimeError};
@@ -35,6 +35,9 @@ pub struct Gpu {
     /// 16-element sums `[TC_MAX_K / 16, 8]` of the same columns, followed by their bf16
     /// fragments for the folded formats' offset mma (`common.cuh`, `TC_XSF_OFFSET`).
     pub(crate) tc_xs: CudaSlice<f32>,
+    /// Kernel profile being recorded ([`Gpu::profile_start`]): per launch of the forward, the
+    /// kernel name and an event recorded right after it. `None` when not profiling.
+    pub(crate) prof: std::sync::Mutex<Option<Vec<(String, CudaEvent)>>>,
 }
 
 /// Longest row (input length `K`) the tensor-core matvec scratch holds; longer rows use the
@@ -93,6 +96,7 @@ impl Gpu {
             .alloc_zeros::<f32>(TC_MAX_K / 16 * 8 + 8 * (TC_MAX_K / 256) * 32)
             .map_err(drv("alloc mvtc scratch"))?;
         Ok(Gpu {
+            prof: std::sync::Mutex::new(None),
             tc_xp,
             tc_xs,
             ctx,
@@ -103,6 +107,42 @@ impl Gpu {
             sm_count,
             total_mem,
         })
+    }
+
+    /// Starts recording a kernel profile: from now on every forward launch is followed by an
+    /// event on [`Gpu::stream`] (see [`Gpu::profile_take`]). A start event is recorded first.
+    ///
+    /// Errors: driver errors creating or recording the event.
+    pub fn profile_start(&self) -> Result<(), RuntimeError> {
+        let e = self
+            .ctx
+            .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(drv("profile event"))?;
+        e.record(&self.stream).map_err(drv("profile event"))?;
+        *self.prof.lock().unwrap_or_else(|p| p.into_inner()) = Some(vec![("start".into(), e)]);
+        Ok(())
+    }
+
+    /// Stops recording, waits for the stream and returns `(kernel name, µs)` per launch since
+    /// [`Gpu::profile_start`]: the GPU time between the event before and the one after it (the
+    /// kernel plus the gap before it). Meaningful only when the GPU was kept busy while the
+    /// launches were queued (e.g. behind [`Gpu::spin`]), so host launch cost is hidden.
+    ///
+    /// Errors: driver errors; [`RuntimeError::Capacity`] when no profile was started.
+    pub fn profile_take(&self) -> Result<Vec<(String, f64)>, RuntimeError> {
+        let evs = self
+            .prof
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .ok_or_else(|| RuntimeError::Capacity("no kernel profile was started".into()))?;
+        self.sync()?;
+        let mut out = Vec::with_capacity(evs.len().saturating_sub(1));
+        for w in evs.windows(2) {
+            let ms = w[0].1.elapsed_ms(&w[1].1).map_err(drv("profile elapsed"))?;
+            out.push((w[1].0.clone(), ms as f64 * 1e3));
+        }
+        Ok(out)
     }
 
     /// Waits for all queued work on [`Gpu::stream`].

@@ -518,6 +518,11 @@ pub struct Workspace {
     mask: CudaSlice<u8>,
     /// Top-k output i32 `[CHUNK_ROWS, TK_STRIDE]`.
     tk: CudaSlice<i32>,
+    /// Attention split partials f32 `[CHUNK_ROWS, max n_head, ATT_SPLIT_MAX, max head_dim + 2]`
+    /// (`attention.cu`).
+    att_part: CudaSlice<f32>,
+    /// Attention split counters u32 `[CHUNK_ROWS, max n_head]`, zero between launches.
+    att_cnt: CudaSlice<u32>,
     /// Captured decode/verify forwards by `(rows, k)`.
     graphs: HashMap<(usize, usize), Graph>,
     /// Shapes run once eagerly (kernels compiled): captured on their next use.
@@ -579,6 +584,8 @@ impl Workspace {
             .map(|l| l.n_kv * l.head_dim)
             .max()
             .unwrap_or(1);
+        let nhm = model.layers.iter().map(|l| l.n_head).max().unwrap_or(1);
+        let dm = model.layers.iter().map(|l| l.head_dim).max().unwrap_or(1);
         let ff = c.n_ff.iter().copied().max().unwrap_or(1);
         let (e, k, ie) = (c.n_expert.max(1), c.n_expert_used.max(1), c.n_ff_exp.max(1));
         let lp = (c.n_layer * c.n_embd_per_layer).max(1);
@@ -631,6 +638,11 @@ impl Workspace {
                 gpu.stream.clone_htod(&m).map_err(drv("upload mask"))?
             },
             tk: i32s(t * TK_STRIDE)?,
+            att_part: f32s(t * nhm * kernels::ATT_SPLIT_MAX * (dm + 2))?,
+            att_cnt: gpu
+                .stream
+                .alloc_zeros::<u32>(t * nhm)
+                .map_err(drv("alloc workspace"))?,
             graphs: HashMap::new(),
             seen: HashSet::new(),
         })
@@ -705,6 +717,14 @@ fn launch(
     // SAFETY: every call site passes the argument list of the named kernel's signature (stated
     // in its .cu file) with device addresses of live buffers sized by the forward's shapes.
     unsafe { b.launch(cfg) }.map_err(drv(name.to_string()))?;
+    if let Some(v) = gpu.prof.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        let e = gpu
+            .ctx
+            .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(drv("profile event"))?;
+        e.record(&gpu.stream).map_err(drv("profile event"))?;
+        v.push((name.to_string(), e));
+    }
     Ok(())
 }
 
@@ -847,10 +867,7 @@ impl Forward<'_> {
             Some((w2, y2)) => (ptr(gpu, &w2.data), y2, w2.rows),
             None => (0, 0, 0),
         };
-        // One tiles-per-block for both matrices (from the larger; the pair is always the same
-        // two matrices, so each keeps one summation order).
-        let tpc = kernels::tc_tiles_per_block(w.rows.max(rows2), gpu.sm_count);
-        let ctas = |rows: usize| (rows as u32).div_ceil(kernels::TC_ROWS).div_ceil(tpc);
+        let ctas = |rows: usize| (rows as u32).div_ceil(kernels::TC_ROWS);
         launch(
             gpu,
             &f,
@@ -868,7 +885,6 @@ impl Forward<'_> {
                 Arg::P(w2),
                 Arg::P(y2),
                 Arg::I(rows2 as i32),
-                Arg::I(tpc as i32),
             ],
         )
     }
@@ -975,14 +991,15 @@ impl Forward<'_> {
         )
     }
 
-    /// `x[r] += RMSNorm_wy(y[r])` (when `y = Some((y, wy))`), then `h[r] = RMSNorm_w(x[r])`
+    /// `x[r] = (x[r] + RMSNorm_wy(y[r]))·s` (when `y = Some((y, wy, s))`: a residual step and,
+    /// at a layer's end, its `layer_scalar`), then `h[r] = RMSNorm_w(x[r])`
     /// over `t` rows of `n`, in one `add_norm_prep_f32` launch that also fills the tensor-core
     /// prep buffers with `h` when `t ≤ 8`; returns `Some(n)` when it did (for
     /// [`Forward::mvs_pre`]). Rows the fused kernel does not serve (`n % 16 ≠ 0`, `n > 16384`)
     /// take `rmsnorm_add_f32` + `rmsnorm_f32`.
     fn add_norm_prep(
         &self,
-        y: Option<(u64, u64)>,
+        y: Option<(u64, u64, f32)>,
         x: u64,
         w: u64,
         h: u64,
@@ -992,14 +1009,15 @@ impl Forward<'_> {
         let gpu = self.gpu;
         let eps = self.model.config.rms_eps as f32;
         let Some(threads) = kernels::norm_prep_threads(n) else {
-            if let Some((y, wy)) = y {
+            if let Some((y, wy, s)) = y {
                 self.rmsnorm_add(y, wy, x, t, n)?;
+                self.scale(x, t * n, s)?;
             }
             self.rmsnorm(x, Some(w), h, t, n)?;
             return Ok(None);
         };
         let prep_rows = if t <= MATVEC_MAX_COLS { t } else { 0 };
-        let (yp, wyp) = y.unwrap_or((0, 0));
+        let (yp, wyp, post_scale) = y.unwrap_or((0, 0, 1.0));
         self.call(
             "add_norm_prep_f32",
             (t as u32, 1, 1),
@@ -1016,9 +1034,24 @@ impl Forward<'_> {
                 Arg::P(ptr(gpu, &gpu.tc_xp)),
                 Arg::P(ptr(gpu, &gpu.tc_xs)),
                 Arg::I(prep_rows as i32),
+                Arg::F(post_scale),
             ],
         )?;
         Ok((prep_rows > 0).then_some(n))
+    }
+
+    /// `x[0 .. n] *= s` (`scale_f32`, §8 step 8 `layer_scalar`); nothing when `s == 1`.
+    fn scale(&self, x: u64, n: usize, s: f32) -> Result<(), RuntimeError> {
+        if s == 1.0 {
+            return Ok(());
+        }
+        self.call(
+            "scale_f32",
+            n1d(n),
+            256,
+            0,
+            &[Arg::P(x), Arg::U(n as u64), Arg::F(s)],
+        )
     }
 
     /// `g[r] = gelu(g[r]) ⊙ u[r]` over `t` rows of `n` (`geglu_prep_f32`, which also fills the
@@ -1335,11 +1368,14 @@ impl Forward<'_> {
             )?;
         }
 
+        // A layer's last residual step (§8: x += RMSNorm_post(f), then layer_scalar) is left to
+        // the next layer's first `add_norm_prep` launch when nothing reads x in between.
+        let mut pending: Option<(u64, u64, f32)> = None;
         for (li, l) in m.layers.iter().enumerate() {
             let (nh, nkv, d) = (l.n_head, l.n_kv, l.head_dim);
             let inv = ptr(gpu, &l.inv_freq);
             // §4 attention.
-            let pre = self.add_norm_prep(None, x, ptr(gpu, &l.attn_norm), h, t, hh)?;
+            let pre = self.add_norm_prep(pending.take(), x, ptr(gpu, &l.attn_norm), h, t, hh)?;
             match &l.kv {
                 Some((wk, _, Some(wv))) => {
                     self.mvs_pre(&[(&l.attn_q, q), (wk, k), (wv, v)], h, t, pre)?
@@ -1418,9 +1454,9 @@ impl Forward<'_> {
             };
             self.call(
                 "attention_f32",
-                (nh as u32, t as u32, 1),
+                (nh as u32, t as u32, kernels::att_splits(span) as u32),
                 128,
-                kernels::attention_smem_bytes(span),
+                kernels::attention_smem_bytes(kernels::att_chunk_bound(span)),
                 &[
                     Arg::P(q),
                     Arg::P(ptr(gpu, kc)),
@@ -1433,12 +1469,14 @@ impl Forward<'_> {
                     Arg::I(d as i32),
                     Arg::I(src_rows as i32),
                     Arg::I(window as i32),
+                    Arg::P(ptr(gpu, &ws.att_part)),
+                    Arg::P(ptr(gpu, &ws.att_cnt)),
                 ],
             )?;
             self.mv(&l.attn_output, att, t, a)?;
             // §8 residual, then §5 dense MLP (one launch for the add and the next norm).
             let pre = self.add_norm_prep(
-                Some((a, ptr(gpu, &l.post_attention_norm))),
+                Some((a, ptr(gpu, &l.post_attention_norm), 1.0)),
                 x,
                 ptr(gpu, &l.ffn_norm),
                 h,
@@ -1522,6 +1560,13 @@ impl Forward<'_> {
                 )?;
                 self.rmsnorm_add(mo, ptr(gpu, &me.post_ffw_norm_2), f, t, hh)?;
             }
+            if l.ple.is_none()
+                && li + 1 < m.layers.len()
+                && kernels::norm_prep_threads(hh).is_some()
+            {
+                pending = Some((f, ptr(gpu, &l.post_ffw_norm), l.layer_scalar));
+                continue;
+            }
             self.rmsnorm_add(f, ptr(gpu, &l.post_ffw_norm), x, t, hh)?;
 
             // §7 PLE branch.
@@ -1547,16 +1592,7 @@ impl Forward<'_> {
                 self.rmsnorm_add(a, ptr(gpu, &pl.post_norm), x, t, hh)?;
             }
             // §8 step 8.
-            if l.layer_scalar != 1.0 {
-                let n = t * hh;
-                self.call(
-                    "scale_f32",
-                    n1d(n),
-                    256,
-                    0,
-                    &[Arg::P(x), Arg::U(n as u64), Arg::F(l.layer_scalar)],
-                )?;
-            }
+            self.scale(x, t * hh, l.layer_scalar)?;
         }
         if r == 0 {
             return Ok(());

@@ -290,6 +290,15 @@ impl DeviceModel {
         for l in 0..cfg.n_layer {
             let name = |s: &str| blk(l, s);
             let d = cfg.head_dim(l);
+            if d > kernels::ATTENTION_MAX_HEAD_DIM {
+                return Err(RuntimeError::Shape {
+                    what: format!("layer {l} attention"),
+                    detail: format!(
+                        "head_dim {d} > {} (the attention kernel's limit)",
+                        kernels::ATTENTION_MAX_HEAD_DIM
+                    ),
+                });
+            }
             let sliding = cfg.is_swa[l];
             let kv = if cfg.has_kv(l) {
                 let k = ld.mat(&name("attn_k.weight"))?;

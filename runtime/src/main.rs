@@ -62,6 +62,9 @@ enum Cmd {
         /// Launches per timed batch.
         #[arg(long, default_value_t = 50)]
         iters: usize,
+        /// Only the cases whose name contains this (e.g. `ffn_gate`).
+        #[arg(long)]
+        case: Option<String>,
         /// Output file for the JSON table (default: $OUT/mv-bench.json, else target/mv-bench.json).
         #[arg(long)]
         out: Option<PathBuf>,
@@ -162,7 +165,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::MvBench { iters, out } => {
+        Cmd::MvBench { iters, case, out } => {
             let path = out.unwrap_or_else(|| {
                 std::env::var_os("OUT")
                     .map(|d| PathBuf::from(d).join("mv-bench.json"))
@@ -172,7 +175,9 @@ fn main() -> ExitCode {
                 eprintln!("skipped: {why}");
                 return ExitCode::from(2);
             }
-            match runtime::Gpu::new(0).and_then(|gpu| runtime::mvbench::run(&gpu, iters)) {
+            match runtime::Gpu::new(0)
+                .and_then(|gpu| runtime::mvbench::run(&gpu, iters, case.as_deref()))
+            {
                 Ok(v) => {
                     let _ =
                         std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap_or_default());

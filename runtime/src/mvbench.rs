@@ -60,12 +60,12 @@ fn bits_hash(bits: &[f32]) -> String {
         .collect()
 }
 
-/// Times every case of [`cases`] at 1, 2, 4, 8 columns (median of 5 batches of `iters`
+/// Times every case of [`cases`] whose name contains `only` (all when `None`) at 1, 2, 4, 8 columns (median of 5 batches of `iters`
 /// launches, weights rotated over copies totalling ≥ 256 MiB so L2 holds none of them) and
 /// returns the JSON table.
 ///
 /// Errors: driver/NVRTC errors, a case format without a tensor-core kernel.
-pub fn run(gpu: &Gpu, iters: usize) -> Result<Value, RuntimeError> {
+pub fn run(gpu: &Gpu, iters: usize, only: Option<&str>) -> Result<Value, RuntimeError> {
     // A one-layer model only to build a `Forward` (its launch helpers read the GPU only).
     let mut cfg = config_12b();
     cfg.n_layer = 1;
@@ -81,7 +81,10 @@ pub fn run(gpu: &Gpu, iters: usize) -> Result<Value, RuntimeError> {
     let b_read = crate::bench::b_read(gpu)?;
     let mut rng = Rng::new(0x6d76_6265_6e63);
     let mut out = Vec::new();
-    for case in cases() {
+    for case in cases()
+        .into_iter()
+        .filter(|c| only.is_none_or(|o| c.name.contains(o)))
+    {
         let fmt = format_suffix(case.ty, case.name)?;
         let rb = row_bytes(case.ty, case.k, case.name)?;
         let mats = |rows: usize, rng: &mut Rng| -> Result<Vec<Mat>, RuntimeError> {

@@ -291,7 +291,6 @@ impl Gpu {
         check_matvec_shapes(&what, rows, k, rb, ncols, w.len(), x.len(), y.len())?;
         let (nc_i, k_i, rows_i, rb_u) = (ncols as i32, k as i32, rows as i32, rb as u64);
         let (null, zero) = (0u64, 0i32);
-        let tpc = kernels::tc_tiles_per_block(rows, self.sm_count) as i32;
         let prep = self.func(Family::Matvec, "mvtc_prep")?;
         let n = 8 * (k / 16);
         let mut b = self.stream.launch_builder(&prep);
@@ -306,13 +305,7 @@ impl Gpu {
         let name = kernels::mvtc_kernel(fmt, ncols);
         let f = self.func(Family::Matvec, &name)?;
         let cfg = LaunchConfig {
-            grid_dim: (
-                (rows as u32)
-                    .div_ceil(kernels::TC_ROWS)
-                    .div_ceil(tpc as u32),
-                1,
-                1,
-            ),
+            grid_dim: ((rows as u32).div_ceil(kernels::TC_ROWS), 1, 1),
             block_dim: (kernels::TC_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -327,8 +320,7 @@ impl Gpu {
             .arg(&nc_i)
             .arg(&null)
             .arg(&null)
-            .arg(&zero)
-            .arg(&tpc);
+            .arg(&zero);
         // SAFETY: matches `mvtc_<fmt>_<NG>(const uint8_t*, const uint32_t*, const float*, float*,
         // int, int, uint64_t, int, const uint8_t*, float*, int, int)` with no second matrix (null
         // pointers, rows2 = 0: no block takes it); w is rows·row_bytes bytes and y ≥ ncols·rows

@@ -216,7 +216,7 @@ fn gpu_summary(format: &str) -> Value {
     let decode = runtime::bench::run(mix, 32, 32, Some(&draft))
         .unwrap_or_else(|e| json!({"error": e.to_string()}));
     let mv = runtime::Gpu::new(0)
-        .and_then(|gpu| runtime::mvbench::run(&gpu, 50))
+        .and_then(|gpu| runtime::mvbench::run(&gpu, 50, None))
         .unwrap_or_else(|e| json!({"error": e.to_string()}));
     json!({"decode": decode, "matvec": mv})
 }
