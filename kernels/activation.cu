@@ -5,6 +5,7 @@
 
 // geglu_f32(gate, up, out, n): elementwise over n f32 values (out may alias gate or up).
 extern "C" __global__ void geglu_f32(const float* gate, const float* up, float* out, uint64_t n) {
+    GRIDDEP_ENTRY();
     uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const float g = gate[i];
@@ -14,6 +15,7 @@ extern "C" __global__ void geglu_f32(const float* gate, const float* up, float* 
 
 // softcap_f32(x, y, n, cap): y = cap·tanh(x/cap) elementwise (y may equal x).
 extern "C" __global__ void softcap_f32(const float* x, float* y, uint64_t n, float cap) {
+    GRIDDEP_ENTRY();
     uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     y[i] = cap * tanhf(x[i] / cap);

@@ -166,6 +166,7 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
                                          const int* __restrict__ pos, float* __restrict__ out,
                                          int nh, int nkv, int d, int rows, int window,
                                          float* __restrict__ part, unsigned* __restrict__ cnt) {
+    GRIDDEP_ENTRY();
     extern __shared__ float sc[];
     __shared__ float red[32];
     __shared__ int last;
@@ -234,6 +235,7 @@ extern "C" __global__ void attention_rows_f32(const float* __restrict__ q,
                                               const int* __restrict__ lo,
                                               const int* __restrict__ cnt, float* __restrict__ out,
                                               int nh, int nkv, int d, int rows) {
+    GRIDDEP_ENTRY();
     extern __shared__ float sc[];
     __shared__ float red[32];
     const int h = blockIdx.x, t = blockIdx.y;

@@ -11,6 +11,28 @@ typedef long long int64_t;
 
 #define WARP 32
 
+// Programmatic dependent launch (sm_90+; no-ops before, and when the kernel was launched without
+// a programmatic dependency). The runtime launches the forward's kernels with programmatic stream
+// serialization, so a kernel may start while the previous one is still running: every kernel
+// calls griddep_wait() before it touches memory the previous kernels write or read (it returns
+// once they have completed and their writes are visible), and griddep_launch() to let the next
+// kernel start early (it waits in turn). GRIDDEP_ENTRY() does both, first thing in a kernel.
+static __device__ __forceinline__ void griddep_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void griddep_launch() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+#define GRIDDEP_ENTRY() \
+    do {                \
+        griddep_wait();   \
+        griddep_launch(); \
+    } while (0)
+
 // binary16 bits -> f32, exact (subnormals included); PTX cvt.f32.f16.
 static __device__ __forceinline__ float f16_to_f32(uint32_t h) {
     float r;

@@ -7,7 +7,7 @@
 
 #define DEQUANT_KERNEL(NAME, F)                                                              \
     extern "C" __global__ void dequant_##NAME(const uint8_t* __restrict__ src,              \
-                                              float* __restrict__ dst, uint64_t n_pieces) { \
+                                              float* __restrict__ dst, uint64_t n_pieces) { GRIDDEP_ENTRY(); \
         uint64_t pc = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;                      \
         if (pc >= n_pieces) return;                                                         \
         float w[8];                                                                         \

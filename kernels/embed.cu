@@ -9,7 +9,7 @@
 #define EMBED_KERNEL(NAME, F)                                                               \
     extern "C" __global__ void embed_##NAME(const uint8_t* __restrict__ W, uint64_t row_bytes, \
                                             const int* __restrict__ ids,                    \
-                                            float* __restrict__ out, int K, float scale) {  \
+                                            float* __restrict__ out, int K, float scale) { GRIDDEP_ENTRY();  \
         const uint8_t* row = W + (uint64_t)ids[blockIdx.x] * row_bytes;                    \
         float* o = out + (uint64_t)blockIdx.x * K;                                          \
         for (int pc = threadIdx.x; pc < (K >> 3); pc += blockDim.x) {                       \

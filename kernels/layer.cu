@@ -13,6 +13,7 @@ static __device__ __forceinline__ float gelu_tanh(float g) {
 // norm_threads(n) (see norm.cu: the same register cache and reduction order as rmsnorm_f32).
 extern "C" __global__ void rmsnorm_add_f32(const float* __restrict__ y, const float* __restrict__ w,
                                            float* __restrict__ x, int n, float eps) {
+    GRIDDEP_ENTRY();
     __shared__ float red[33];
     const float* yr = y + (uint64_t)blockIdx.x * n;
     float* xr = x + (uint64_t)blockIdx.x * n;
@@ -46,6 +47,7 @@ extern "C" __global__ void add_norm_prep_f32(const float* __restrict__ y,
                                              int n, float eps, uint32_t* __restrict__ xp,
                                              float* __restrict__ xs, int prep_rows,
                                              float post_scale) {
+    GRIDDEP_ENTRY();
     __shared__ float red[33];
     const int r = blockIdx.x, B = blockDim.x, nq = n >> 2, ng = n >> 4;
     float* xr = x + (uint64_t)r * n;
@@ -119,6 +121,7 @@ extern "C" __global__ void add_norm_prep_f32(const float* __restrict__ y,
 extern "C" __global__ void geglu_prep_f32(const float* g, const float* __restrict__ u,
                                           float* out, int n, uint32_t* __restrict__ xp,
                                           float* __restrict__ xs, int prep_rows) {
+    GRIDDEP_ENTRY();
     const int r = blockIdx.y, nq = n >> 2, ng = n >> 4;
     const int q = blockIdx.x * blockDim.x + threadIdx.x;
     const bool live = q < nq;
@@ -140,6 +143,7 @@ extern "C" __global__ void geglu_prep_f32(const float* g, const float* __restric
 
 // scale_f32(x, n, s): x[i] *= s (layer_scalar §8, PLE projection scale §7).
 extern "C" __global__ void scale_f32(float* x, uint64_t n, float s) {
+    GRIDDEP_ENTRY();
     uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] *= s;
 }
@@ -147,6 +151,7 @@ extern "C" __global__ void scale_f32(float* x, uint64_t n, float s) {
 // add_scale_f32(a, b, out, n, s): out[i] = (a[i] + b[i]) · s (PLE: (ctx + tok) · 2^(−1/2), §7).
 extern "C" __global__ void add_scale_f32(const float* a, const float* b, float* out, uint64_t n,
                                          float s) {
+    GRIDDEP_ENTRY();
     uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = (a[i] + b[i]) * s;
 }
@@ -155,6 +160,7 @@ extern "C" __global__ void add_scale_f32(const float* a, const float* b, float* 
 // g f32 [T, P], ple f32 [T, L, P]. n = T·P threads.
 extern "C" __global__ void gelu_mul_ple_f32(float* g, const float* __restrict__ ple, int T, int P,
                                             int L, int l) {
+    GRIDDEP_ENTRY();
     uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (uint64_t)T * P) return;
     const uint64_t t = i / P, j = i % P;
@@ -165,6 +171,7 @@ extern "C" __global__ void gelu_mul_ple_f32(float* g, const float* __restrict__ 
 // expert gate|up output (§6): gu f32 [rows, 2·ie], out f32 [rows, ie]. n = rows·ie threads.
 extern "C" __global__ void geglu_split_f32(const float* __restrict__ gu, float* __restrict__ out,
                                            int rows, int ie) {
+    GRIDDEP_ENTRY();
     uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (uint64_t)rows * ie) return;
     const uint64_t r = i / ie, j = i % ie;
@@ -178,6 +185,7 @@ extern "C" __global__ void geglu_split_f32(const float* __restrict__ gu, float* 
 extern "C" __global__ void moe_route_f32(const float* __restrict__ logits, int T, int E, int K,
                                          const float* __restrict__ pes, int* __restrict__ ids,
                                          float* __restrict__ wts) {
+    GRIDDEP_ENTRY();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= T) return;
     const float* l = logits + (uint64_t)t * E;
@@ -207,6 +215,7 @@ extern "C" __global__ void moe_route_f32(const float* __restrict__ logits, int T
 // y f32 [T·K, H], w f32 [T, K], out f32 [T, H]. n = T·H threads.
 extern "C" __global__ void moe_combine_f32(const float* __restrict__ y, const float* __restrict__ w,
                                            float* __restrict__ out, int T, int K, int H) {
+    GRIDDEP_ENTRY();
     uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (uint64_t)T * H) return;
     const uint64_t t = i / H, c = i % H;
@@ -238,6 +247,7 @@ extern "C" __global__ void qkv_post_f32(float* q, const float* __restrict__ k,
                                         const int* __restrict__ slot, const int* __restrict__ pos,
                                         const double* __restrict__ inv_freq, int nh, int nkv,
                                         int d, int rows, float eps, int k_eq_v) {
+    GRIDDEP_ENTRY();
     extern __shared__ float head[];
     __shared__ float red[33];
     const int t = blockIdx.y, b = blockIdx.x, B = blockDim.x, tid = threadIdx.x;
@@ -298,6 +308,7 @@ extern "C" __global__ void qkv_post_f32(float* q, const float* __restrict__ k,
 // block 256.
 extern "C" __global__ void gather_rows_f32(const float* __restrict__ src, const int* __restrict__ idx,
                                            float* __restrict__ dst, int n) {
+    GRIDDEP_ENTRY();
     const float* s = src + (uint64_t)idx[blockIdx.x] * n;
     float* d = dst + (uint64_t)blockIdx.x * n;
     for (int i = threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];

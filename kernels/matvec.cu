@@ -221,7 +221,7 @@ template <int NC> struct MatvecImpl<NC, FmtQ4_K> {
 #define MATVEC_KERNEL_NC(NAME, F, NC)                                                        \
     extern "C" __global__ void __launch_bounds__(MV_THREADS)                                 \
         matvec_##NAME##_##NC(const uint8_t* __restrict__ W, const float* __restrict__ x,     \
-                             float* __restrict__ y, int rows, int K, uint64_t row_bytes) {   \
+                             float* __restrict__ y, int rows, int K, uint64_t row_bytes) { GRIDDEP_ENTRY();   \
         MatvecImpl<NC, F>::run(W, x, y, rows, K, row_bytes);                                 \
     }
 
@@ -241,7 +241,7 @@ FOR_EACH_FORMAT(MATVEC_KERNELS)
     extern "C" __global__ void __launch_bounds__(MV_THREADS) matvec_ids_##NAME(              \
         const uint8_t* __restrict__ W, uint64_t expert_bytes, const int* __restrict__ ids,   \
         const float* __restrict__ x, int x_div, float* __restrict__ y, int rows, int K,      \
-        uint64_t row_bytes) {                                                                \
+        uint64_t row_bytes) { GRIDDEP_ENTRY();                                                                \
         const int j = blockIdx.y;                                                            \
         matvec_body<1, F>(W + (uint64_t)ids[j] * expert_bytes,                               \
                           x + (uint64_t)(j / x_div) * K, y + (uint64_t)j * rows, rows, K,    \
@@ -297,6 +297,7 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 extern "C" __global__ void __launch_bounds__(128) mvtc_prep(const float* __restrict__ x, int nc,
                                                           int K, uint32_t* __restrict__ xp,
                                                           float* __restrict__ xs) {
+    GRIDDEP_ENTRY();
     const int ng = K >> 4;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= 8 * ng) return;
@@ -667,6 +668,9 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         if (j < nstage) tc_stage<F>(sm + j * (St::BYTES / 16), W, rows, row_bytes, row0, j);
         tc_cp_commit();
     }
+    // The weights are immutable: their first stages are in flight before waiting for the
+    // previous kernel (programmatic dependent launch, common.cuh), which wrote the activations.
+    GRIDDEP_ENTRY();
 #pragma unroll 1
     for (int j = 0; j < nstage; ++j) {
         const int jn = j + St::NST - 1;

@@ -11,6 +11,7 @@
 // (NORM_CACHE and rms_scale_cached: common.cuh.)
 extern "C" __global__ void rmsnorm_f32(const float* __restrict__ x, const float* __restrict__ w,
                                        float* y, int n, float eps) {
+    GRIDDEP_ENTRY();
     __shared__ float red[33];
     const float* xr = x + (uint64_t)blockIdx.x * n;
     float* yr = y + (uint64_t)blockIdx.x * n;

@@ -12,6 +12,7 @@ static __device__ __forceinline__ bool am_better(float v, int i, float b, int j)
 // argmax_f32(x, idx, val, n): x f32 [rows, n]; idx i32 [rows], val f32 [rows].
 // Launch: grid (rows,1,1), block (1024,1,1) (any multiple of 32 ≤ 1024 works).
 extern "C" __global__ void argmax_f32(const float* __restrict__ x, int* idx, float* val, int n) {
+    GRIDDEP_ENTRY();
     __shared__ float sv[32];
     __shared__ int si[32];
     const float* xr = x + (uint64_t)blockIdx.x * n;
@@ -59,6 +60,7 @@ static __device__ __forceinline__ bool tk_better(float v, int i, float b, int j)
 extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
     topk_f32(const float* __restrict__ x, int n, const uint8_t* __restrict__ mask, int k,
              int* __restrict__ out) {
+    GRIDDEP_ENTRY();
     __shared__ float sv[32];
     __shared__ int si[32];
     __shared__ int sbad[32];
@@ -130,6 +132,7 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
 // sum_f32x4(x, n4, partial): read-only bandwidth probe. x = n4 float4 values; partial f32
 // [gridDim.x] gets each block's sum. Grid-stride loop, 4 loads in flight per iteration.
 extern "C" __global__ void sum_f32x4(const float4* __restrict__ x, uint64_t n4, float* partial) {
+    GRIDDEP_ENTRY();
     __shared__ float red[32];
     float s = 0.0f;
     const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
@@ -157,6 +160,7 @@ extern "C" __global__ void sum_f32x4(const float4* __restrict__ x, uint64_t n4, 
 
 // fill_u32(p, n, v): p[i] = v for i < n (poisoning outputs with a NaN pattern, or filling).
 extern "C" __global__ void fill_u32(uint32_t* p, uint64_t n, uint32_t v) {
+    GRIDDEP_ENTRY();
     const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) p[i] = v;
 }

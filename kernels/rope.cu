@@ -10,6 +10,7 @@
 extern "C" __global__ void rope_neox_f32(const float* x, float* y, const int* __restrict__ pos,
                                          const double* __restrict__ inv_freq, int n_tokens,
                                          int n_heads, int d) {
+    GRIDDEP_ENTRY();
     const int half = d >> 1;
     const uint64_t idx = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const uint64_t total = (uint64_t)n_tokens * n_heads * half;
