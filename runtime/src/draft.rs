@@ -193,15 +193,7 @@ impl DeviceAssistant {
             let name = |s: &str| blk(l, s);
             let sliding = config.is_swa[l];
             let d = config.head_dim(l);
-            if d > kernels::ATTENTION_MAX_HEAD_DIM {
-                return Err(RuntimeError::Shape {
-                    what: format!("layer {l} attention"),
-                    detail: format!(
-                        "head_dim {d} > {} (the attention kernel's limit)",
-                        kernels::ATTENTION_MAX_HEAD_DIM
-                    ),
-                });
-            }
+            crate::loader::check_head_dim(l, d)?;
             let src = store.of_type(sliding).ok_or_else(|| {
                 pairing(format!(
                     "drafter layer {l}: the target has no store layer of its type"

@@ -290,15 +290,7 @@ impl DeviceModel {
         for l in 0..cfg.n_layer {
             let name = |s: &str| blk(l, s);
             let d = cfg.head_dim(l);
-            if d > kernels::ATTENTION_MAX_HEAD_DIM {
-                return Err(RuntimeError::Shape {
-                    what: format!("layer {l} attention"),
-                    detail: format!(
-                        "head_dim {d} > {} (the attention kernel's limit)",
-                        kernels::ATTENTION_MAX_HEAD_DIM
-                    ),
-                });
-            }
+            check_head_dim(l, d)?;
             let sliding = cfg.is_swa[l];
             let kv = if cfg.has_kv(l) {
                 let k = ld.mat(&name("attn_k.weight"))?;
@@ -404,6 +396,21 @@ impl DeviceModel {
     }
 }
 
+/// Checks that layer `l`'s `head_dim` `d` fits the attention kernels
+/// ([`kernels::ATTENTION_MAX_HEAD_DIM`]). Errors: [`RuntimeError::Shape`] naming the layer.
+pub(crate) fn check_head_dim(l: usize, d: usize) -> Result<(), RuntimeError> {
+    if d > kernels::ATTENTION_MAX_HEAD_DIM {
+        return Err(RuntimeError::Shape {
+            what: format!("layer {l} attention"),
+            detail: format!(
+                "head_dim {d} > {} (the attention kernel's limit)",
+                kernels::ATTENTION_MAX_HEAD_DIM
+            ),
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -445,6 +452,20 @@ mod tests {
     fn tensor_f32_names_a_missing_tensor() {
         match tensor_f32(&file(), "blk.9.attn_norm.weight") {
             Err(RuntimeError::Model { what, .. }) => assert_eq!(what, "blk.9.attn_norm.weight"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn head_dim_limit_of_the_attention_kernels() {
+        // 512 is Gemma-4's widest head (full-attention layers); one more is refused, naming
+        // the layer.
+        assert!(check_head_dim(3, 512).is_ok());
+        match check_head_dim(3, 513) {
+            Err(RuntimeError::Shape { what, detail }) => {
+                assert_eq!(what, "layer 3 attention");
+                assert!(detail.contains("513"), "{detail}");
+            }
             other => panic!("{other:?}"),
         }
     }
