@@ -235,14 +235,6 @@ static __device__ __forceinline__ int tc_i8_exp(float maxabs) {
     return e;
 }
 
-// The largest |v[0..3]| over the 32 lanes of the warp (every lane gets it; all must call).
-static __device__ __forceinline__ float warp_max_abs4(const float* v) {
-    float m = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    return m;
-}
-
 // The three piece words of 4 consecutive elements v[0..3] of a block of exponent E.
 static __device__ __forceinline__ void tc_split_i8(const float* v, int E, uint32_t (&w)[3]) {
     w[0] = w[1] = w[2] = 0u;

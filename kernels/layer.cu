@@ -112,12 +112,11 @@ extern "C" __global__ void add_norm_prep_f32(const float* __restrict__ y,
             v[k][2] = (v[k][2] * scale) * ww.z;
             v[k][3] = (v[k][3] * scale) * ww.w;
             ((float4*)hr)[q] = make_float4(v[k][0], v[k][1], v[k][2], v[k][3]);
-        }
-        // A warp's 32 quads lie in one 256-element block (B is a multiple of 32); lanes past
-        // the row hold zeros.
-        if (i8) {
-            const float m = warp_max_abs4(v[k]);
-            if ((threadIdx.x & 31) == 0) atomicMax(&smax[q >> 6], __float_as_uint(m));
+            if (i8) {
+                const float m = fmaxf(fmaxf(fabsf(v[k][0]), fabsf(v[k][1])),
+                                      fmaxf(fabsf(v[k][2]), fabsf(v[k][3])));
+                atomicMax(&smax[q >> 6], __float_as_uint(m));
+            }
         }
     }
     if (r >= prep_rows) return;  // uniform over the block
@@ -168,8 +167,8 @@ extern "C" __global__ void geglu_prep_f32(const float* g, const float* __restric
         __shared__ unsigned smax[2];
         if (threadIdx.x < 2) smax[threadIdx.x] = 0u;
         __syncthreads();
-        const float m = warp_max_abs4(v);  // zeros past the row
-        if ((threadIdx.x & 31) == 0) atomicMax(&smax[threadIdx.x >> 6], __float_as_uint(m));
+        const float m = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+        if (live) atomicMax(&smax[threadIdx.x >> 6], __float_as_uint(m));
         __syncthreads();
         if (live) {
             const int E = tc_i8_exp(__uint_as_float(smax[threadIdx.x >> 6]));
