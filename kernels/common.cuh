@@ -214,67 +214,6 @@ static __device__ __forceinline__ void tc_prep_group(const float (&v)[16], int c
     for (int t = 0; t < 4; ++t) tc_prep_quad(v + 4 * t, c, G, t, ng, xp);
 }
 
-// Int8 activation pieces for the integer tensor-core path of folded formats (Q2_K, matvec.cu).
-// Per column c and 256-element block s: E with max|x| < 2^E (frexpf), x ≈ x̃ =
-// (i0 + i1/128 + i2/16384)·2^(E−7), i0 = trunc(x·2^(7−E)), i1 = trunc(rest·128), i2 = the next
-// rest·128 rounded to nearest, clamped to ±127: |x − x̃| ≤ 2^(E−22) ≤ 2^−21·max|x| (blocks whose
-// max is below 2^−100 are written as zeros). Unit of piece p: u_p = 2^(E−7−7p).
-//   xq u32 at xp + TC_XQ_OFFSET, [8][K/32][4][8]: column c, 32-group κ, thread t: words 2p, 2p+1
-//      = piece p of elements 4t .. 4t+3 of 16-groups 2κ and 2κ+1 (one int8 per element, element
-//      4t in the low byte); words 6, 7 unused.
-//   xu f32 at xs + TC_XU_OFFSET, [8][K/256][4]: u_p of (c, s) at ((c·K/256 + s)·4 + p).
-// (Rust: kernels::TC_XQ_OFFSET = 8 · TC_MAX_K · 2, kernels::TC_XU_OFFSET.)
-#define TC_XQ_OFFSET 1048576
-#define TC_XU_OFFSET 98304
-#define TC_I8_MIN_EXP (-100)
-
-// E of a block whose largest magnitude is `maxabs` (0 for an all-zero block).
-static __device__ __forceinline__ int tc_i8_exp(float maxabs) {
-    int e;
-    frexpf(maxabs, &e);
-    return e;
-}
-
-// The three piece words of 4 consecutive elements v[0..3] of a block of exponent E.
-static __device__ __forceinline__ void tc_split_i8(const float* v, int E, uint32_t (&w)[3]) {
-    w[0] = w[1] = w[2] = 0u;
-    if (E < TC_I8_MIN_EXP) return;
-    const float s = __uint_as_float((uint32_t)(127 + 7 - E) << 23);  // 2^(7−E), exact
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        const float y = v[j] * s;                  // |y| < 128, exact
-        const int i0 = __float2int_rz(y);
-        const float r1 = (y - (float)i0) * 128.0f;  // exact
-        const int i1 = __float2int_rz(r1);
-        const float r2 = (r1 - (float)i1) * 128.0f;  // exact
-        const int i2 = max(-127, min(127, __float2int_rn(r2)));
-        w[0] |= ((uint32_t)i0 & 255u) << (8 * j);
-        w[1] |= ((uint32_t)i1 & 255u) << (8 * j);
-        w[2] |= ((uint32_t)i2 & 255u) << (8 * j);
-    }
-}
-
-// Writes quad t (v[0..3] = elements 4t .. 4t+3) of 16-group G of column c (K = 32·nk) into xq,
-// for a block of exponent E.
-static __device__ __forceinline__ void tc_prep_i8_quad(const float* v, int E, int c, int G, int t,
-                                                       int nk, uint32_t* __restrict__ xp) {
-    uint32_t w[3];
-    tc_split_i8(v, E, w);
-    uint32_t* o = xp + TC_XQ_OFFSET + (((uint64_t)c * nk + (G >> 1)) * 4 + t) * 8 + (G & 1);
-    o[0] = w[0];
-    o[2] = w[1];
-    o[4] = w[2];
-}
-
-// Writes the piece units of block s of column c (nsb blocks per column) for exponent E.
-static __device__ __forceinline__ void tc_prep_i8_unit(int E, int c, int s, int nsb,
-                                                       float* __restrict__ xs) {
-    const int e = max(E, TC_I8_MIN_EXP);
-    float* o = xs + TC_XU_OFFSET + ((uint64_t)c * nsb + s) * 4;
-#pragma unroll
-    for (int p = 0; p < 3; ++p) o[p] = __uint_as_float((uint32_t)(127 + e - 7 - 7 * p) << 23);
-}
-
 // The quad form for kernels where 4 consecutive lanes hold the 4 quads of one group (lane & 3 =
 // t): writes this lane's quad and, from lane t = 0, the group sum (same order as tc_prep_group).
 // All 32 lanes of the warp must call it (shuffles).

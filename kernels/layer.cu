@@ -35,7 +35,7 @@ extern "C" __global__ void rmsnorm_add_f32(const float* __restrict__ y, const fl
 //                 multiply as scale_f32)
 //   h[r] = RMSNorm_w(x[r])                        (the next sub-block's input norm)
 //   and, for r < prep_rows (≤ 8), column r of h split into the tensor-core matvec's prep
-//   buffers xp/xs (the same bits as mvtc_prep of h, int8 pieces included when n % 256 == 0).
+//   buffers xp/xs (the same bits as mvtc_prep of h).
 // x, h, y f32 [rows, n]; n % 16 == 0, n ≤ 4·1024·NQ. Block B = kernels::norm_prep_threads(n)
 // (a multiple of 32, ≤ 1024); thread j owns the quads (4 elements) q = j + kB, k < NQ, in
 // registers, so the 4 quads of a 16-group sit on 4 consecutive lanes. Sums of squares: per-thread
@@ -49,10 +49,7 @@ extern "C" __global__ void add_norm_prep_f32(const float* __restrict__ y,
                                              float post_scale) {
     GRIDDEP_ENTRY();
     __shared__ float red[33];
-    __shared__ unsigned smax[64];  // per 256-element block: max |h| bits (n ≤ 16384)
     const int r = blockIdx.x, B = blockDim.x, nq = n >> 2, ng = n >> 4;
-    const bool i8 = r < prep_rows && (n & 255) == 0;
-    for (int i = threadIdx.x; i < 64; i += B) smax[i] = 0u;  // before the first block_sum
     float* xr = x + (uint64_t)r * n;
     float v[NQ][4];
 #pragma unroll
@@ -112,33 +109,14 @@ extern "C" __global__ void add_norm_prep_f32(const float* __restrict__ y,
             v[k][2] = (v[k][2] * scale) * ww.z;
             v[k][3] = (v[k][3] * scale) * ww.w;
             ((float4*)hr)[q] = make_float4(v[k][0], v[k][1], v[k][2], v[k][3]);
-            if (i8) {
-                const float m = fmaxf(fmaxf(fabsf(v[k][0]), fabsf(v[k][1])),
-                                      fmaxf(fabsf(v[k][2]), fabsf(v[k][3])));
-                atomicMax(&smax[q >> 6], __float_as_uint(m));
-            }
         }
-    }
-    if (r >= prep_rows) return;  // uniform over the block
-    __syncthreads();
-#pragma unroll
-    for (int k = 0; k < NQ; ++k) {
-        const int q = threadIdx.x + k * B;
-        if (k * B >= nq) break;  // uniform over the block
-        const bool live = q < nq;
-        tc_prep_quad_lanes(v[k], r, q >> 2, ng, xp, xs, live);
-        if (i8 && live) {
-            const int E = tc_i8_exp(__uint_as_float(smax[q >> 6]));
-            tc_prep_i8_quad(v[k], E, r, q >> 2, q & 3, ng >> 1, xp);
-            if ((q & 63) == 0) tc_prep_i8_unit(E, r, q >> 6, ng >> 4, xs);
-        }
+        if (r < prep_rows) tc_prep_quad_lanes(v[k], r, q >> 2, ng, xp, xs, live);
     }
 }
 
 // geglu_prep_f32(g, u, out, n, xp, xs, prep_rows): out[r] = gelu(g[r]) ⊙ u[r] (the formula and
 // rounding of geglu_f32, activation.cu) and, for r < prep_rows (≤ 8), column r of out into the
-// tensor-core matvec's prep buffers (as mvtc_prep; GEGLU_PREP_THREADS = 128 quads per block, so
-// each block holds whole 256-element blocks). g, u, out f32 [rows, n] (out may alias g); n % 16 == 0.
+// tensor-core matvec's prep buffers. g, u, out f32 [rows, n] (out may alias g); n % 16 == 0.
 // One thread per quad (4 elements): grid (ceil(n / 4 / 128), rows), block 128.
 extern "C" __global__ void geglu_prep_f32(const float* g, const float* __restrict__ u,
                                           float* out, int n, uint32_t* __restrict__ xp,
@@ -160,22 +138,7 @@ extern "C" __global__ void geglu_prep_f32(const float* g, const float* __restric
         }
         *(float4*)(out + o) = make_float4(v[0], v[1], v[2], v[3]);
     }
-    if (r >= prep_rows) return;  // uniform over the block
-    tc_prep_quad_lanes(v, r, q >> 2, ng, xp, xs, live);
-    if ((n & 255) == 0) {
-        // Int8 pieces: the block's 128 quads are two whole 256-element blocks (64 quads each).
-        __shared__ unsigned smax[2];
-        if (threadIdx.x < 2) smax[threadIdx.x] = 0u;
-        __syncthreads();
-        const float m = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-        if (live) atomicMax(&smax[threadIdx.x >> 6], __float_as_uint(m));
-        __syncthreads();
-        if (live) {
-            const int E = tc_i8_exp(__uint_as_float(smax[threadIdx.x >> 6]));
-            tc_prep_i8_quad(v, E, r, q >> 2, q & 3, ng >> 1, xp);
-            if ((q & 63) == 0) tc_prep_i8_unit(E, r, q >> 6, ng >> 4, xs);
-        }
-    }
+    if (r < prep_rows) tc_prep_quad_lanes(v, r, q >> 2, ng, xp, xs, live);
 }
 
 // scale_f32(x, n, s): x[i] *= s (layer_scalar §8, PLE projection scale §7).

@@ -271,11 +271,8 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 // pairwise sum of the runs, then the three pieces; no dependence on the number of columns (a
 // column's mma, loads and sums are the same in every NG kernel, so 1..8 columns give the same
 // bits: decode, verify and batch rows agree bitwise). Folded formats (Q2_K: FOLD = 1 below)
-// multiply the group scale into the integer and run on the integer tensor cores instead
-// (mma.sync m16n8k32 s8 → s32) against int8 activation pieces (common.cuh: three pieces per
-// 256-element block sharing a power-of-two unit, |x − x̃| ≤ 2⁻²¹·max|x| of the block, packed into
-// columns the same way): per piece one exact int32 sum per super-block, scaled once by d·unit;
-// the offsets Σ_G b_G·S_G are one more bf16 mma per super-block of the exact sums' pieces.
+// multiply the group scale into the integer and take the offsets Σ_G b_G·S_G as one more mma
+// per super-block of the sums' pieces (packed the same way).
 //
 // Tile: 16 rows × 8·NG mma columns per block (TC_WARPS = 8 warps); the tile's K is split into 8
 // strided runs of 256-element super-blocks (warp w: w, w + 8, …). The weights reach the warps
@@ -295,10 +292,7 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 // mvtc_prep(x, nc, K, xp, xs): x f32 [nc, K] (column c at x + c·K), 1 ≤ nc ≤ 8, K % 16 == 0.
 //   xp u32 [nc][K/16][4][8]: column c, group G, thread t: words 0,1 = hi pairs (e 4t, 4t+2),
 //      (4t+1, 4t+3) of elements 16G + e; 2,3 = mid pairs; 4,5 = lo pairs; 6,7 = 0.
-//   xs f32 [K/16][8]: S_{c,G} at xs[8G + c] (sequential f32 sum of the 16 elements; 0 for c ≥ nc),
-//      and their bf16 fragments (TC_XSF_OFFSET, common.cuh);
-//   when K % 256 == 0, also the int8 pieces and units of the integer path (TC_XQ_OFFSET /
-//   TC_XU_OFFSET, common.cuh).
+//   xs f32 [K/16][8]: S_{c,G} at xs[8G + c] (sequential f32 sum of the 16 elements; 0 for c ≥ nc).
 // Launch: one thread per (c < 8, G): grid ceil(8·K/16 / 128), block 128.
 extern "C" __global__ void __launch_bounds__(128) mvtc_prep(const float* __restrict__ x, int nc,
                                                           int K, uint32_t* __restrict__ xp,
@@ -306,41 +300,20 @@ extern "C" __global__ void __launch_bounds__(128) mvtc_prep(const float* __restr
     GRIDDEP_ENTRY();
     const int ng = K >> 4;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= 8 * ng) return;  // whole warps (8·ng is a multiple of 128 when K % 256 == 0)
+    if (i >= 8 * ng) return;
     const int c = i / ng, G = i - c * ng;
-    const bool live = c < nc;
-    float v[16];
-#pragma unroll
-    for (int j = 0; j < 16; ++j) v[j] = 0.0f;
-    if (live) {
-        const float4* p = (const float4*)(x + (uint64_t)c * K + 16 * G);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const float4 a = p[j];
-            v[4 * j] = a.x; v[4 * j + 1] = a.y; v[4 * j + 2] = a.z; v[4 * j + 3] = a.w;
-        }
-    }
-    // Block maximum for the int8 pieces: the 16 groups of a 256-element block are 16
-    // consecutive lanes (same c; ng is a multiple of 16 when K % 256 == 0).
-    const bool i8 = (K & 255) == 0;
-    float mx = 0.0f;
-    if (i8) {
-#pragma unroll
-        for (int j = 0; j < 16; ++j) mx = fmaxf(mx, fabsf(v[j]));
-#pragma unroll
-        for (int o = 1; o < 16; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    }
-    if (!live) {
+    if (c >= nc) {
         xs[8 * G + c] = 0.0f;
         return;
     }
-    tc_prep_group(v, c, G, ng, xp, xs);
-    if (i8) {
-        const int E = tc_i8_exp(mx);
+    const float4* p = (const float4*)(x + (uint64_t)c * K + 16 * G);
+    float v[16];
 #pragma unroll
-        for (int t = 0; t < 4; ++t) tc_prep_i8_quad(v + 4 * t, E, c, G, t, ng >> 1, xp);
-        if ((G & 15) == 0) tc_prep_i8_unit(E, c, G >> 4, ng >> 4, xs);
+    for (int j = 0; j < 4; ++j) {
+        const float4 a = p[j];
+        v[4 * j] = a.x; v[4 * j + 1] = a.y; v[4 * j + 2] = a.z; v[4 * j + 3] = a.w;
     }
+    tc_prep_group(v, c, G, ng, xp, xs);
 }
 
 // bf16 pair (128 + v_lo, 128 + v_hi) for 16-bit lanes v < 128, minus `bias` in both lanes
@@ -370,21 +343,6 @@ static __device__ __forceinline__ void tc_mma(float (&d)[4], uint32_t a0, uint32
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-
-// Integer mma m16n8k32 s8 × s8 → s32 (A row g: k 4t..4t+3 in a0, 16 + 4t.. in a2; rows g + 8
-// in a1, a3; B column g: k 4t..4t+3 in b0, 16 + 4t.. in b1; C as tc_mma).
-static __device__ __forceinline__ void tc_imma(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                               uint32_t a3, uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-// 1.5·2^23 as f32 and its bits: an int32 accumulator started at these bits holds, for a sum
-// |P| < 2^22, the f32 1.5·2^23 + P exactly.
-#define TC_I8_BIAS 12582912.0f
-#define TC_I8_BIAS_BITS 0x4B400000
 
 // Tc<F>: OK (has a decoder); SB = bytes of one 256-element super-block of a row; GPS = 16-groups
 // per scale group; HAS_MIN = b ≠ 0; Row = what one thread loads of one row's super-block;
@@ -484,10 +442,9 @@ template <> struct Tc<FmtQ6_K> { enum { OK = 1, SB = 210, GPS = 1, HAS_MIN = 0, 
 };
 
 // §3.4 Q2_K: W = (d·(s & 15))·q − dmin·(s >> 4), q 2 bits; 16-element scale groups.
-// Folded (FOLD = 1), on the integer tensor cores: the 4-bit scale is multiplied into the integer
-// (sc·q ≤ 45, an int8), a super-block is one exact int32 sum P_p = Σ (sc·q)·i_p per activation
-// piece p (the int8 pieces of common.cuh), scaled once by d·u_p; the offsets Σ_G dmin·m_G·S_G
-// are one more (bf16) mma of the 4-bit mins against the exact group sums' bf16 pieces.
+// Folded (FOLD = 1): the 4-bit scale is multiplied into the integer (sc·q ≤ 45, exact in bf16),
+// so a super-block is one mma sum P = Σ (sc·q)·x scaled once by d, and the offsets
+// Σ_G dmin·m_G·S_G are one more mma of the 4-bit mins against the group sums' bf16 pieces.
 // (Only the folded decoders exist: the per-group `pairs`/`scale` path is never taken for it.)
 template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, FOLD = 1 };
     struct Row { uint32_t sc[4]; uint32_t q[4]; uint32_t dd; };
@@ -499,12 +456,13 @@ template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, F
         for (int i = 0; i < 4; ++i) R.q[i] = sm_u32_a4(b + 16 + 32 * (i >> 1) + 16 * (i & 1) + 4 * t);
         R.dd = sm_u32_a4(b + 80);
     }
-    // Integer path: the thread's 4 elements 4t .. 4t+3 of group G as int8 sc_G·q (≤ 45: one
-    // 32-bit multiply of the 4 bytes, no carries).
-    static __device__ __forceinline__ uint32_t i8(const Row& R, int G) {
+    // Folded pairs: (sc_G·q) for the thread's elements of group G.
+    static __device__ __forceinline__ void pairs_fold(const Row& R, int G, uint32_t& p0, uint32_t& p1) {
         const int h = G >> 3, j = (G >> 1) & 3, gh = G & 1;
+        const uint32_t w = R.q[2 * h + gh];
         const uint32_t sc = (R.sc[G >> 2] >> (8 * (G & 3))) & 15u;
-        return ((R.q[2 * h + gh] >> (2 * j)) & 0x03030303u) * sc;
+        p0 = tc_pair_m128(((w >> (2 * j)) & 0x00030003u) * sc + 0x43004300u);
+        p1 = tc_pair_m128(((w >> (2 * j + 8)) & 0x00030003u) * sc + 0x43004300u);
     }
     // The mins as mma A pairs over k = group: m0 = (m_{2t}, m_{2t+1}), m1 = (m_{2t+8}, m_{2t+9}).
     static __device__ __forceinline__ void mins(const Row& R, int t, uint32_t& m0, uint32_t& m1) {
@@ -693,12 +651,11 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     // Packed columns: mma column cc = 8m + n (group m < NG, n < 8) is piece cc % 3 (hi, mid, lo)
     // of input column cc / 3. B-fragment lane (g, t) holds column 8m + g; lanes past the last
     // input read input nc − 1 (valid memory; those columns are never written).
-    uint32_t xo[NG], xq[NG];
+    uint32_t xo[NG];
 #pragma unroll
     for (int m = 0; m < NG; ++m) {
         const int cc = 8 * m + g, j = min(cc / 3, nc - 1);
         xo[m] = ((uint32_t)(j * ng * 4 + t)) * TC_WORDS + 2 * (cc % 3);
-        xq[m] = ((uint32_t)(j * (ng >> 1) * 4 + t)) * TC_WORDS + 2 * (cc % 3);  // int8 pieces
     }
     float acc[NG][4];
 #pragma unroll
@@ -734,27 +691,26 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
             T::load(pa, t, A);
             T::load(pb, t, B);
             if constexpr (T::FOLD) {
-                // Integer path: P = Σ (sc·q)·i over the super-block's 8 32-groups, i the int8
-                // pieces of the activations (common.cuh), exact in int32; the accumulators start
-                // at the bits of 1.5·2^23, so (|P| < 2^22) they read as the f32 1.5·2^23 + P.
-                int P[NG][4];
-#pragma unroll
-                for (int m = 0; m < NG; ++m)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) P[m][i] = TC_I8_BIAS_BITS;
-                constexpr int XK = XB >= 2 ? XB / 2 : 1;
-#pragma unroll
-                for (int hf = 0; hf < 8 / XK; ++hf) {
-                    uint2 xv[XK][NG];
-                    tc_load_x<XK, NG>(xv, xp + TC_XQ_OFFSET, xq, 8 * sb + XK * hf);
-#pragma unroll
-                    for (int u = 0; u < XK; ++u) {
-                        const int G = 2 * (XK * hf + u);
-                        const uint32_t a0 = T::i8(A, G), a2 = T::i8(A, G + 1);
-                        const uint32_t a1 = T::i8(B, G), a3 = T::i8(B, G + 1);
-#pragma unroll
+                float P[2][NG][4];
+    #pragma unroll
+                for (int a = 0; a < 2; ++a)
+    #pragma unroll
+                    for (int m = 0; m < NG; ++m)
+    #pragma unroll
+                        for (int i = 0; i < 4; ++i) P[a][m][i] = 0.0f;
+    #pragma unroll
+                for (int hf = 0; hf < 16 / XB; ++hf) {
+                    uint2 xv[XB][NG];
+                    tc_load_x<XB, NG>(xv, xp, xo, 16 * sb + XB * hf);
+    #pragma unroll
+                    for (int u = 0; u < XB; ++u) {
+                        const int G = XB * hf + u;
+                        uint32_t a0, a1, a2, a3;
+                        T::pairs_fold(A, G, a0, a2);
+                        T::pairs_fold(B, G, a1, a3);
+    #pragma unroll
                         for (int m = 0; m < NG; ++m)
-                            tc_imma(P[m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
+                            tc_mma(P[u & 1][m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
                     }
                 }
                 // Offsets: M = Σ_G m_G · S_G over the super-block's 16 groups (k = group), the
@@ -763,9 +719,9 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 uint32_t a0, a1, a2, a3;
                 T::mins(A, t, a0, a2);
                 T::mins(B, t, a1, a3);
-#pragma unroll
+    #pragma unroll
                 for (int m = 0; m < NG; ++m) {
-#pragma unroll
+    #pragma unroll
                     for (int i = 0; i < 4; ++i) M[m][i] = 0.0f;
                     {
                         const int cc = 8 * m + g, j = min(cc / 3, nc - 1);
@@ -776,49 +732,40 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                     }
                 }
                 const float da = T::d(A), db = T::d(B), ma = -T::dmin(A), mb = -T::dmin(B);
-#pragma unroll
-                for (int m = 0; m < NG; ++m) {
-                    // The units of this lane's two columns (piece cc % 3 of input cc / 3).
-                    float un[2];
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int cc = 8 * m + 2 * t + h, j = min(cc / 3, nc - 1);
-                        un[h] = __ldg(xs + TC_XU_OFFSET + ((uint64_t)j * nsb + sb) * 4 + cc % 3);
-                    }
-#pragma unroll
+    #pragma unroll
+                for (int m = 0; m < NG; ++m)
+    #pragma unroll
                     for (int i = 0; i < 4; ++i) {
                         const float dd = i < 2 ? da : db, mm = i < 2 ? ma : mb;
-                        const float pf = __int_as_float(P[m][i]) - TC_I8_BIAS;
-                        acc[m][i] = fmaf(dd * un[i & 1], pf, acc[m][i]);
+                        acc[m][i] = fmaf(dd, P[0][m][i] + P[1][m][i], acc[m][i]);
                         acc[m][i] = fmaf(mm, M[m][i], acc[m][i]);
                     }
-                }
             } else {
-#pragma unroll
+    #pragma unroll
                 for (int hf = 0; hf < 16 / XB; ++hf) {
                     uint2 xv[XB][NG];
                     tc_load_x<XB, NG>(xv, xp, xo, 16 * sb + XB * hf);
-#pragma unroll
+    #pragma unroll
                     for (int s = XB * hf / T::GPS; s < XB * (hf + 1) / T::GPS; ++s) {
                         float part[NG][4];
-#pragma unroll
+    #pragma unroll
                         for (int m = 0; m < NG; ++m)
-#pragma unroll
+    #pragma unroll
                             for (int i = 0; i < 4; ++i) part[m][i] = 0.0f;
-#pragma unroll
+    #pragma unroll
                         for (int u = 0; u < T::GPS; ++u) {
                             const int G = s * T::GPS + u, ul = G - XB * hf;
                             uint32_t a0, a1, a2, a3;
                             T::pairs(A, G, a0, a2);
                             T::pairs(B, G, a1, a3);
-#pragma unroll
+    #pragma unroll
                             for (int m = 0; m < NG; ++m)
                                 tc_mma(part[m], a0, a1, a2, a3, xv[ul][m].x, xv[ul][m].y);
                         }
                         float sa, ma, sbb, mb;
                         T::scale(A, s, sa, ma);
                         T::scale(B, s, sbb, mb);
-#pragma unroll
+    #pragma unroll
                         for (int m = 0; m < NG; ++m) {
                             acc[m][0] = fmaf(sa, part[m][0], acc[m][0]);
                             acc[m][1] = fmaf(sa, part[m][1], acc[m][1]);
@@ -827,13 +774,13 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                         }
                         if (T::HAS_MIN) {
                             // b · S_{j,G} once per input column j: on its hi-piece column only.
-#pragma unroll
+    #pragma unroll
                             for (int m = 0; m < NG; ++m)
-#pragma unroll
+    #pragma unroll
                                 for (int h = 0; h < 2; ++h) {
                                     const int cc = 8 * m + 2 * t + h;
                                     if (cc % 3 == 0 && cc / 3 < nc) {
-#pragma unroll
+    #pragma unroll
                                         for (int u = 0; u < T::GPS; ++u) {
                                             const float Sg = __ldg(xs + 8 * (16 * sb + s * T::GPS + u) + cc / 3);
                                             acc[m][h] = fmaf(ma, Sg, acc[m][h]);

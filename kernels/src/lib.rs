@@ -84,9 +84,7 @@ pub fn matvec_rows_per_block(fmt: &str, nc: usize) -> u32 {
 }
 
 /// Formats with a tensor-core matvec `mvtc_<fmt>_<NG>` (`matvec.cu`: weights decoded to exact bf16
-/// integers, activations split exactly into three bf16 pieces, `mma.sync` bf16 → f32; Q2_K on
-/// the integer tensor cores, int8 activation pieces of one unit per 256 elements, exact int32
-/// sums).
+/// integers, activations split exactly into three bf16 pieces, `mma.sync` bf16 → f32).
 pub const TC_FORMATS: [&str; 6] = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_0"];
 /// Word offset of the folded formats' group-sum fragments inside the `mvtc` sums buffer
 /// (`TC_XSF_OFFSET` in `common.cuh`; equals `TC_MAX_K / 16 · 8` of the runtime's scratch).
@@ -97,17 +95,9 @@ pub const TC_SUPER_BLOCK: usize = 256;
 pub const TC_ROWS: u32 = 16;
 /// Threads of one `mvtc_<fmt>_<NG>` thread block (`32 · TC_WARPS` in `matvec.cu`).
 pub const TC_THREADS: u32 = 256;
-/// `u32` words of the `mvtc_prep` activation buffer per column and input element: 2 for the bf16
-/// pieces (`8 · 4 · 8` words per 16 elements) and, from [`TC_XQ_OFFSET`] on, 1 for the int8
-/// pieces of the integer path (`4 · 8` words per 32 elements).
-pub const TC_PREP_WORDS_PER_ELEMENT: usize = 3;
-/// Word offset of the int8 activation pieces inside the `mvtc` activation buffer
-/// (`TC_XQ_OFFSET` in `common.cuh`; `8 · TC_MAX_K · 2` of the runtime's scratch).
-pub const TC_XQ_OFFSET: usize = 1 << 20;
-/// Word offset of the int8 pieces' units inside the `mvtc` sums buffer (`TC_XU_OFFSET` in
-/// `common.cuh`: after the `TC_MAX_K / 16 · 8` sums and their `8 · TC_MAX_K / 256 · 32` bf16
-/// fragments); `8 · TC_MAX_K / 256 · 4` f32 follow.
-pub const TC_XU_OFFSET: usize = 98_304;
+/// `u32` words of the `mvtc_prep` activation buffer per column and input element (`8 · 4 · 8`
+/// words per 16 elements = 2 per element); the sums buffer holds `K / 16 · 8` f32.
+pub const TC_PREP_WORDS_PER_ELEMENT: usize = 2;
 
 /// Whether the tensor-core matvec serves format `fmt` with row length `k` on a device of compute
 /// capability `cc` (needs `mma.sync` bf16 and `fma.rn.bf16x2`: sm_80 or newer).
@@ -649,13 +639,8 @@ mod tests {
     #[test]
     fn xsf_offset_matches_the_cuda_define() {
         // The Rust constant and the CUDA #define are written separately; they must agree.
-        for line in [
-            format!("#define TC_XSF_OFFSET {}", super::TC_XSF_OFFSET),
-            format!("#define TC_XQ_OFFSET {}", super::TC_XQ_OFFSET),
-            format!("#define TC_XU_OFFSET {}", super::TC_XU_OFFSET),
-        ] {
-            assert!(super::COMMON.contains(&line), "common.cuh lacks {line:?}");
-        }
+        let line = format!("#define TC_XSF_OFFSET {}", super::TC_XSF_OFFSET);
+        assert!(super::COMMON.contains(&line), "common.cuh lacks {line:?}");
     }
 
     #[test]

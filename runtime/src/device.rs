@@ -30,12 +30,10 @@ pub struct Gpu {
     pub total_mem: usize,
     /// Scratch of the tensor-core matvec (`mvtc_prep` output, see `matvec.cu`), shared by every
     /// forward on [`Gpu::stream`] (in-order, so one at a time): split activations of up to 8
-    /// columns of [`TC_MAX_K`] elements as bf16 pieces, then (`kernels::TC_XQ_OFFSET`) as int8
-    /// pieces for the integer path.
+    /// columns of [`TC_MAX_K`] elements, and their 16-element sums.
     pub(crate) tc_xp: CudaSlice<u32>,
     /// 16-element sums `[TC_MAX_K / 16, 8]` of the same columns, followed by their bf16
-    /// fragments for the folded formats' offset mma (`common.cuh`, `TC_XSF_OFFSET`) and the int8
-    /// pieces' units (`TC_XU_OFFSET`).
+    /// fragments for the folded formats' offset mma (`common.cuh`, `TC_XSF_OFFSET`).
     pub(crate) tc_xs: CudaSlice<f32>,
     /// Kernel profile being recorded ([`Gpu::profile_start`]): per launch of the forward, the
     /// kernel name and an event recorded right after it. `None` when not profiling.
@@ -46,8 +44,6 @@ pub struct Gpu {
 /// CUDA-core matvec.
 pub const TC_MAX_K: usize = 1 << 16;
 const _: () = assert!(TC_MAX_K / 16 * 8 == kernels::TC_XSF_OFFSET);
-const _: () = assert!(kernels::TC_XSF_OFFSET + 8 * (TC_MAX_K / 256) * 32 == kernels::TC_XU_OFFSET);
-const _: () = assert!(8 * TC_MAX_K * 2 == kernels::TC_XQ_OFFSET);
 
 /// Why no GPU can be used here, or `None` when `libcuda` and `libnvrtc` open and a device
 /// context can be created. Never panics.
@@ -95,10 +91,9 @@ impl Gpu {
             .alloc_zeros::<u32>(8 * TC_MAX_K * kernels::TC_PREP_WORDS_PER_ELEMENT)
             .map_err(drv("alloc mvtc scratch"))?;
         // Group sums [TC_MAX_K / 16][8], then (from TC_XSF_OFFSET = TC_MAX_K / 16 · 8 words, see
-        // common.cuh) their bf16 fragments [8][TC_MAX_K / 256][4][8] for folded formats, then
-        // (from TC_XU_OFFSET) the int8 pieces' units [8][TC_MAX_K / 256][4].
+        // common.cuh) their bf16 fragments [8][TC_MAX_K / 256][4][8] for folded formats.
         let tc_xs = stream
-            .alloc_zeros::<f32>(kernels::TC_XU_OFFSET + 8 * (TC_MAX_K / 256) * 4)
+            .alloc_zeros::<f32>(TC_MAX_K / 16 * 8 + 8 * (TC_MAX_K / 256) * 32)
             .map_err(drv("alloc mvtc scratch"))?;
         Ok(Gpu {
             prof: std::sync::Mutex::new(None),
