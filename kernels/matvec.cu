@@ -283,6 +283,9 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 // rows g and g + 8 and, per 16-group, the elements e = 4t .. 4t+3 (mma k-slots 2t ↔ e=4t,
 // 2t+1 ↔ 4t+2, 2t+8 ↔ 4t+1, 2t+9 ↔ 4t+3), so a 32-bit word of 4 consecutive bytes gives the
 // thread's two bf16 pairs with one mask each.
+// W and W2 must start on a 16-byte boundary (the stages copy aligned chunks and take each
+// row's offset mod 16 from the matrix start; host: runtime allocations are 256-aligned, and
+// Gpu::matvec_tc checks views).
 // Launch: block (256,1,1), grid (ceil(rows / 16) [+ ceil(rows2 / 16)], 1, 1), after mvtc_prep of
 // the same x.
 // =============================================================================================

@@ -6,7 +6,7 @@
 //! (RoPE), §5 (GeGLU), §9 (soft-capping).
 #![allow(unsafe_code)]
 
-use cudarc::driver::{CudaFunction, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaView, CudaViewMut, DevicePtr, LaunchConfig, PushKernelArg};
 use kernels::{matvec_rows_per_block, Family, FORMATS, MATVEC_MAX_COLS, MATVEC_THREADS};
 use reference::quant::GgmlType;
 
@@ -289,6 +289,15 @@ impl Gpu {
             ));
         }
         check_matvec_shapes(&what, rows, k, rb, ncols, w.len(), x.len(), y.len())?;
+        // The staged kernel copies aligned 16-byte chunks and takes row offsets mod 16 from the
+        // matrix start, so the matrix must start on a 16-byte boundary.
+        let (wp, _sync) = w.device_ptr(&self.stream);
+        if wp % 16 != 0 {
+            return Err(shape(
+                &what,
+                format!("weights at {wp:#x} are not 16-byte aligned"),
+            ));
+        }
         let (nc_i, k_i, rows_i, rb_u) = (ncols as i32, k as i32, rows as i32, rb as u64);
         let (null, zero) = (0u64, 0i32);
         let prep = self.func(Family::Matvec, "mvtc_prep")?;
