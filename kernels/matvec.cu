@@ -695,23 +695,23 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
             T::load(pb, t, B);
             if constexpr (T::FOLD) {
                 float P[2][NG][4];
-    #pragma unroll
+#pragma unroll
                 for (int a = 0; a < 2; ++a)
-    #pragma unroll
+#pragma unroll
                     for (int m = 0; m < NG; ++m)
-    #pragma unroll
+#pragma unroll
                         for (int i = 0; i < 4; ++i) P[a][m][i] = 0.0f;
-    #pragma unroll
+#pragma unroll
                 for (int hf = 0; hf < 16 / XB; ++hf) {
                     uint2 xv[XB][NG];
                     tc_load_x<XB, NG>(xv, xp, xo, 16 * sb + XB * hf);
-    #pragma unroll
+#pragma unroll
                     for (int u = 0; u < XB; ++u) {
                         const int G = XB * hf + u;
                         uint32_t a0, a1, a2, a3;
                         T::pairs_fold(A, G, a0, a2);
                         T::pairs_fold(B, G, a1, a3);
-    #pragma unroll
+#pragma unroll
                         for (int m = 0; m < NG; ++m)
                             tc_mma(P[u & 1][m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
                     }
@@ -722,9 +722,9 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 uint32_t a0, a1, a2, a3;
                 T::mins(A, t, a0, a2);
                 T::mins(B, t, a1, a3);
-    #pragma unroll
+#pragma unroll
                 for (int m = 0; m < NG; ++m) {
-    #pragma unroll
+#pragma unroll
                     for (int i = 0; i < 4; ++i) M[m][i] = 0.0f;
                     {
                         const int cc = 8 * m + g, j = min(cc / 3, nc - 1);
@@ -735,40 +735,40 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                     }
                 }
                 const float da = T::d(A), db = T::d(B), ma = -T::dmin(A), mb = -T::dmin(B);
-    #pragma unroll
+#pragma unroll
                 for (int m = 0; m < NG; ++m)
-    #pragma unroll
+#pragma unroll
                     for (int i = 0; i < 4; ++i) {
                         const float dd = i < 2 ? da : db, mm = i < 2 ? ma : mb;
                         acc[m][i] = fmaf(dd, P[0][m][i] + P[1][m][i], acc[m][i]);
                         acc[m][i] = fmaf(mm, M[m][i], acc[m][i]);
                     }
             } else {
-    #pragma unroll
+#pragma unroll
                 for (int hf = 0; hf < 16 / XB; ++hf) {
                     uint2 xv[XB][NG];
                     tc_load_x<XB, NG>(xv, xp, xo, 16 * sb + XB * hf);
-    #pragma unroll
+#pragma unroll
                     for (int s = XB * hf / T::GPS; s < XB * (hf + 1) / T::GPS; ++s) {
                         float part[NG][4];
-    #pragma unroll
+#pragma unroll
                         for (int m = 0; m < NG; ++m)
-    #pragma unroll
+#pragma unroll
                             for (int i = 0; i < 4; ++i) part[m][i] = 0.0f;
-    #pragma unroll
+#pragma unroll
                         for (int u = 0; u < T::GPS; ++u) {
                             const int G = s * T::GPS + u, ul = G - XB * hf;
                             uint32_t a0, a1, a2, a3;
                             T::pairs(A, G, a0, a2);
                             T::pairs(B, G, a1, a3);
-    #pragma unroll
+#pragma unroll
                             for (int m = 0; m < NG; ++m)
                                 tc_mma(part[m], a0, a1, a2, a3, xv[ul][m].x, xv[ul][m].y);
                         }
                         float sa, ma, sbb, mb;
                         T::scale(A, s, sa, ma);
                         T::scale(B, s, sbb, mb);
-    #pragma unroll
+#pragma unroll
                         for (int m = 0; m < NG; ++m) {
                             acc[m][0] = fmaf(sa, part[m][0], acc[m][0]);
                             acc[m][1] = fmaf(sa, part[m][1], acc[m][1]);
@@ -777,13 +777,13 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                         }
                         if (T::HAS_MIN) {
                             // b · S_{j,G} once per input column j: on its hi-piece column only.
-    #pragma unroll
+#pragma unroll
                             for (int m = 0; m < NG; ++m)
-    #pragma unroll
+#pragma unroll
                                 for (int h = 0; h < 2; ++h) {
                                     const int cc = 8 * m + 2 * t + h;
                                     if (cc % 3 == 0 && cc / 3 < nc) {
-    #pragma unroll
+#pragma unroll
                                         for (int u = 0; u < T::GPS; ++u) {
                                             const float Sg = __ldg(xs + 8 * (16 * sb + s * T::GPS + u) + cc / 3);
                                             acc[m][h] = fmaf(ma, Sg, acc[m][h]);

@@ -1108,7 +1108,8 @@ impl Forward<'_> {
         Ok((prep_rows > 0).then_some(n))
     }
 
-    /// `x[0 .. n] *= s` (`scale_f32`, §8 step 8 `layer_scalar`); nothing when `s == 1`.
+    /// `x[0 .. n] *= s` (`scale_f32`: §8 step 8 `layer_scalar`, §7 PLE projection scale);
+    /// nothing when `s == 1`.
     fn scale(&self, x: u64, n: usize, s: f32) -> Result<(), RuntimeError> {
         if s == 1.0 {
             return Ok(());
@@ -1409,17 +1410,7 @@ impl Forward<'_> {
             self.embed(&pl.token_embd, idsp, t, ptok, (pp as f32).sqrt())?;
             self.mv(&pl.model_proj, x, t, ple)?;
             let n = t * lp;
-            self.call(
-                "scale_f32",
-                n1d(n),
-                256,
-                0,
-                &[
-                    Arg::P(ple),
-                    Arg::U(n as u64),
-                    Arg::F((hh as f64).powf(-0.5) as f32),
-                ],
-            )?;
+            self.scale(ple, n, (hh as f64).powf(-0.5) as f32)?;
             self.rmsnorm(ple, Some(ptr(gpu, &pl.proj_norm)), ple, t * c.n_layer, pp)?;
             self.call(
                 "add_scale_f32",

@@ -114,6 +114,29 @@ impl CudaEngine {
         }
     }
 
+    /// Runs `rows` (one sequence, logits on the last) and returns the pick of the last row as a
+    /// step of `kind` (the prefill, or a plain decode step when no draft fits), its logits kept
+    /// when `keep`. `at` is the step index the pick reports errors at.
+    ///
+    /// Errors: forward errors; [`RuntimeError::NonFinite`] at `at` when no step came back.
+    pub(super) fn plain_step(
+        &mut self,
+        rows: &[Row],
+        top_k: usize,
+        at: usize,
+        keep: bool,
+        kind: SpecKind,
+    ) -> Result<SpecStep, RuntimeError> {
+        let (mut sts, mut lgs) = self.steps_keep(rows, top_k, at, keep)?;
+        let st = sts.pop().ok_or(RuntimeError::NonFinite { row: at })?;
+        Ok(SpecStep {
+            token: st.token,
+            top_k: st.top_k,
+            kind,
+            logits: lgs.pop().flatten(),
+        })
+    }
+
     /// Checks that `slot` holds exactly the `p` committed positions a round at position `p`
     /// starts from (§4.1: rows `< p`; a verify forward then writes `p …`).
     ///
@@ -245,16 +268,10 @@ impl CudaEngine {
         let h = self.model.config.n_embd;
         self.reset_slot(0);
         let rows = Row::prompt(0, &req.prompt);
-        let (mut sts, mut lgs) = self.steps_keep(&rows, top_k, 0, keep_logits)?;
-        let st = sts.pop().ok_or(RuntimeError::NonFinite { row: 0 })?;
+        let st = self.plain_step(&rows, top_k, 0, keep_logits, SpecKind::Prefill)?;
         let mut committed = req.prompt.clone();
         committed.push(st.token);
-        run.steps.push(SpecStep {
-            token: st.token,
-            top_k: st.top_k,
-            kind: SpecKind::Prefill,
-            logits: lgs.pop().flatten(),
-        });
+        run.steps.push(st);
         // Row of the workspace's hidden states that holds the carried `h`.
         let mut hidden_row = 0usize;
         let done = |steps: &[SpecStep]| {
@@ -267,25 +284,20 @@ impl CudaEngine {
             let k_r = k.min(remaining - 1);
             let t_p = committed[p];
             if k_r == 0 {
-                let at = run.steps.len();
-                let (mut sts, mut lgs) = self.steps_keep(
-                    &[Row {
-                        slot: 0,
-                        token: t_p,
-                        logits: true,
-                    }],
+                let row = Row {
+                    slot: 0,
+                    token: t_p,
+                    logits: true,
+                };
+                let st = self.plain_step(
+                    &[row],
                     top_k,
-                    at,
+                    run.steps.len(),
                     keep_logits,
+                    SpecKind::Decode,
                 )?;
-                let st = sts.pop().ok_or(RuntimeError::NonFinite { row: at })?;
                 committed.push(st.token);
-                run.steps.push(SpecStep {
-                    token: st.token,
-                    top_k: st.top_k,
-                    kind: SpecKind::Decode,
-                    logits: lgs.pop().flatten(),
-                });
+                run.steps.push(st);
                 run.plain_steps += 1;
                 hidden_row = 0;
                 continue;

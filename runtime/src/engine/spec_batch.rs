@@ -90,9 +90,8 @@ impl CudaEngine {
                 }
                 free.pop();
                 self.reset_slot(slot);
-                let (mut sts, mut lgs) =
-                    self.steps_keep(&Row::prompt(slot, &req.prompt), top_k, 0, keep_logits)?;
-                let st = sts.pop().ok_or(RuntimeError::NonFinite { row: 0 })?;
+                let rows = Row::prompt(slot, &req.prompt);
+                let st = self.plain_step(&rows, top_k, 0, keep_logits, SpecKind::Prefill)?;
                 self.ws
                     .copy_hidden_row(&self.gpu, 0, h, &mut carried, slot)?;
                 let mut a = Active {
@@ -102,12 +101,7 @@ impl CudaEngine {
                     run: empty(),
                 };
                 a.committed.push(st.token);
-                a.run.steps.push(SpecStep {
-                    token: st.token,
-                    top_k: st.top_k,
-                    kind: SpecKind::Prefill,
-                    logits: lgs.pop().flatten(),
-                });
+                a.run.steps.push(st);
                 if done(&a, req) {
                     self.reset_slot(slot);
                     free.push(slot);
