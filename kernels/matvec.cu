@@ -330,11 +330,38 @@ static __device__ __forceinline__ uint32_t tc_pair(uint32_t v) {
     return r;
 }
 
-// tc_pair for a value that already carries the 0x43004300 exponent bits.
-static __device__ __forceinline__ uint32_t tc_pair_m128(uint32_t vm) {
-    const uint32_t one = 0x3F803F80u, neg = 0xC300C300u;
+// tc_pair for a value that already carries the 0x43004300 exponent bits (bias 128 + OFF).
+template <int BIAS>
+static __device__ __forceinline__ uint32_t tc_pair_m(uint32_t vm) {
+    constexpr uint32_t nb = 0xC300u | (uint32_t)(BIAS - 128);
+    const uint32_t one = 0x3F803F80u, neg = nb | (nb << 16);
     uint32_t r;
     asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(vm), "r"(one), "r"(neg));
+    return r;
+}
+static __device__ __forceinline__ uint32_t tc_pair_m128(uint32_t vm) { return tc_pair_m<128>(vm); }
+static __device__ __forceinline__ uint32_t tc_pair_m132(uint32_t vm) { return tc_pair_m<132>(vm); }
+static __device__ __forceinline__ uint32_t tc_pair_m160(uint32_t vm) { return tc_pair_m<160>(vm); }
+
+// Three-input logic op with both masks in registers (one LOP3; C++ `(a & b) | c` with two
+// immediates compiles to two). LUT 0xEA = (a & b) | c, 0xE4 = (a & c) | (b & ~c).
+template <int LUT>
+static __device__ __forceinline__ uint32_t lop3(uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, %4;" : "=r"(r) : "r"(a), "r"(b), "r"(c), "n"(LUT));
+    return r;
+}
+// Bytes of (a, b) picked by selector `sel` (PRMT).
+static __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+    uint32_t r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+    return r;
+}
+
+// a·b of two bf16 pairs whose products are exact (fma with −0, so an exact zero stays +0).
+static __device__ __forceinline__ uint32_t tc_mul(uint32_t a, uint32_t b) {
+    uint32_t r;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u));
     return r;
 }
 
@@ -459,18 +486,23 @@ template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, F
         for (int i = 0; i < 4; ++i) R.q[i] = sm_u32_a4(b + 16 + 32 * (i >> 1) + 16 * (i & 1) + 4 * t);
         R.dd = sm_u32_a4(b + 80);
     }
-    // Folded pairs: (sc_G·q) for the thread's elements of group G.
-    static __device__ __forceinline__ void pairs_fold(const Row& R, int G, uint32_t& p0, uint32_t& p1) {
+    // Scale bytes 4k … 4k + 3 with the mins masked off (byte i = sc of group 4k + i).
+    // Folded pairs: (sc_G·q) for the thread's elements of group G (sc_G = byte G & 3 of
+    // s4 = scale4(R, G >> 2), picked by one PRMT; the integer product's lanes stay below 2⁷, so adding the
+    // exponent bits 0x4300 gives 128 + sc·q in each bf16 lane).
+    static __device__ __forceinline__ uint32_t scale4(const Row& R, int k) { return R.sc[k] & 0x0F0F0F0Fu; }
+    static __device__ __forceinline__ void pairs_fold(const Row& R, int G, uint32_t s4, uint32_t& p0, uint32_t& p1) {
         const int h = G >> 3, j = (G >> 1) & 3, gh = G & 1;
         const uint32_t w = R.q[2 * h + gh];
-        const uint32_t sc = (R.sc[G >> 2] >> (8 * (G & 3))) & 15u;
+        const uint32_t sc = prmt(s4, 0u, 0x4440u | (uint32_t)(G & 3));
         p0 = tc_pair_m128(((w >> (2 * j)) & 0x00030003u) * sc + 0x43004300u);
         p1 = tc_pair_m128(((w >> (2 * j + 8)) & 0x00030003u) * sc + 0x43004300u);
     }
     // The mins as mma A pairs over k = group: m0 = (m_{2t}, m_{2t+1}), m1 = (m_{2t+8}, m_{2t+9}).
+    // (Selects, not R.sc[t >> 1]: a lane-dependent index would put the row in local memory.)
     static __device__ __forceinline__ void mins(const Row& R, int t, uint32_t& m0, uint32_t& m1) {
-        const uint32_t lo = R.sc[t >> 1] >> (16 * (t & 1));
-        const uint32_t hi = R.sc[2 + (t >> 1)] >> (16 * (t & 1));
+        const uint32_t lo = ((t & 2) ? R.sc[1] : R.sc[0]) >> (16 * (t & 1));
+        const uint32_t hi = ((t & 2) ? R.sc[3] : R.sc[2]) >> (16 * (t & 1));
         m0 = tc_pair_m128((((lo >> 4) & 15u) | (((lo >> 12) & 15u) << 16)) | 0x43004300u);
         m1 = tc_pair_m128((((hi >> 4) & 15u) | (((hi >> 12) & 15u) << 16)) | 0x43004300u);
     }
@@ -479,8 +511,10 @@ template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, F
 };
 
 // §3.4 Q3_K: W = (d·S_G)·(low2 + 4·hbit − 4); 16-element scale groups.
-template <> struct Tc<FmtQ3_K> { enum { OK = 1, SB = 110, GPS = 1, HAS_MIN = 0, FOLD = 0 };
-    struct Row { uint32_t hm[2]; uint32_t q[4]; uint32_t sc[3]; float d; };
+// Folded (FOLD = 1): S_G ∈ [−32, 31] times q ∈ [−4, 3] is an integer of magnitude ≤ 128, exact
+// in bf16, so a super-block is one mma sum P = Σ (S·q)·x scaled once by d (no offsets).
+template <> struct Tc<FmtQ3_K> { enum { OK = 1, SB = 110, GPS = 1, HAS_MIN = 0, FOLD = 1 };
+    struct Row { uint32_t hm[2]; uint32_t q[4]; uint32_t sc[3]; uint32_t dd; };
     static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
         R.hm[0] = sm_u32_a2(b + 4 * t);
         R.hm[1] = sm_u32_a2(b + 16 + 4 * t);
@@ -488,21 +522,32 @@ template <> struct Tc<FmtQ3_K> { enum { OK = 1, SB = 110, GPS = 1, HAS_MIN = 0, 
         for (int i = 0; i < 4; ++i) R.q[i] = sm_u32_a2(b + 32 + 32 * (i >> 1) + 16 * (i & 1) + 4 * t);
 #pragma unroll
         for (int i = 0; i < 3; ++i) R.sc[i] = sm_u32_a2(b + 96 + 4 * i);
-        R.d = f16_to_f32(sm_u16(b + 108));
+        R.dd = sm_u16(b + 108);
     }
-    static __device__ __forceinline__ void pairs(const Row& R, int G, uint32_t& p0, uint32_t& p1) {
+    // The 6-bit scale bytes S_G + 32 of groups 4k … 4k + 3 (byte i = group 4k + i): low
+    // nibbles from scale bytes 0–7 (groups ≥ 8: high nibbles), bits 4–5 from bytes 8–11.
+    static __device__ __forceinline__ uint32_t scale4(const Row& R, int k) {
+        const uint32_t lo = (k & 2) ? (R.sc[k & 1] >> 4) : R.sc[k & 1];
+        const uint32_t hi = k == 0 ? (R.sc[2] << 4) : k == 1 ? (R.sc[2] << 2) : k == 2 ? R.sc[2] : (R.sc[2] >> 2);
+        return lop3<0xE4>(lo, hi, 0x0F0F0F0Fu) & 0x3F3F3F3Fu;
+    }
+    // Folded pairs: (S_G·q) for the thread's elements of group G: the exact bf16 pair of q
+    // (tc_pair) times the pair (S_G, S_G) (one bf16 fma with −0: the product is exact).
+    // `s4` = scale4(R, G >> 2).
+    static __device__ __forceinline__ void pairs_fold(const Row& R, int G, uint32_t s4, uint32_t& p0, uint32_t& p1) {
         const int sb = G >> 1, h = sb >> 2, j = sb & 3, gh = G & 1;
         const uint32_t w = R.q[2 * h + gh], m = R.hm[gh];
         const int hs = 4 * h + j;
-        p0 = tc_pair<132>(((w >> (2 * j)) & 0x00030003u) | (((m >> hs) & 0x00010001u) << 2));
-        p1 = tc_pair<132>(((w >> (2 * j + 8)) & 0x00030003u) | (((m >> (hs + 8)) & 0x00010001u) << 2));
+        // (S_G + 32) in the low byte of both 16-bit lanes under the exponent byte 0x43, minus 160.
+        const uint32_t s = tc_pair_m160(prmt(s4, 0x43u, 0x4040u | (uint32_t)(G & 3) | ((uint32_t)(G & 3) << 8)));
+        // Per byte: bits 0–1 = low2 (qs >> 2j), bit 2 = hbit (hmask bit hs moved to bit 2),
+        // higher bits garbage; the pairs take bytes 0, 2 (p0) and 1, 3 (p1), 3 bits each.
+        const uint32_t hb = hs >= 2 ? (m >> (hs - 2)) : (m << (2 - hs));
+        const uint32_t X = lop3<0xE4>(w >> (2 * j), hb, 0x03030303u);
+        p0 = tc_mul(tc_pair_m132(lop3<0xEA>(X, 0x00070007u, 0x43004300u)), s);
+        p1 = tc_mul(tc_pair_m132(lop3<0xEA>(X >> 8, 0x00070007u, 0x43004300u)), s);
     }
-    static __device__ __forceinline__ void scale(const Row& R, int G, float& a, float& b) {
-        const uint32_t lowb = (G < 8) ? (R.sc[G >> 2] >> (8 * (G & 3))) : (R.sc[(G - 8) >> 2] >> (8 * ((G - 8) & 3) + 4));
-        const uint32_t hib = R.sc[2] >> (8 * (G & 3) + 2 * (G >> 2));
-        a = R.d * U2F_OFF((lowb & 15u) | ((hib & 3u) << 4), 32);
-        b = 0.0f;
-    }
+    static __device__ __forceinline__ float d(const Row& R) { return f16_to_f32(R.dd); }
 };
 
 // §3.3 Q4_0: W = d·(nib − 8); a 256-element super-block is 8 blocks of 18 bytes; block i =
@@ -584,16 +629,15 @@ template <typename F> struct TcStage {
     };
 };
 
-// The activation fragments of XB consecutive 16-groups from group G0 on: for each group and
-// column group m, this lane's uint2 at word offset xo[m] (32 words per group of a column).
+// The activation fragments of XB consecutive 16-groups from group G0 of the current super-block
+// on: for each group and column group m, this lane's uint2 at xq[m] + 16·G (xq[m] = the lane's
+// fragment of the super-block's group 0; 32 words per group of a column), immediate offsets.
 template <int XB, int NG>
-static __device__ __forceinline__ void tc_load_x(uint2 (&xv)[XB][NG], const uint32_t* __restrict__ xp,
-                                                 const uint32_t (&xo)[NG], int G0) {
+static __device__ __forceinline__ void tc_load_x(uint2 (&xv)[XB][NG], const uint2* const (&xq)[NG], int G0) {
 #pragma unroll
     for (int u = 0; u < XB; ++u)
 #pragma unroll
-        for (int m = 0; m < NG; ++m)
-            xv[u][m] = __ldg((const uint2*)(xp + xo[m] + (uint64_t)(G0 + u) * 32));
+        for (int m = 0; m < NG; ++m) xv[u][m] = __ldg(xq[m] + 16 * (G0 + u));
 }
 
 // 16 bytes global → shared (asynchronous; 16-byte aligned both sides).
@@ -605,29 +649,48 @@ static __device__ __forceinline__ void tc_cp_commit() { asm volatile("cp.async.c
 template <int N>
 static __device__ __forceinline__ void tc_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 
-// Queues stage j (super-blocks 8j … 8j + 7 of rows row0 … row0 + 15, rows past the end
-// clamped to the last one) into buffer `sm`; bytes past the matrix end are not read.
-template <typename F>
-static __device__ __forceinline__ void tc_stage(uint4* __restrict__ sm, const uint8_t* __restrict__ W,
-                                                int rows, uint64_t row_bytes, int row0, int j) {
-    typedef TcStage<F> St;
-    const uint8_t* wend = W + (uint64_t)rows * row_bytes;
-    for (int c = threadIdx.x; c < 16 * St::CPR; c += 32 * TC_WARPS) {
-        const int r = c / St::CPR, col = c - r * St::CPR;
-        const uint8_t* rs = W + (uint64_t)min(row0 + r, rows - 1) * row_bytes +
-                            (uint64_t)j * TC_WARPS * Tc<F>::SB;
-        const uint8_t* a = (const uint8_t*)((unsigned long long)rs & ~15ull) + 16 * col;
-        const int n = a < wend ? (int)min((uint64_t)16, (uint64_t)(wend - a)) : 0;
-        if (n == 16) {
-            tc_cp16(&sm[c], a, 16);
-        } else {
-            // The matrix's last partial chunk (or none): byte loads, so nothing past the end
-            // is touched; zeros after it.
-            uint8_t* d = (uint8_t*)&sm[c];
-            for (int i = 0; i < 16; ++i) d[i] = i < n ? a[i] : (uint8_t)0;
+// The stage copy plan of one thread: row r = threadIdx.x / 16 of the tile and, of that row's
+// CPR aligned chunks, cols l, l + 16, … (l = threadIdx.x mod 16), so one base offset and
+// immediate steps address them all. Offsets are bytes from W, 32-bit (the matrix must be
+// < 4 GiB: kernels::TC_MAX_MATRIX_BYTES, checked by Gpu::matvec_tc and Forward). Stage j reads 8j·SB bytes further on in every row;
+// 8·SB is a multiple of 16 for every format (SB even), so a chunk keeps its alignment.
+template <typename F> struct TcPlan {
+    static_assert(32 * TC_WARPS == 256, "the plan maps 16 threads to each of the 16 rows");
+    enum { NCH = (TcStage<F>::CPR + 15) / 16, STRIDE = TC_WARPS * Tc<F>::SB };
+    static_assert(STRIDE % 16 == 0, "a stage must advance by whole 16-byte chunks");
+    uint32_t base;  // offset of chunk col l of the thread's row in stage 0
+    uint32_t last;  // the last offset at which a whole 16-byte chunk lies inside the matrix
+    __device__ __forceinline__ void init(int rows, uint64_t row_bytes, int row0) {
+        const int r = threadIdx.x >> 4, l = threadIdx.x & 15;
+        last = (uint32_t)((uint64_t)rows * row_bytes - 16);
+        base = (uint32_t)((((uint64_t)min(row0 + r, rows - 1) * row_bytes) & ~15ull) + 16 * l);
+    }
+    // Queues stage j (super-blocks 8j … 8j + 7 of rows row0 … row0 + 15, rows past the end
+    // clamped to the last one) into buffer `sm`; bytes past the matrix end are not read.
+    __device__ __forceinline__ void stage(uint4* __restrict__ sm, const uint8_t* __restrict__ W, int j) const {
+        const int r = threadIdx.x >> 4, l = threadIdx.x & 15;
+        const uint32_t o0 = base + (uint32_t)j * STRIDE;
+        uint4* d = sm + r * TcStage<F>::CPR + l;
+#pragma unroll
+        for (int i = 0; i < NCH; ++i) {
+            if (16 * i + 15 < TcStage<F>::CPR || 16 * i + l < TcStage<F>::CPR) {
+                const uint32_t o = o0 + 256 * i;
+                if (o <= last)
+                    tc_cp16(d + 16 * i, W + o, 16);
+                else
+                    tail(d + 16 * i, W, o);
+            }
         }
     }
-}
+    // The matrix's last partial chunk (or none): byte loads, so nothing past the end is
+    // touched; zeros after it.
+    __device__ __forceinline__ void tail(uint4* d, const uint8_t* __restrict__ W, uint32_t o) const {
+        const int n = o < last + 16 ? (int)(last + 16 - o) : 0;
+        uint8_t* db = (uint8_t*)d;
+#pragma unroll 1
+        for (int k = 0; k < 16; ++k) db[k] = k < n ? W[(uint64_t)o + k] : (uint8_t)0;
+    }
+};
 
 template <typename F, int NG, int XB>
 static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
@@ -647,10 +710,13 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     const int row0 = cta * 16;
     const int nsb = K >> 8, ng = K >> 4;
     const int nstage = (nsb + TC_WARPS - 1) / TC_WARPS;
-    // Offsets (mod 16) of rows g and g + 8 in their stage buffer, per stage j: (row·row_bytes
-    // + j·8·SB) mod 16 (W is 256-aligned).
-    const uint64_t ra = (uint64_t)min(row0 + g, rows - 1) * row_bytes;
-    const uint64_t rb = (uint64_t)min(row0 + g + 8, rows - 1) * row_bytes;
+    // Byte offsets of this warp's super-block of rows g and g + 8 in a stage buffer: the row's
+    // start mod 16 (a stage advances by 8·SB, a multiple of 16, so it is the same in every
+    // stage; W is 16-byte aligned) past the row's CPR chunks.
+    const uint32_t oa = g * (St::CPR * 16) + wid * T::SB +
+                        (uint32_t)(((uint64_t)min(row0 + g, rows - 1) * row_bytes) & 15);
+    const uint32_t ob = (g + 8) * (St::CPR * 16) + wid * T::SB +
+                        (uint32_t)(((uint64_t)min(row0 + g + 8, rows - 1) * row_bytes) & 15);
     // Packed columns: mma column cc = 8m + n (group m < NG, n < 8) is piece cc % 3 (hi, mid, lo)
     // of input column cc / 3. B-fragment lane (g, t) holds column 8m + g; lanes past the last
     // input read input nc − 1 (valid memory; those columns are never written).
@@ -666,9 +732,11 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[m][i] = 0.0f;
     // Prologue: stages 0 … NST − 2 in flight (empty groups keep the group count uniform).
+    TcPlan<F> plan;
+    plan.init(rows, row_bytes, row0);
 #pragma unroll
     for (int j = 0; j < St::NST - 1; ++j) {
-        if (j < nstage) tc_stage<F>(sm + j * (St::BYTES / 16), W, rows, row_bytes, row0, j);
+        if (j < nstage) plan.stage(sm + j * (St::BYTES / 16), W, j);
         tc_cp_commit();
     }
     // The weights are immutable: their first stages are in flight before waiting for the
@@ -678,7 +746,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     for (int j = 0; j < nstage; ++j) {
         const int jn = j + St::NST - 1;
         if (jn < nstage)
-            tc_stage<F>(sm + (jn % St::NST) * (St::BYTES / 16), W, rows, row_bytes, row0, jn);
+            plan.stage(sm + (jn % St::NST) * (St::BYTES / 16), W, jn);
         tc_cp_commit();
         tc_cp_wait<St::NST - 1>();
         __syncthreads();
@@ -687,13 +755,22 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         const int sb = j * TC_WARPS + wid;
         if (sb < nsb) {
             const uint8_t* sbuf = (const uint8_t*)(sm + (j % St::NST) * (St::BYTES / 16));
-            const uint64_t so = (uint64_t)j * TC_WARPS * T::SB;
-            const uint8_t* pa = sbuf + g * (St::CPR * 16) + ((ra + so) & 15) + wid * T::SB;
-            const uint8_t* pb = sbuf + (g + 8) * (St::CPR * 16) + ((rb + so) & 15) + wid * T::SB;
+            const uint8_t* pa = sbuf + oa;
+            const uint8_t* pb = sbuf + ob;
             typename T::Row A, B;
             T::load(pa, t, A);
             T::load(pb, t, B);
+            const uint2* xq[NG];
+#pragma unroll
+            for (int m = 0; m < NG; ++m) xq[m] = (const uint2*)(xp + xo[m]) + 256 * sb;
             if constexpr (T::FOLD) {
+                // Per-row words the decoder derives once per super-block (Tc<F>::scale4).
+                uint32_t sA[4], sB[4];
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    sA[k] = T::scale4(A, k);
+                    sB[k] = T::scale4(B, k);
+                }
                 float P[2][NG][4];
 #pragma unroll
                 for (int a = 0; a < 2; ++a)
@@ -704,50 +781,57 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 #pragma unroll
                 for (int hf = 0; hf < 16 / XB; ++hf) {
                     uint2 xv[XB][NG];
-                    tc_load_x<XB, NG>(xv, xp, xo, 16 * sb + XB * hf);
+                    tc_load_x<XB, NG>(xv, xq, XB * hf);
 #pragma unroll
                     for (int u = 0; u < XB; ++u) {
                         const int G = XB * hf + u;
                         uint32_t a0, a1, a2, a3;
-                        T::pairs_fold(A, G, a0, a2);
-                        T::pairs_fold(B, G, a1, a3);
+                        T::pairs_fold(A, G, sA[G >> 2], a0, a2);
+                        T::pairs_fold(B, G, sB[G >> 2], a1, a3);
 #pragma unroll
                         for (int m = 0; m < NG; ++m)
                             tc_mma(P[u & 1][m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
                     }
                 }
-                // Offsets: M = Σ_G m_G · S_G over the super-block's 16 groups (k = group), the
-                // sums' pieces packed into columns like the activations.
-                float M[NG][4];
-                uint32_t a0, a1, a2, a3;
-                T::mins(A, t, a0, a2);
-                T::mins(B, t, a1, a3);
+                const float da = T::d(A), db = T::d(B);
+                if constexpr (T::HAS_MIN) {
+                    // Offsets: M = Σ_G m_G · S_G over the super-block's 16 groups (k = group),
+                    // the sums' pieces packed into columns like the activations.
+                    float M[NG][4];
+                    uint32_t a0, a1, a2, a3;
+                    T::mins(A, t, a0, a2);
+                    T::mins(B, t, a1, a3);
 #pragma unroll
-                for (int m = 0; m < NG; ++m) {
+                    for (int m = 0; m < NG; ++m) {
 #pragma unroll
-                    for (int i = 0; i < 4; ++i) M[m][i] = 0.0f;
-                    {
+                        for (int i = 0; i < 4; ++i) M[m][i] = 0.0f;
                         const int cc = 8 * m + g, j = min(cc / 3, nc - 1);
                         const uint2 s = __ldg((const uint2*)((const uint32_t*)(xs + TC_XSF_OFFSET) +
                                                              (((uint64_t)j * nsb + sb) * 4 + t) * 8 +
                                                              2 * (cc % 3)));
                         tc_mma(M[m], a0, a1, a2, a3, s.x, s.y);
                     }
+                    const float ma = -T::dmin(A), mb = -T::dmin(B);
+#pragma unroll
+                    for (int m = 0; m < NG; ++m)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) {
+                            const float dd = i < 2 ? da : db, mm = i < 2 ? ma : mb;
+                            acc[m][i] = fmaf(dd, P[0][m][i] + P[1][m][i], acc[m][i]);
+                            acc[m][i] = fmaf(mm, M[m][i], acc[m][i]);
+                        }
+                } else {
+#pragma unroll
+                    for (int m = 0; m < NG; ++m)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i)
+                            acc[m][i] = fmaf(i < 2 ? da : db, P[0][m][i] + P[1][m][i], acc[m][i]);
                 }
-                const float da = T::d(A), db = T::d(B), ma = -T::dmin(A), mb = -T::dmin(B);
-#pragma unroll
-                for (int m = 0; m < NG; ++m)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        const float dd = i < 2 ? da : db, mm = i < 2 ? ma : mb;
-                        acc[m][i] = fmaf(dd, P[0][m][i] + P[1][m][i], acc[m][i]);
-                        acc[m][i] = fmaf(mm, M[m][i], acc[m][i]);
-                    }
             } else {
 #pragma unroll
                 for (int hf = 0; hf < 16 / XB; ++hf) {
                     uint2 xv[XB][NG];
-                    tc_load_x<XB, NG>(xv, xp, xo, 16 * sb + XB * hf);
+                    tc_load_x<XB, NG>(xv, xq, XB * hf);
 #pragma unroll
                     for (int s = XB * hf / T::GPS; s < XB * (hf + 1) / T::GPS; ++s) {
                         float part[NG][4];

@@ -99,6 +99,11 @@ pub const TC_THREADS: u32 = 256;
 /// words per 16 elements = 2 per element); the sums buffer holds `K / 16 · 8` f32.
 pub const TC_PREP_WORDS_PER_ELEMENT: usize = 2;
 
+/// Bytes of the largest weight matrix the tensor-core matvec serves: its weight stages address
+/// the matrix with 32-bit byte offsets (`TcPlan` in `matvec.cu`). Larger matrices take the
+/// CUDA-core matvec.
+pub const TC_MAX_MATRIX_BYTES: usize = 1 << 32;
+
 /// Whether the tensor-core matvec serves format `fmt` with row length `k` on a device of compute
 /// capability `cc` (needs `mma.sync` bf16 and `fma.rn.bf16x2`: sm_80 or newer).
 pub fn tc_supported(fmt: &str, k: usize, cc: (i32, i32)) -> bool {

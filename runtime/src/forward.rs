@@ -859,7 +859,9 @@ impl Forward<'_> {
     ) -> Result<(), RuntimeError> {
         let gpu = self.gpu;
         let tc = |w: &Mat| {
-            kernels::tc_supported(w.fmt, w.cols, gpu.cc) && w.cols <= crate::device::TC_MAX_K
+            kernels::tc_supported(w.fmt, w.cols, gpu.cc)
+                && w.cols <= crate::device::TC_MAX_K
+                && w.rows * w.row_bytes < kernels::TC_MAX_MATRIX_BYTES
         };
         let mut c0 = 0;
         while c0 < t {

@@ -289,6 +289,16 @@ impl Gpu {
             ));
         }
         check_matvec_shapes(&what, rows, k, rb, ncols, w.len(), x.len(), y.len())?;
+        if rows * rb >= kernels::TC_MAX_MATRIX_BYTES {
+            return Err(shape(
+                &what,
+                format!(
+                    "{} bytes of weights; the tensor-core path serves < {}",
+                    rows * rb,
+                    kernels::TC_MAX_MATRIX_BYTES
+                ),
+            ));
+        }
         // The staged kernel copies aligned 16-byte chunks and takes row offsets mod 16 from the
         // matrix start, so the matrix must start on a 16-byte boundary.
         let (wp, _sync) = w.device_ptr(&self.stream);
