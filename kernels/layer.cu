@@ -51,6 +51,12 @@ extern "C" __global__ void add_norm_prep_f32(const float* __restrict__ y,
     __shared__ float red[33];
     const int r = blockIdx.x, B = blockDim.x, nq = n >> 2, ng = n >> 4;
     float* xr = x + (uint64_t)r * n;
+    // The first quad's norm weights are loaded up front (their loads overlap the reductions;
+    // at the model widths every thread holds one quad).
+    const bool live0 = (int)threadIdx.x < nq;
+    const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const float4 wy0 = (y != nullptr && live0) ? ((const float4*)wy)[threadIdx.x] : zero4;
+    const float4 w0 = live0 ? ((const float4*)w)[threadIdx.x] : zero4;
     float v[NQ][4];
 #pragma unroll
     for (int k = 0; k < NQ; ++k) {
@@ -78,7 +84,7 @@ extern "C" __global__ void add_norm_prep_f32(const float* __restrict__ y,
         for (int k = 0; k < NQ; ++k) {
             const int q = threadIdx.x + k * B;
             if (q < nq) {
-                const float4 ww = ((const float4*)wy)[q];
+                const float4 ww = k == 0 ? wy0 : ((const float4*)wy)[q];
                 v[k][0] += (u[k][0] * scale) * ww.x;
                 v[k][1] += (u[k][1] * scale) * ww.y;
                 v[k][2] += (u[k][2] * scale) * ww.z;
@@ -103,7 +109,7 @@ extern "C" __global__ void add_norm_prep_f32(const float* __restrict__ y,
         if (k * B >= nq) break;  // uniform over the block
         const bool live = q < nq;
         if (live) {
-            const float4 ww = ((const float4*)w)[q];
+            const float4 ww = k == 0 ? w0 : ((const float4*)w)[q];
             v[k][0] = (v[k][0] * scale) * ww.x;
             v[k][1] = (v[k][1] * scale) * ww.y;
             v[k][2] = (v[k][2] * scale) * ww.z;
