@@ -270,9 +270,11 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 // roundings of the scaling, one running f32 sum per warp over its run of super-blocks, a fixed
 // pairwise sum of the runs, then the three pieces; no dependence on the number of columns (a
 // column's mma, loads and sums are the same in every NG kernel, so 1..8 columns give the same
-// bits: decode, verify and batch rows agree bitwise). Folded formats (Q2_K: FOLD = 1 below)
-// multiply the group scale into the integer and take the offsets Σ_G b_G·S_G as one more mma
-// per super-block of the sums' pieces (packed the same way).
+// bits: decode, verify and batch rows agree bitwise). Folded formats (Q2_K, Q3_K: FOLD = 1
+// below) multiply the group's integer scale into the integer (|sc·q| ≤ 128, exact in bf16), so
+// the tensor core sums a whole super-block (P = Σ (sc·q)·x, one f32 accumulation across its
+// 16 mma) scaled once by d; Q2_K takes its offsets Σ_G b_G·S_G as one more mma per super-block
+// of the sums' pieces (packed the same way).
 //
 // Tile: 16 rows × 8·NG mma columns per block (TC_WARPS = 8 warps); the tile's K is split into 8
 // strided runs of 256-element super-blocks (warp w: w, w + 8, …). The weights reach the warps

@@ -699,13 +699,16 @@ fn lc(grid: (u32, u32, u32), block: u32, smem: u32) -> LaunchConfig {
 }
 
 /// Which forward launches use programmatic dependent launch (`GEMMA4_PDL`, read once per
-/// process): `0` (default) none, `all` every kernel, `mv` the tensor-core matvecs only (they
-/// stage their first weights before waiting for the previous kernel). Measured on the H200
-/// (12B Q2_K mix, graph decode): `all` 146.8 tok/s vs 154.3 off; `mv` 157.1 vs 155.2 at batch 1
-/// but batch 4 486 vs 514 tok/s and verify K = 4 1.31 vs 1.21 of a decode step — so off.
+/// process): `mv` (default) the tensor-core matvecs only (they stage their first weights before
+/// waiting for the previous kernel), `off` none, `all` every kernel. Measured on the H200 (12B
+/// Q2_K mix, graph decode, one run each, same call): `mv` 191.6 tok/s at batch 1 against 184.3
+/// off and 184.7 `all`; batch 4 628.5 / 609.4 / 596.0 tok/s, batch 8 1020.8 / 983.6 / 1010.9;
+/// a verify of K = 4 drafts 6.44 / 6.57 / 6.73 ms. (With the slower matvecs of the session
+/// before, `mv` lost at batch 4, so it was off then.) The sums are the same either way: only
+/// when a kernel starts changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PdlPolicy {
-    /// No programmatic dependencies.
+    /// No programmatic dependencies (`GEMMA4_PDL=off`).
     Off,
     /// Every forward kernel.
     All,
@@ -718,8 +721,8 @@ pub fn pdl_policy() -> PdlPolicy {
     static P: std::sync::OnceLock<PdlPolicy> = std::sync::OnceLock::new();
     *P.get_or_init(|| match std::env::var("GEMMA4_PDL").as_deref() {
         Ok("all") => PdlPolicy::All,
-        Ok("mv") => PdlPolicy::Matvec,
-        _ => PdlPolicy::Off,
+        Ok("off") | Ok("0") => PdlPolicy::Off,
+        _ => PdlPolicy::Matvec,
     })
 }
 
