@@ -19,7 +19,10 @@
 //   every earlier visible position of that slot are already in the cache);
 //   out f32 [T, nh, d];  window: W on sliding layers, 0 = full causal;
 //   part f32 [T, nh, ATT_SPLIT_MAX, d + 2] scratch; cnt u32 [T, nh], zero before the launch and
-//   left zero after it.
+//   left zero after it;
+//   xp, xs, prep_rows: rows t < prep_rows (≤ 8; 0 = none; needs d % 16 == 0) of out are also
+//   written into the tensor-core matvec's prep buffers (common.cuh tc_prep_group, the bits
+//   mvtc_prep would write for the o projection's input of K = nh·d) by their combining block.
 //   A row that sees n keys is split into Z = att_splits(n) = min(ceil(n / 16), 32) blocks of CH = ceil(n / Z) keys
 //   (flash-decoding; Z and CH depend on n only): block z computes, over its keys, m_z = max s,
 //   l_z = Σ e, e = exp(s − m_z), o_z = Σ e·v (key order); the row's last block to finish
@@ -156,6 +159,7 @@ static __device__ __forceinline__ void attend_block(const float* __restrict__ qh
 // of CH = ceil(n / Z) consecutive keys (host: kernels::att_splits / att_chunk). A function of n
 // only, so a row's sums never depend on the other rows of the launch.
 #define ATT_SPLIT_KEYS 16
+#define ATT_MAX_D 512  // head_dim bound (kernels::ATTENTION_MAX_HEAD_DIM)
 #define ATT_SPLIT_MAX 32
 static __device__ __forceinline__ int att_splits(int n) {
     return min((n + ATT_SPLIT_KEYS - 1) / ATT_SPLIT_KEYS, ATT_SPLIT_MAX);
@@ -165,7 +169,9 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
                                          const float* __restrict__ vc, const int* __restrict__ slot,
                                          const int* __restrict__ pos, float* __restrict__ out,
                                          int nh, int nkv, int d, int rows, int window,
-                                         float* __restrict__ part, unsigned* __restrict__ cnt) {
+                                         float* __restrict__ part, unsigned* __restrict__ cnt,
+                                         uint32_t* __restrict__ xp, float* __restrict__ xs,
+                                         int prep_rows) {
     GRIDDEP_ENTRY();
     extern __shared__ float sc[];
     __shared__ float red[32];
@@ -219,13 +225,26 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
     float L = 0.0f;
     for (int zz = 0; zz < Z; ++zz) L = fmaf(expf(__ldcg(pb + zz * ps + d) - M), __ldcg(pb + zz * ps + d + 1), L);
     float* o = out + ((uint64_t)t * nh + h) * d;
+    __shared__ float ov[ATT_MAX_D];
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
         float s = 0.0f;
         for (int zz = 0; zz < Z; ++zz)
             s = fmaf(expf(__ldcg(pb + zz * ps + d) - M), __ldcg(pb + zz * ps + j), s);
         o[j] = s / L;
+        ov[j] = s / L;
     }
     if (threadIdx.x == 0) cnt[(uint64_t)t * nh + h] = 0u;  // ready for the next launch
+    if (t < prep_rows) {
+        // This head's 16-groups of row t into the tensor-core prep buffers (the o projection's
+        // input, K = nh·d, d % 16 == 0): tc_prep_group, as mvtc_prep would write them.
+        __syncthreads();
+        for (int gi = threadIdx.x; gi < (d >> 4); gi += blockDim.x) {
+            float v[16];
+#pragma unroll
+            for (int e = 0; e < 16; ++e) v[e] = ov[16 * gi + e];
+            tc_prep_group(v, t, ((h * d) >> 4) + gi, (nh * d) >> 4, xp, xs);
+        }
+    }
 }
 
 extern "C" __global__ void attention_rows_f32(const float* __restrict__ q,

@@ -683,6 +683,7 @@ mod tests {
         for line in [
             format!("#define ATT_SPLIT_KEYS {}", super::ATT_SPLIT_KEYS),
             format!("#define ATT_SPLIT_MAX {}", super::ATT_SPLIT_MAX),
+            format!("#define ATT_MAX_D {}", super::ATTENTION_MAX_HEAD_DIM),
         ] {
             assert!(
                 super::Family::Attention.body().contains(&line),

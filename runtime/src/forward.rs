@@ -860,12 +860,7 @@ impl Forward<'_> {
         t: usize,
         pre: Option<usize>,
     ) -> Result<(), RuntimeError> {
-        let gpu = self.gpu;
-        let tc = |w: &Mat| {
-            kernels::tc_supported(w.fmt, w.cols, gpu.cc)
-                && w.cols <= crate::device::TC_MAX_K
-                && w.rows * w.row_bytes < kernels::TC_MAX_MATRIX_BYTES
-        };
+        let tc = |w: &Mat| self.tc_ok(w);
         let mut c0 = 0;
         while c0 < t {
             let nc = (t - c0).min(MATVEC_MAX_COLS);
@@ -894,6 +889,14 @@ impl Forward<'_> {
             c0 += nc;
         }
         Ok(())
+    }
+
+    /// Whether `w` takes the tensor-core matvec (its format and row length, the scratch's
+    /// [`crate::device::TC_MAX_K`], 32-bit stage offsets).
+    fn tc_ok(&self, w: &Mat) -> bool {
+        kernels::tc_supported(w.fmt, w.cols, self.gpu.cc)
+            && w.cols <= crate::device::TC_MAX_K
+            && w.rows * w.row_bytes < kernels::TC_MAX_MATRIX_BYTES
     }
 
     /// `mvtc_prep`: splits `nc ≤ 8` columns of `k` f32 at `x` into the GPU's tensor-core scratch
@@ -1516,6 +1519,10 @@ impl Forward<'_> {
                 None if window > 0 => window.min(cache.ctx),
                 None => cache.ctx,
             };
+            // The o projection's tensor-core prep is written by the attention's combining
+            // blocks when it can be (≤ 8 rows, whole 16-groups per head).
+            let o_prep = t <= MATVEC_MAX_COLS && d % 16 == 0 && self.tc_ok(&l.attn_output);
+            let prep_rows = if o_prep { t } else { 0 };
             self.call(
                 "attention_f32",
                 (nh as u32, t as u32, kernels::att_splits(span) as u32),
@@ -1535,9 +1542,12 @@ impl Forward<'_> {
                     Arg::I(window as i32),
                     Arg::P(ptr(gpu, &ws.att_part)),
                     Arg::P(ptr(gpu, &ws.att_cnt)),
+                    Arg::P(ptr(gpu, &gpu.tc_xp)),
+                    Arg::P(ptr(gpu, &gpu.tc_xs)),
+                    Arg::I(prep_rows as i32),
                 ],
             )?;
-            self.mv(&l.attn_output, att, t, a)?;
+            self.mvs_pre(&[(&l.attn_output, a)], att, t, o_prep.then_some(nh * d))?;
             // §8 residual, then §5 dense MLP (one launch for the add and the next norm).
             let pre = self.add_norm_prep(
                 Some((a, ptr(gpu, &l.post_attention_norm), 1.0)),
