@@ -612,9 +612,11 @@ template <> struct Tc<FmtQ4_0> { enum { OK = 1, SB = 144, GPS = 2, HAS_MIN = 0, 
 template <typename F, int NG> struct TcXb { enum { V = NG == 1 ? TC_XB_1 : NG == 2 ? TC_XB_2 : TC_XB_3 }; };
 template <> struct TcXb<FmtQ3_K, 1> { enum { V = TC_XB_Q3K_1 }; };
 template <typename F, int NG> struct TcMinB { enum { V = NG == 1 ? TC_MINB_1 : NG == 2 ? TC_MINB_2 : TC_MINB_3 }; };
-// Q6_K's decoder needs > 85 registers (capped at 3 blocks it spills ~450 B for one group).
+// Q6_K: one group compiles to 79 registers under a 2-block bound (so 3 blocks fit anyway);
+// forcing 3 slows it (head 376 → 393 µs). Two groups take 128 registers under a 2-block bound;
+// at 3 blocks they spill 28 B but the head at n = 4 runs 546 → 460 µs (mv-bench, H200).
 template <> struct TcMinB<FmtQ6_K, 1> { enum { V = 2 }; };
-template <> struct TcMinB<FmtQ6_K, 2> { enum { V = 2 }; };
+template <> struct TcMinB<FmtQ6_K, 2> { enum { V = 3 }; };
 // Q5_K at 3 blocks spills ~170 B for one group (not timed on the 12B shapes): left at 2.
 template <> struct TcMinB<FmtQ5_K, 1> { enum { V = 2 }; };
 
