@@ -230,8 +230,9 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
         float s = 0.0f;
         for (int zz = 0; zz < Z; ++zz)
             s = fmaf(expf(__ldcg(pb + zz * ps + d) - M), __ldcg(pb + zz * ps + j), s);
-        o[j] = s / L;
-        ov[j] = s / L;
+        const float r = s / L;
+        o[j] = r;
+        ov[j] = r;
     }
     if (threadIdx.x == 0) cnt[(uint64_t)t * nh + h] = 0u;  // ready for the next launch
     if (t < prep_rows) {

@@ -321,18 +321,8 @@ extern "C" __global__ void __launch_bounds__(128) mvtc_prep(const float* __restr
     tc_prep_group(v, c, G, ng, xp, xs);
 }
 
-// bf16 pair (128 + v_lo, 128 + v_hi) for 16-bit lanes v < 128, minus `bias` in both lanes
-// (bias ∈ [128, 256), exact): the integer pair (v_lo + 128 − bias, v_hi + 128 − bias).
-template <int BIAS>
-static __device__ __forceinline__ uint32_t tc_pair(uint32_t v) {
-    constexpr uint32_t nb = 0xC300u | (uint32_t)(BIAS - 128);
-    const uint32_t one = 0x3F803F80u, neg = nb | (nb << 16);
-    uint32_t r;
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(v | 0x43004300u), "r"(one), "r"(neg));
-    return r;
-}
-
-// tc_pair for a value that already carries the 0x43004300 exponent bits (bias 128 + OFF).
+// tc_pair for a value that already carries the 0x43004300 exponent bits: each bf16 lane
+// 128 + v (v < 128) minus `bias` (bias ∈ [128, 256), exact), i.e. the integer v + 128 − bias.
 template <int BIAS>
 static __device__ __forceinline__ uint32_t tc_pair_m(uint32_t vm) {
     constexpr uint32_t nb = 0xC300u | (uint32_t)(BIAS - 128);
@@ -341,9 +331,10 @@ static __device__ __forceinline__ uint32_t tc_pair_m(uint32_t vm) {
     asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(vm), "r"(one), "r"(neg));
     return r;
 }
-static __device__ __forceinline__ uint32_t tc_pair_m128(uint32_t vm) { return tc_pair_m<128>(vm); }
-static __device__ __forceinline__ uint32_t tc_pair_m132(uint32_t vm) { return tc_pair_m<132>(vm); }
-static __device__ __forceinline__ uint32_t tc_pair_m160(uint32_t vm) { return tc_pair_m<160>(vm); }
+// bf16 pair (128 + v_lo, 128 + v_hi) for 16-bit lanes v < 128, minus `bias` in both lanes:
+// the integer pair (v_lo + 128 − bias, v_hi + 128 − bias).
+template <int BIAS>
+static __device__ __forceinline__ uint32_t tc_pair(uint32_t v) { return tc_pair_m<BIAS>(v | 0x43004300u); }
 
 // Three-input logic op with both masks in registers (one LOP3; C++ `(a & b) | c` with two
 // immediates compiles to two). LUT 0xEA = (a & b) | c, 0xE4 = (a & c) | (b & ~c).
@@ -497,16 +488,16 @@ template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, F
         const int h = G >> 3, j = (G >> 1) & 3, gh = G & 1;
         const uint32_t w = R.q[2 * h + gh];
         const uint32_t sc = prmt(s4, 0u, 0x4440u | (uint32_t)(G & 3));
-        p0 = tc_pair_m128(((w >> (2 * j)) & 0x00030003u) * sc + 0x43004300u);
-        p1 = tc_pair_m128(((w >> (2 * j + 8)) & 0x00030003u) * sc + 0x43004300u);
+        p0 = tc_pair_m<128>(((w >> (2 * j)) & 0x00030003u) * sc + 0x43004300u);
+        p1 = tc_pair_m<128>(((w >> (2 * j + 8)) & 0x00030003u) * sc + 0x43004300u);
     }
     // The mins as mma A pairs over k = group: m0 = (m_{2t}, m_{2t+1}), m1 = (m_{2t+8}, m_{2t+9}).
     // (Selects, not R.sc[t >> 1]: a lane-dependent index would put the row in local memory.)
     static __device__ __forceinline__ void mins(const Row& R, int t, uint32_t& m0, uint32_t& m1) {
         const uint32_t lo = ((t & 2) ? R.sc[1] : R.sc[0]) >> (16 * (t & 1));
         const uint32_t hi = ((t & 2) ? R.sc[3] : R.sc[2]) >> (16 * (t & 1));
-        m0 = tc_pair_m128((((lo >> 4) & 15u) | (((lo >> 12) & 15u) << 16)) | 0x43004300u);
-        m1 = tc_pair_m128((((hi >> 4) & 15u) | (((hi >> 12) & 15u) << 16)) | 0x43004300u);
+        m0 = tc_pair_m<128>((((lo >> 4) & 15u) | (((lo >> 12) & 15u) << 16)) | 0x43004300u);
+        m1 = tc_pair_m<128>((((hi >> 4) & 15u) | (((hi >> 12) & 15u) << 16)) | 0x43004300u);
     }
     static __device__ __forceinline__ float d(const Row& R) { return f16_to_f32(R.dd); }
     static __device__ __forceinline__ float dmin(const Row& R) { return f16_to_f32(R.dd >> 16); }
@@ -541,13 +532,13 @@ template <> struct Tc<FmtQ3_K> { enum { OK = 1, SB = 110, GPS = 1, HAS_MIN = 0, 
         const uint32_t w = R.q[2 * h + gh], m = R.hm[gh];
         const int hs = 4 * h + j;
         // (S_G + 32) in the low byte of both 16-bit lanes under the exponent byte 0x43, minus 160.
-        const uint32_t s = tc_pair_m160(prmt(s4, 0x43u, 0x4040u | (uint32_t)(G & 3) | ((uint32_t)(G & 3) << 8)));
+        const uint32_t s = tc_pair_m<160>(prmt(s4, 0x43u, 0x4040u | (uint32_t)(G & 3) | ((uint32_t)(G & 3) << 8)));
         // Per byte: bits 0–1 = low2 (qs >> 2j), bit 2 = hbit (hmask bit hs moved to bit 2),
         // higher bits garbage; the pairs take bytes 0, 2 (p0) and 1, 3 (p1), 3 bits each.
         const uint32_t hb = hs >= 2 ? (m >> (hs - 2)) : (m << (2 - hs));
         const uint32_t X = lop3<0xE4>(w >> (2 * j), hb, 0x03030303u);
-        p0 = tc_mul(tc_pair_m132(lop3<0xEA>(X, 0x00070007u, 0x43004300u)), s);
-        p1 = tc_mul(tc_pair_m132(lop3<0xEA>(X >> 8, 0x00070007u, 0x43004300u)), s);
+        p0 = tc_mul(tc_pair_m<132>(lop3<0xEA>(X, 0x00070007u, 0x43004300u)), s);
+        p1 = tc_mul(tc_pair_m<132>(lop3<0xEA>(X >> 8, 0x00070007u, 0x43004300u)), s);
     }
     static __device__ __forceinline__ float d(const Row& R) { return f16_to_f32(R.dd); }
 };
@@ -645,9 +636,9 @@ static __device__ __forceinline__ void tc_load_x(uint2 (&xv)[XB][NG], const uint
 }
 
 // 16 bytes global → shared (asynchronous; 16-byte aligned both sides).
-static __device__ __forceinline__ void tc_cp16(void* dst, const void* src, int n) {
+static __device__ __forceinline__ void tc_cp16(void* dst, const void* src) {
     const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(n));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src));
 }
 static __device__ __forceinline__ void tc_cp_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N>
@@ -680,7 +671,7 @@ template <typename F> struct TcPlan {
             if (16 * i + 15 < TcStage<F>::CPR || 16 * i + l < TcStage<F>::CPR) {
                 const uint32_t o = o0 + 256 * i;
                 if (o <= last)
-                    tc_cp16(d + 16 * i, W + o, 16);
+                    tc_cp16(d + 16 * i, W + o);
                 else
                     tail(d + 16 * i, W, o);
             }
@@ -798,38 +789,29 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                     }
                 }
                 const float da = T::d(A), db = T::d(B);
+#pragma unroll
+                for (int m = 0; m < NG; ++m)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i)
+                        acc[m][i] = fmaf(i < 2 ? da : db, P[0][m][i] + P[1][m][i], acc[m][i]);
                 if constexpr (T::HAS_MIN) {
                     // Offsets: M = Σ_G m_G · S_G over the super-block's 16 groups (k = group),
                     // the sums' pieces packed into columns like the activations.
-                    float M[NG][4];
                     uint32_t a0, a1, a2, a3;
                     T::mins(A, t, a0, a2);
                     T::mins(B, t, a1, a3);
+                    const float ma = -T::dmin(A), mb = -T::dmin(B);
 #pragma unroll
                     for (int m = 0; m < NG; ++m) {
-#pragma unroll
-                        for (int i = 0; i < 4; ++i) M[m][i] = 0.0f;
+                        float M[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                         const int cc = 8 * m + g, j = min(cc / 3, nc - 1);
                         const uint2 s = __ldg((const uint2*)((const uint32_t*)(xs + TC_XSF_OFFSET) +
                                                              (((uint64_t)j * nsb + sb) * 4 + t) * 8 +
                                                              2 * (cc % 3)));
-                        tc_mma(M[m], a0, a1, a2, a3, s.x, s.y);
+                        tc_mma(M, a0, a1, a2, a3, s.x, s.y);
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) acc[m][i] = fmaf(i < 2 ? ma : mb, M[i], acc[m][i]);
                     }
-                    const float ma = -T::dmin(A), mb = -T::dmin(B);
-#pragma unroll
-                    for (int m = 0; m < NG; ++m)
-#pragma unroll
-                        for (int i = 0; i < 4; ++i) {
-                            const float dd = i < 2 ? da : db, mm = i < 2 ? ma : mb;
-                            acc[m][i] = fmaf(dd, P[0][m][i] + P[1][m][i], acc[m][i]);
-                            acc[m][i] = fmaf(mm, M[m][i], acc[m][i]);
-                        }
-                } else {
-#pragma unroll
-                    for (int m = 0; m < NG; ++m)
-#pragma unroll
-                        for (int i = 0; i < 4; ++i)
-                            acc[m][i] = fmaf(i < 2 ? da : db, P[0][m][i] + P[1][m][i], acc[m][i]);
                 }
             } else {
 #pragma unroll

@@ -45,6 +45,15 @@ pub struct Gpu {
 pub const TC_MAX_K: usize = 1 << 16;
 const _: () = assert!(TC_MAX_K / 16 * 8 == kernels::TC_XSF_OFFSET);
 
+/// Whether the tensor-core matvec serves a matrix of format `fmt` (a [`kernels::FORMATS`]
+/// suffix), row length `k` and `bytes` bytes on a device of compute capability `cc`: a
+/// [`kernels::TC_FORMATS`] format with `k % 256 == 0` on sm_80+ ([`kernels::tc_supported`]),
+/// `k ≤` [`TC_MAX_K`] (the scratch) and `bytes <` [`kernels::TC_MAX_MATRIX_BYTES`] (32-bit
+/// stage offsets). The one rule for `Forward` and [`Gpu::matvec_tc`].
+pub(crate) fn tc_serves(fmt: &str, k: usize, bytes: usize, cc: (i32, i32)) -> bool {
+    kernels::tc_supported(fmt, k, cc) && k <= TC_MAX_K && bytes < kernels::TC_MAX_MATRIX_BYTES
+}
+
 /// Why no GPU can be used here, or `None` when `libcuda` and `libnvrtc` open and a device
 /// context can be created. Never panics.
 pub fn unavailable_reason() -> Option<String> {

@@ -891,12 +891,9 @@ impl Forward<'_> {
         Ok(())
     }
 
-    /// Whether `w` takes the tensor-core matvec (its format and row length, the scratch's
-    /// [`crate::device::TC_MAX_K`], 32-bit stage offsets).
+    /// Whether `w` takes the tensor-core matvec ([`crate::device::tc_serves`]).
     fn tc_ok(&self, w: &Mat) -> bool {
-        kernels::tc_supported(w.fmt, w.cols, self.gpu.cc)
-            && w.cols <= crate::device::TC_MAX_K
-            && w.rows * w.row_bytes < kernels::TC_MAX_MATRIX_BYTES
+        crate::device::tc_serves(w.fmt, w.cols, w.rows * w.row_bytes, self.gpu.cc)
     }
 
     /// `mvtc_prep`: splits `nc ≤ 8` columns of `k` f32 at `x` into the GPU's tensor-core scratch

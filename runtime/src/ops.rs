@@ -278,27 +278,19 @@ impl Gpu {
         let what = format!("mvtc {ty} [{rows}×{k}]×{ncols}");
         let fmt = format_suffix(ty, &what)?;
         let rb = row_bytes(ty, k, &what)?;
-        if !kernels::tc_supported(fmt, k, self.cc) || k > crate::device::TC_MAX_K {
+        if !crate::device::tc_serves(fmt, k, rows * rb, self.cc) {
             return Err(shape(
                 &what,
                 format!(
-                    "need a tensor-core format ({}), k % 256 == 0 and k ≤ {} on sm_80+",
+                    "need a tensor-core format ({}), k % 256 == 0, k ≤ {} and < {} bytes of \
+                     weights on sm_80+",
                     kernels::TC_FORMATS.join(" "),
-                    crate::device::TC_MAX_K
-                ),
-            ));
-        }
-        check_matvec_shapes(&what, rows, k, rb, ncols, w.len(), x.len(), y.len())?;
-        if rows * rb >= kernels::TC_MAX_MATRIX_BYTES {
-            return Err(shape(
-                &what,
-                format!(
-                    "{} bytes of weights; the tensor-core path serves < {}",
-                    rows * rb,
+                    crate::device::TC_MAX_K,
                     kernels::TC_MAX_MATRIX_BYTES
                 ),
             ));
         }
+        check_matvec_shapes(&what, rows, k, rb, ncols, w.len(), x.len(), y.len())?;
         // The staged kernel copies aligned 16-byte chunks and takes row offsets mod 16 from the
         // matrix start, so the matrix must start on a 16-byte boundary.
         let (wp, _sync) = w.device_ptr(&self.stream);
