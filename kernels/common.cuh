@@ -160,10 +160,14 @@ static __device__ __forceinline__ void tc_split3(float v, uint32_t& h, uint32_t&
     l = __float_as_uint(r2) >> 16;
 }
 
-// The prep sums buffer xs holds [K/16][8] f32 group sums, and from word TC_XSF_OFFSET on the
-// bf16 fragments of those sums for the min-term mma of folded formats (Q2_K, matvec.cu):
-// u32 [c][K/256][t][8]: words 0,1 = hi pairs (S_{2t}, S_{2t+1}), (S_{2t+8}, S_{2t+9}) of the
-// super-block's 16 groups; 2,3 = mid; 4,5 = lo. (Rust: runtime::device::TC_MAX_K / 16 · 8.)
+// The prep buffers are kept in mma fragment order. Input column c's piece p (0 = hi, 1 = mid,
+// 2 = lo) is mma column cc = 3c + p, i.e. column g = cc % 8 of column group m = cc / 8; the
+// B-fragment lane of (column g, thread t) is 4g + t. Every (m, 16-group) block is 32 lanes × 2
+// words, so a warp's fragment load of one column group is 256 contiguous bytes.
+// xs holds [K/16][8] f32 group sums, and from word TC_XSF_OFFSET on the bf16 fragments of those
+// sums for the min-term mma of folded formats (Q2_K, matvec.cu): u32 [m][K/256][32][2]: lane
+// 4g + t, words 0, 1 = the pairs (S_{2t}, S_{2t+1}), (S_{2t+8}, S_{2t+9}) of the super-block's 16
+// groups, piece p of input c for column 8m + g = 3c + p. (Rust: runtime::device::TC_MAX_K / 16 · 8.)
 #define TC_XSF_OFFSET 32768
 
 // Records the sum s of 16-group G of column c (K = 16·ng): xs[8G + c] and its bf16 pieces in
@@ -173,14 +177,16 @@ static __device__ __forceinline__ void tc_prep_sum(float s, int c, int G, int ng
     xs[8 * G + c] = s;
     const int nsb = ng >> 4, sb = G >> 4, gl = G & 15;
     if (sb >= nsb) return;
-    uint32_t h, m, l;
-    tc_split3(s, h, m, l);
+    uint32_t pc[3];
+    tc_split3(s, pc[0], pc[1], pc[2]);
     const int tt = (gl & 7) >> 1, word = gl >> 3, half = gl & 1;
-    unsigned short* f = (unsigned short*)((uint32_t*)(xs + TC_XSF_OFFSET) +
-                                          (((uint64_t)c * nsb + sb) * 4 + tt) * 8);
-    f[2 * word + half] = (unsigned short)h;
-    f[2 * (2 + word) + half] = (unsigned short)m;
-    f[2 * (4 + word) + half] = (unsigned short)l;
+    unsigned short* f = (unsigned short*)((uint32_t*)(xs + TC_XSF_OFFSET));
+#pragma unroll
+    for (int p = 0; p < 3; ++p) {
+        const int cc = 3 * c + p;
+        f[2 * ((((uint64_t)(cc >> 3) * nsb + sb) * 32 + 4 * (cc & 7) + tt) * 2 + word) + half] =
+            (unsigned short)pc[p];
+    }
 }
 
 // Sum of a 16-group for the prep buffers, in the fixed order (p0 + p1) + (p2 + p3) with
@@ -190,17 +196,21 @@ static __device__ __forceinline__ float tc_quad_sum(const float* v) {
 }
 
 // Writes quad t (elements 4t .. 4t+3 = v[0..3]) of 16-group G of column c (of a K = 16·ng
-// input) into the tensor-core matvec's prep buffers (layout in matvec.cu, `mvtc_prep`):
-// xp u32 [·][ng][4][8] words 8t .. 8t+7 of (c, G); the group sum goes to xs separately.
+// input) into the tensor-core matvec's prep buffer xp u32 [m][ng][32][2] (fragment order, see
+// TC_XSF_OFFSET above): for each piece p, lane 4g + t of (m, G) with 8m + g = 3c + p gets the
+// bf16 pairs (e 4t, 4t+2), (4t+1, 4t+3) (mma k-slots 2t, 2t+1 and 2t+8, 2t+9). The group sum
+// goes to xs separately.
 static __device__ __forceinline__ void tc_prep_quad(const float* v, int c, int G, int t, int ng,
                                                     uint32_t* __restrict__ xp) {
-    uint32_t h[4], m[4], l[4];
+    uint32_t pc[3][4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) tc_split3(v[j], h[j], m[j], l[j]);
-    uint4* out = (uint4*)(xp + ((uint64_t)c * ng + G) * 32) + 2 * t;
-    out[0] = make_uint4(h[0] | (h[2] << 16), h[1] | (h[3] << 16), m[0] | (m[2] << 16),
-                        m[1] | (m[3] << 16));
-    out[1] = make_uint4(l[0] | (l[2] << 16), l[1] | (l[3] << 16), 0u, 0u);
+    for (int j = 0; j < 4; ++j) tc_split3(v[j], pc[0][j], pc[1][j], pc[2][j]);
+#pragma unroll
+    for (int p = 0; p < 3; ++p) {
+        const int cc = 3 * c + p;
+        uint2* out = (uint2*)xp + (((uint64_t)(cc >> 3) * ng + G) * 32 + 4 * (cc & 7) + t);
+        *out = make_uint2(pc[p][0] | (pc[p][2] << 16), pc[p][1] | (pc[p][3] << 16));
+    }
 }
 
 // Writes 16-group G of column c into the prep buffers: its four quads and, at xs[8G + c], its

@@ -292,12 +292,13 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 // the same x.
 // =============================================================================================
 
-#define TC_WORDS 8  // u32 words per (column, 16-group, thread) in the prep buffer
-
 // mvtc_prep(x, nc, K, xp, xs): x f32 [nc, K] (column c at x + c·K), 1 ≤ nc ≤ 8, K % 16 == 0.
-//   xp u32 [nc][K/16][4][8]: column c, group G, thread t: words 0,1 = hi pairs (e 4t, 4t+2),
-//      (4t+1, 4t+3) of elements 16G + e; 2,3 = mid pairs; 4,5 = lo pairs; 6,7 = 0.
-//   xs f32 [K/16][8]: S_{c,G} at xs[8G + c] (sequential f32 sum of the 16 elements; 0 for c ≥ nc).
+//   xp u32 [3][K/16][32][2] in mma B-fragment order (common.cuh, tc_prep_quad): piece p of
+//      input c is mma column cc = 3c + p of column group cc / 8; lane 4g + t of (group m, 16-group
+//      G) holds column 8m + g's bf16 pairs (e 4t, 4t+2), (4t+1, 4t+3) of elements 16G + e.
+//      Columns past 3·nc are not written (the matvec does not read them).
+//   xs f32 [K/16][8]: S_{c,G} at xs[8G + c] (sequential f32 sum of the 16 elements; 0 for c ≥ nc),
+//      then the sums' fragments (common.cuh, TC_XSF_OFFSET).
 // Launch: one thread per (c < 8, G): grid ceil(8·K/16 / 128), block 128.
 extern "C" __global__ void __launch_bounds__(128) mvtc_prep(const float* __restrict__ x, int nc,
                                                           int K, uint32_t* __restrict__ xp,
@@ -625,14 +626,15 @@ template <typename F> struct TcStage {
 };
 
 // The activation fragments of XB consecutive 16-groups from group G0 of the current super-block
-// on: for each group and column group m, this lane's uint2 at xq[m] + 16·G (xq[m] = the lane's
-// fragment of the super-block's group 0; 32 words per group of a column), immediate offsets.
+// on: for each group and column group m, this lane's uint2 at xq[m] + 32·G (xq[m] = the lane's
+// fragment of the super-block's group 0; 32 uint2 per (column group, 16-group)), immediate
+// offsets.
 template <int XB, int NG>
 static __device__ __forceinline__ void tc_load_x(uint2 (&xv)[XB][NG], const uint2* const (&xq)[NG], int G0) {
 #pragma unroll
     for (int u = 0; u < XB; ++u)
 #pragma unroll
-        for (int m = 0; m < NG; ++m) xv[u][m] = __ldg(xq[m] + 16 * (G0 + u));
+        for (int m = 0; m < NG; ++m) xv[u][m] = __ldg(xq[m] + 32 * (G0 + u));
 }
 
 // 16 bytes global → shared (asynchronous; 16-byte aligned both sides).
@@ -713,13 +715,18 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     const uint32_t ob = (g + 8) * (St::CPR * 16) + wid * T::SB +
                         (uint32_t)(((uint64_t)min(row0 + g + 8, rows - 1) * row_bytes) & 15);
     // Packed columns: mma column cc = 8m + n (group m < NG, n < 8) is piece cc % 3 (hi, mid, lo)
-    // of input column cc / 3. B-fragment lane (g, t) holds column 8m + g; lanes past the last
-    // input read input nc − 1 (valid memory; those columns are never written).
-    uint32_t xo[NG];
+    // of input column cc / 3. B-fragment lane (g, t) holds column 8m + g: its fragments start at
+    // uint2 xo[m] of the prep buffer (fragment order, 32 uint2 per 16-group). Lanes of columns
+    // past the last input read the last input column's fragments instead (written memory, in
+    // the lines the warp reads anyway; those columns' outputs are never written).
+    // xso[m]: the same lane's uint2 of super-block 0 in the sums' fragment area (folded formats
+    // with offsets: Q2_K).
+    uint32_t xo[NG], xso[NG];
 #pragma unroll
     for (int m = 0; m < NG; ++m) {
-        const int cc = 8 * m + g, j = min(cc / 3, nc - 1);
-        xo[m] = ((uint32_t)(j * ng * 4 + t)) * TC_WORDS + 2 * (cc % 3);
+        const int cc = min(8 * m + g, 3 * nc - 1);
+        xo[m] = (uint32_t)((cc >> 3) * ng * 32 + 4 * (cc & 7) + t);
+        xso[m] = (uint32_t)((cc >> 3) * nsb * 32 + 4 * (cc & 7) + t);
     }
     float acc[NG][4];
 #pragma unroll
@@ -757,7 +764,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
             T::load(pb, t, B);
             const uint2* xq[NG];
 #pragma unroll
-            for (int m = 0; m < NG; ++m) xq[m] = (const uint2*)(xp + xo[m]) + 256 * sb;
+            for (int m = 0; m < NG; ++m) xq[m] = (const uint2*)xp + xo[m] + 512 * sb;
             if constexpr (T::FOLD) {
                 // Per-row words the decoder derives once per super-block (Tc<F>::scale4).
                 uint32_t sA[4], sB[4];
@@ -804,10 +811,8 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 #pragma unroll
                     for (int m = 0; m < NG; ++m) {
                         float M[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                        const int cc = 8 * m + g, j = min(cc / 3, nc - 1);
-                        const uint2 s = __ldg((const uint2*)((const uint32_t*)(xs + TC_XSF_OFFSET) +
-                                                             (((uint64_t)j * nsb + sb) * 4 + t) * 8 +
-                                                             2 * (cc % 3)));
+                        const uint2 s = __ldg((const uint2*)((const uint32_t*)(xs + TC_XSF_OFFSET)) +
+                                              xso[m] + 32 * sb);
                         tc_mma(M, a0, a1, a2, a3, s.x, s.y);
 #pragma unroll
                         for (int i = 0; i < 4; ++i) acc[m][i] = fmaf(i < 2 ? ma : mb, M[i], acc[m][i]);

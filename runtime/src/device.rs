@@ -100,7 +100,7 @@ impl Gpu {
             .alloc_zeros::<u32>(8 * TC_MAX_K * kernels::TC_PREP_WORDS_PER_ELEMENT)
             .map_err(drv("alloc mvtc scratch"))?;
         // Group sums [TC_MAX_K / 16][8], then (from TC_XSF_OFFSET = TC_MAX_K / 16 · 8 words, see
-        // common.cuh) their bf16 fragments [8][TC_MAX_K / 256][4][8] for folded formats.
+        // common.cuh) their bf16 fragments [3][TC_MAX_K / 256][32][2] for folded formats.
         let tc_xs = stream
             .alloc_zeros::<f32>(TC_MAX_K / 16 * 8 + 8 * (TC_MAX_K / 256) * 32)
             .map_err(drv("alloc mvtc scratch"))?;
