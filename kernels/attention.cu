@@ -72,9 +72,11 @@ static __device__ __forceinline__ float block_reduce(float v, bool is_max, float
 // (i < n1) are at rows r0 + i, the rest at rows i − n1.
 static __device__ __forceinline__ int key_row(int i, int r0, int n1) { return i < n1 ? r0 + i : i - n1; }
 
-// Scores q·k of keys k0 … k1 − 1 into sc[0 … k1 − k0): keys in batches of 4 per warp (the
-// loads of 4 keys in flight together); each score is one lane-strided fma chain + butterfly,
-// whatever the batch.
+// Scores q·k of keys k0 … k1 − 1 into sc[0 … k1 − k0): keys in batches of 4 per warp; each
+// score is one lane-strided fma chain (dims lane, lane + 32, … in order) + butterfly, whatever
+// the batch. The loads of 8 dims of q and of the 4 keys are issued together before their fmas
+// (one memory round trip per 256 dims, not one per 32).
+#define ATT_DU 8
 static __device__ __forceinline__ void key_scores(const float* __restrict__ qh,
                                                   const float* __restrict__ kc, uint64_t sbase,
                                                   int r0, int n1, int nkv, int g, int d, int k0,
@@ -82,14 +84,27 @@ static __device__ __forceinline__ void key_scores(const float* __restrict__ qh,
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
     for (int i0 = k0 + 4 * wid; i0 < k1; i0 += 4 * nw) {
         float s[4];
+        const float* kr[4];
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
             s[u] = 0.0f;
-            const int i = i0 + u;
-            if (i < k1) {
-                const float* kr = kc + ((sbase + key_row(i, r0, n1)) * nkv + g) * d;
-                for (int j = lane; j < d; j += 32) s[u] = fmaf(qh[j], kr[j], s[u]);
+            const int i = min(i0 + u, k1 - 1);  // keys past k1: a valid row, never summed
+            kr[u] = kc + ((sbase + key_row(i, r0, n1)) * nkv + g) * d;
+        }
+        for (int j0 = lane; j0 < d; j0 += 32 * ATT_DU) {
+            float qv[ATT_DU], kv[4][ATT_DU];
+#pragma unroll
+            for (int e = 0; e < ATT_DU; ++e) {
+                const int j = j0 + 32 * e;
+                qv[e] = j < d ? qh[j] : 0.0f;
+#pragma unroll
+                for (int u = 0; u < 4; ++u) kv[u][e] = j < d ? kr[u][j] : 0.0f;
             }
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+#pragma unroll
+                for (int e = 0; e < ATT_DU; ++e)
+                    if (i0 + u < k1 && j0 + 32 * e < d) s[u] = fmaf(qv[e], kv[u][e], s[u]);
         }
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
@@ -100,8 +115,8 @@ static __device__ __forceinline__ void key_scores(const float* __restrict__ qh,
 }
 
 // acc[q] = Σ_i w_i · v_i[j] over keys k0 … k1 − 1 in key order, w_i = sc[i − k0], for the output
-// dims j = threadIdx.x + blockDim.x·q (q < 4: d ≤ 4·blockDim.x); one fma chain per dim, the
-// chains of a thread and 4 keys' loads interleaved.
+// dims j = threadIdx.x + blockDim.x·q (q < 4: d ≤ 4·blockDim.x); one fma chain per dim. The
+// value loads of 8 keys are issued together before their fmas.
 static __device__ __forceinline__ void weighted_values(const float* __restrict__ vc, uint64_t sbase,
                                                        int r0, int n1, int nkv, int d, int g,
                                                        int k0, int k1, const float* sc,
@@ -110,14 +125,27 @@ static __device__ __forceinline__ void weighted_values(const float* __restrict__
     const float* vb = vc + (sbase * nkv + g) * d;
 #pragma unroll
     for (int q = 0; q < 4; ++q) acc[q] = 0.0f;
-#pragma unroll 8
-    for (int i = k0; i < k1; ++i) {
-        const float w = sc[i - k0];
-        const float* vr = vb + (uint64_t)key_row(i, r0, n1) * stride;
+    for (int i0 = k0; i0 < k1; i0 += 8) {
+        float v[8][4];
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            const int j = threadIdx.x + q * blockDim.x;
-            if (j < d) acc[q] = fmaf(w, vr[j], acc[q]);
+        for (int u = 0; u < 8; ++u) {
+            const float* vr = vb + (uint64_t)key_row(min(i0 + u, k1 - 1), r0, n1) * stride;
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int j = threadIdx.x + q * blockDim.x;
+                v[u][q] = j < d ? vr[j] : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            if (i0 + u < k1) {
+                const float w = sc[i0 + u - k0];
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int j = threadIdx.x + q * blockDim.x;
+                    if (j < d) acc[q] = fmaf(w, v[u][q], acc[q]);
+                }
+            }
         }
     }
 }
@@ -220,16 +248,31 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
     __syncthreads();
     if (!last) return;
     __threadfence();
+    // The splits' (m_z, l_z) in one round of loads; every thread then forms M, L and the weights
+    // w_z = exp(m_z − M) in split order (the same bits whichever block combines).
+    __shared__ float mz[ATT_SPLIT_MAX], lz[ATT_SPLIT_MAX];
+    if ((int)threadIdx.x < Z) {
+        mz[threadIdx.x] = __ldcg(pb + threadIdx.x * ps + d);
+        lz[threadIdx.x] = __ldcg(pb + threadIdx.x * ps + d + 1);
+    }
+    __syncthreads();
     float M = -__int_as_float(0x7f800000);
-    for (int zz = 0; zz < Z; ++zz) M = fmaxf(M, __ldcg(pb + zz * ps + d));
+    for (int zz = 0; zz < Z; ++zz) M = fmaxf(M, mz[zz]);
     float L = 0.0f;
-    for (int zz = 0; zz < Z; ++zz) L = fmaf(expf(__ldcg(pb + zz * ps + d) - M), __ldcg(pb + zz * ps + d + 1), L);
+    for (int zz = 0; zz < Z; ++zz) L = fmaf(expf(mz[zz] - M), lz[zz], L);
     float* o = out + ((uint64_t)t * nh + h) * d;
     __shared__ float ov[ATT_MAX_D];
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
         float s = 0.0f;
-        for (int zz = 0; zz < Z; ++zz)
-            s = fmaf(expf(__ldcg(pb + zz * ps + d) - M), __ldcg(pb + zz * ps + j), s);
+        // Σ_z w_z · o_z[j] in split order; the loads of 8 splits in flight together.
+        for (int z0 = 0; z0 < Z; z0 += 8) {
+            float pv[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u) pv[u] = z0 + u < Z ? __ldcg(pb + (z0 + u) * ps + j) : 0.0f;
+#pragma unroll
+            for (int u = 0; u < 8; ++u)
+                if (z0 + u < Z) s = fmaf(expf(mz[z0 + u] - M), pv[u], s);
+        }
         const float r = s / L;
         o[j] = r;
         ov[j] = r;

@@ -146,8 +146,15 @@ static __device__ __forceinline__ float rms_scale_cached(const float* __restrict
 }
 
 // Exact split of an f32 into three bf16 pieces v = hi + mid + lo (hi by truncation, mid rounded
-// to nearest, lo the exact rest), returned as bf16 bit patterns (the tensor-core matvec's activations, matvec.cu).
+// to nearest, lo the exact rest), returned as the bf16 bit patterns of hi·2^40, mid·2^48 and
+// lo·2^56 (the tensor-core matvec's activations, matvec.cu; it scales its sums back exactly).
+// The scales keep every piece near 2^40·|v|, so products with the folded Q2_K decoder's bf16
+// subnormal integers (v·2^-133) stay normal f32 down to |v| ≈ 2^-33, while sums stay finite up
+// to Σ|w·v| ≈ 2^80.
+#define TC_XE_HI 40
+#define TC_XSCALE 0x1p40f
 static __device__ __forceinline__ void tc_split3(float v, uint32_t& h, uint32_t& m, uint32_t& l) {
+    v *= TC_XSCALE;
     const uint32_t hb = __float_as_uint(v) & 0xffff0000u;
     const float r1 = v - __uint_as_float(hb);  // exact: the low 16 significand bits of v
     // mid = r1 rounded to nearest-even bf16, so hi + mid alone is v to ~2⁻¹⁷ relative, unbiased
@@ -156,8 +163,8 @@ static __device__ __forceinline__ void tc_split3(float v, uint32_t& h, uint32_t&
     const uint32_t mb = (rb + 0x7fffu + ((rb >> 16) & 1u)) & 0xffff0000u;
     const float r2 = r1 - __uint_as_float(mb);  // exact, ≤ 8 significand bits
     h = hb >> 16;
-    m = mb >> 16;
-    l = __float_as_uint(r2) >> 16;
+    m = __float_as_uint(__uint_as_float(mb) * 0x1p8f) >> 16;
+    l = __float_as_uint(r2 * 0x1p16f) >> 16;
 }
 
 // The prep buffers are kept in mma fragment order. Input column c's piece p (0 = hi, 1 = mid,
@@ -174,7 +181,7 @@ static __device__ __forceinline__ void tc_split3(float v, uint32_t& h, uint32_t&
 // the fragment area (only for whole 256-element super-blocks).
 static __device__ __forceinline__ void tc_prep_sum(float s, int c, int G, int ng,
                                                    float* __restrict__ xs) {
-    xs[8 * G + c] = s;
+    xs[8 * G + c] = s * TC_XSCALE;  // with the hi pieces' scale
     const int nsb = ng >> 4, sb = G >> 4, gl = G & 15;
     if (sb >= nsb) return;
     uint32_t pc[3];

@@ -275,6 +275,10 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 // the tensor core sums a whole super-block (P = Σ (sc·q)·x, one f32 accumulation across its
 // 16 mma) scaled once by d; Q2_K takes its offsets Σ_G b_G·S_G as one more mma per super-block
 // of the sums' pieces (packed the same way).
+// Scales: the prep stores hi·2^40, mid·2^48, lo·2^56 (and S·2^40), exact powers of two undone
+// in the epilogue (TcOut). Q2_K (SUB = 1) reads its integers sc·q and mins as bf16 subnormals
+// (the bit pattern n is n·2^-133, so a decoded byte is an mma operand as it is: no bias to
+// subtract) and multiplies d, dmin by 2^69; its products stay normal f32 for |x| ≥ ~2^-33.
 //
 // Tile: 16 rows × 8·NG mma columns per block (TC_WARPS = 8 warps); the tile's K is split into 8
 // strided runs of 256-element super-blocks (warp w: w, w + 8, …). The weights reach the warps
@@ -380,14 +384,14 @@ static __device__ __forceinline__ uint32_t sm_u32_a2(const uint8_t* p) {
 }
 static __device__ __forceinline__ uint32_t sm_u32_a4(const uint8_t* p) { return *(const uint32_t*)p; }
 
-template <typename F> struct Tc { enum { OK = 0, SB = 1, GPS = 1, HAS_MIN = 0, FOLD = 0 }; struct Row {};
+template <typename F> struct Tc { enum { OK = 0, SB = 1, GPS = 1, HAS_MIN = 0, FOLD = 0, SUB = 0 }; struct Row {};
     static __device__ __forceinline__ void load(const uint8_t*, int, Row&) {}
     static __device__ __forceinline__ void pairs(const Row&, int, uint32_t& p0, uint32_t& p1) { p0 = p1 = 0; }
     static __device__ __forceinline__ void scale(const Row&, int, float& a, float& b) { a = b = 0.0f; }
 };
 
 // §3.4 Q4_K: W = (d·sc)·q − dmin·mn, q = nibble; sub-block s (32 elements) = groups 2s, 2s+1.
-template <> struct Tc<FmtQ4_K> { enum { OK = 1, SB = 144, GPS = 2, HAS_MIN = 1, FOLD = 0 };
+template <> struct Tc<FmtQ4_K> { enum { OK = 1, SB = 144, GPS = 2, HAS_MIN = 1, FOLD = 0, SUB = 0 };
     struct Row { uint4 hd; uint32_t q[8]; };
     static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
         R.hd = *(const uint4*)b;
@@ -416,7 +420,7 @@ template <> struct Tc<FmtQ4_K> { enum { OK = 1, SB = 144, GPS = 2, HAS_MIN = 1, 
 };
 
 // §3.4 Q5_K: q = nibble | (qh bit s)·16; otherwise as Q4_K.
-template <> struct Tc<FmtQ5_K> { enum { OK = 1, SB = 176, GPS = 2, HAS_MIN = 1, FOLD = 0 };
+template <> struct Tc<FmtQ5_K> { enum { OK = 1, SB = 176, GPS = 2, HAS_MIN = 1, FOLD = 0, SUB = 0 };
     struct Row { uint4 hd; uint32_t qh[2]; uint32_t q[8]; };
     static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
         R.hd = *(const uint4*)b;
@@ -440,7 +444,7 @@ template <> struct Tc<FmtQ5_K> { enum { OK = 1, SB = 176, GPS = 2, HAS_MIN = 1, 
 };
 
 // §3.4 Q6_K: W = (d·sc_G)·(q − 32), q = ql nibble | qh 2 bits · 16; 16-element scale groups.
-template <> struct Tc<FmtQ6_K> { enum { OK = 1, SB = 210, GPS = 1, HAS_MIN = 0, FOLD = 0 };
+template <> struct Tc<FmtQ6_K> { enum { OK = 1, SB = 210, GPS = 1, HAS_MIN = 0, FOLD = 0, SUB = 0 };
     struct Row { uint32_t ql[8]; uint32_t qh[4]; uint32_t sc[4]; float d; };
     static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
         // ql word i = (h, j&1, gh) = (i >> 2, (i >> 1) & 1, i & 1); qh word i = (h, gh).
@@ -470,7 +474,7 @@ template <> struct Tc<FmtQ6_K> { enum { OK = 1, SB = 210, GPS = 1, HAS_MIN = 0, 
 // so a super-block is one mma sum P = Σ (sc·q)·x scaled once by d, and the offsets
 // Σ_G dmin·m_G·S_G are one more mma of the 4-bit mins against the group sums' bf16 pieces.
 // (Only the folded decoders exist: the per-group `pairs`/`scale` path is never taken for it.)
-template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, FOLD = 1 };
+template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, FOLD = 1, SUB = 1 };
     struct Row { uint32_t sc[4]; uint32_t q[4]; uint32_t dd; };
     static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
 #pragma unroll
@@ -489,16 +493,19 @@ template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, F
         const int h = G >> 3, j = (G >> 1) & 3, gh = G & 1;
         const uint32_t w = R.q[2 * h + gh];
         const uint32_t sc = prmt(s4, 0u, 0x4440u | (uint32_t)(G & 3));
-        p0 = tc_pair_m<128>(((w >> (2 * j)) & 0x00030003u) * sc + 0x43004300u);
-        p1 = tc_pair_m<128>(((w >> (2 * j + 8)) & 0x00030003u) * sc + 0x43004300u);
+        // Each byte q·sc ≤ 45 (no carry between bytes); bytes 0, 2 → p0 and 1, 3 → p1, each a
+        // bf16 subnormal pair (sc·q)·2^-133.
+        const uint32_t v = ((w >> (2 * j)) & 0x03030303u) * sc;
+        p0 = prmt(v, 0u, 0x4240u);
+        p1 = prmt(v, 0u, 0x4341u);
     }
     // The mins as mma A pairs over k = group: m0 = (m_{2t}, m_{2t+1}), m1 = (m_{2t+8}, m_{2t+9}).
     // (Selects, not R.sc[t >> 1]: a lane-dependent index would put the row in local memory.)
     static __device__ __forceinline__ void mins(const Row& R, int t, uint32_t& m0, uint32_t& m1) {
         const uint32_t lo = ((t & 2) ? R.sc[1] : R.sc[0]) >> (16 * (t & 1));
         const uint32_t hi = ((t & 2) ? R.sc[3] : R.sc[2]) >> (16 * (t & 1));
-        m0 = tc_pair_m<128>((((lo >> 4) & 15u) | (((lo >> 12) & 15u) << 16)) | 0x43004300u);
-        m1 = tc_pair_m<128>((((hi >> 4) & 15u) | (((hi >> 12) & 15u) << 16)) | 0x43004300u);
+        m0 = ((lo >> 4) & 15u) | (((lo >> 12) & 15u) << 16);
+        m1 = ((hi >> 4) & 15u) | (((hi >> 12) & 15u) << 16);
     }
     static __device__ __forceinline__ float d(const Row& R) { return f16_to_f32(R.dd); }
     static __device__ __forceinline__ float dmin(const Row& R) { return f16_to_f32(R.dd >> 16); }
@@ -507,7 +514,7 @@ template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, F
 // §3.4 Q3_K: W = (d·S_G)·(low2 + 4·hbit − 4); 16-element scale groups.
 // Folded (FOLD = 1): S_G ∈ [−32, 31] times q ∈ [−4, 3] is an integer of magnitude ≤ 128, exact
 // in bf16, so a super-block is one mma sum P = Σ (S·q)·x scaled once by d (no offsets).
-template <> struct Tc<FmtQ3_K> { enum { OK = 1, SB = 110, GPS = 1, HAS_MIN = 0, FOLD = 1 };
+template <> struct Tc<FmtQ3_K> { enum { OK = 1, SB = 110, GPS = 1, HAS_MIN = 0, FOLD = 1, SUB = 0 };
     struct Row { uint32_t hm[2]; uint32_t q[4]; uint32_t sc[3]; uint32_t dd; };
     static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
         R.hm[0] = sm_u32_a2(b + 4 * t);
@@ -546,7 +553,7 @@ template <> struct Tc<FmtQ3_K> { enum { OK = 1, SB = 110, GPS = 1, HAS_MIN = 0, 
 
 // §3.3 Q4_0: W = d·(nib − 8); a 256-element super-block is 8 blocks of 18 bytes; block i =
 // groups 2i (low nibbles) and 2i + 1 (high nibbles) of the same 16 bytes.
-template <> struct Tc<FmtQ4_0> { enum { OK = 1, SB = 144, GPS = 2, HAS_MIN = 0, FOLD = 0 };
+template <> struct Tc<FmtQ4_0> { enum { OK = 1, SB = 144, GPS = 2, HAS_MIN = 0, FOLD = 0, SUB = 0 };
     struct Row { uint32_t q[8]; float d[8]; };
     static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
 #pragma unroll
@@ -566,6 +573,13 @@ template <> struct Tc<FmtQ4_0> { enum { OK = 1, SB = 144, GPS = 2, HAS_MIN = 0, 
         b = 0.0f;
     }
 };
+
+// The factors that undo the activation pieces' scales (common.cuh tc_split3: hi·2^40, mid·2^48,
+// lo·2^56) in a column total, given the decoder's own factor (SUB: integers as bf16 subnormals
+// v·2^-133, with d·2^69 applied per super-block: 2^-64 left).
+template <int SUB> struct TcOut { static constexpr float HS = 0x1p-40f, MS = 0x1p-48f, LS = 0x1p-56f; };
+template <> struct TcOut<1> { static constexpr float HS = 0x1p24f, MS = 0x1p16f, LS = 0x1p8f; };
+static_assert(TC_XE_HI == 40, "TcOut assumes the pieces hi·2^40, mid·2^48, lo·2^56");
 
 #define TC_WARPS 8  // warps per mvtc block (split-K over super-blocks)
 // Per format and column-group count NG (measured on the H200 with `runtime mv-bench`, 12B
@@ -795,7 +809,10 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                             tc_mma(P[u & 1][m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
                     }
                 }
-                const float da = T::d(A), db = T::d(B);
+                // With SUB, P = Σ (integer · 2^-133) · piece: d · 2^69 keeps the partial sums
+                // in range; the epilogue's column scales take the rest (TcOut).
+                const float da = T::SUB ? T::d(A) * 0x1p69f : T::d(A);
+                const float db = T::SUB ? T::d(B) * 0x1p69f : T::d(B);
 #pragma unroll
                 for (int m = 0; m < NG; ++m)
 #pragma unroll
@@ -807,7 +824,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                     uint32_t a0, a1, a2, a3;
                     T::mins(A, t, a0, a2);
                     T::mins(B, t, a1, a3);
-                    const float ma = -T::dmin(A), mb = -T::dmin(B);
+                    const float ma = -T::dmin(A) * 0x1p69f, mb = -T::dmin(B) * 0x1p69f;  // subnormal mins
 #pragma unroll
                     for (int m = 0; m < NG; ++m) {
                         float M[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -903,7 +920,9 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
             const int j = o >> 4, rr = o & 15, r = row0 + rr;
             const float hv = tot[(3 * j) * 16 + rr], mv = tot[(3 * j + 1) * 16 + rr],
                         lv = tot[(3 * j + 2) * 16 + rr];
-            if (r < rows) y[(uint64_t)j * rows + r] = (hv + mv) + lv;
+            // The pieces' scales undone (exact powers of two), then (hi + mid) + lo.
+            if (r < rows)
+                y[(uint64_t)j * rows + r] = (hv * TcOut<T::SUB>::HS + mv * TcOut<T::SUB>::MS) + lv * TcOut<T::SUB>::LS;
         }
     }
 #endif

@@ -1,6 +1,7 @@
-//! Writes the NVRTC PTX of the matvec family, one file per format (`matvec_<fmt>.ptx`), into the
-//! folder given as the first argument (default `target/ptx`), for `ptxas -v` register and spill
-//! reports on a machine with the CUDA toolkit (`scripts/gpu/run.sh`). Needs libnvrtc.
+//! Writes the NVRTC PTX of the matvec family, one file per format (`matvec_<fmt>.ptx`), and of
+//! the families without formats (`attention.ptx`, `layer.ptx`, …) into the folder given as the
+//! first argument (default `target/ptx`), for `ptxas -v` register and spill reports on a machine
+//! with the CUDA toolkit (`scripts/gpu/run.sh`). Needs libnvrtc.
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -13,6 +14,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for fmt in kernels::FORMATS {
         let ptx = kernels::compile_ptx_format(kernels::Family::Matvec, fmt, (9, 0))?;
         let path = dir.join(format!("matvec_{fmt}.ptx"));
+        std::fs::write(&path, ptx.as_bytes())?;
+        println!("{}", path.display());
+    }
+    for family in kernels::Family::ALL {
+        if family.reads_blocks() {
+            continue;
+        }
+        let ptx = kernels::compile_ptx(family, (9, 0))?;
+        let path = dir.join(family.file().replace(".cu", ".ptx"));
         std::fs::write(&path, ptx.as_bytes())?;
         println!("{}", path.display());
     }
