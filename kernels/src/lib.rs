@@ -95,9 +95,11 @@ pub const TC_SUPER_BLOCK: usize = 256;
 pub const TC_ROWS: u32 = 16;
 /// Threads of one `mvtc_<fmt>_<NG>` thread block (`32 · TC_WARPS` in `matvec.cu`).
 pub const TC_THREADS: u32 = 256;
-/// `u32` words of the `mvtc_prep` activation buffer per column and input element (`8 · 4 · 8`
-/// words per 16 elements = 2 per element); the sums buffer holds `K / 16 · 8` f32.
-pub const TC_PREP_WORDS_PER_ELEMENT: usize = 2;
+/// `u32` words of the `mvtc_prep` activation buffer per 16 input elements of all 8 columns: the
+/// mma fragment order `[TC_MAX_GROUPS][K / 16][32 lanes][2]` (`common.cuh`, `tc_prep_quad`),
+/// 3 · 32 · 2 = 192 (1.5 words per element of each column); the sums buffer holds `K / 16 · 8`
+/// f32, then the sums' fragments.
+pub const TC_PREP_WORDS_PER_GROUP: usize = TC_MAX_GROUPS * 32 * 2;
 
 /// Bytes of the largest weight matrix the tensor-core matvec serves: its weight stages address
 /// the matrix with 32-bit byte offsets (`TcPlan` in `matvec.cu`). Larger matrices take the

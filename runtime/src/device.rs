@@ -97,12 +97,14 @@ impl Gpu {
         let total_mem = ctx.total_mem().map_err(drv("total memory"))?;
         let modules = ModuleCache::new(ctx.clone())?;
         let tc_xp = stream
-            .alloc_zeros::<u32>(8 * TC_MAX_K * kernels::TC_PREP_WORDS_PER_ELEMENT)
+            .alloc_zeros::<u32>(TC_MAX_K / 16 * kernels::TC_PREP_WORDS_PER_GROUP)
             .map_err(drv("alloc mvtc scratch"))?;
         // Group sums [TC_MAX_K / 16][8], then (from TC_XSF_OFFSET = TC_MAX_K / 16 · 8 words, see
         // common.cuh) their bf16 fragments [3][TC_MAX_K / 256][32][2] for folded formats.
         let tc_xs = stream
-            .alloc_zeros::<f32>(TC_MAX_K / 16 * 8 + 8 * (TC_MAX_K / 256) * 32)
+            .alloc_zeros::<f32>(
+                TC_MAX_K / 16 * 8 + (TC_MAX_K / 256) * kernels::TC_PREP_WORDS_PER_GROUP,
+            )
             .map_err(drv("alloc mvtc scratch"))?;
         Ok(Gpu {
             prof: std::sync::Mutex::new(None),
