@@ -470,9 +470,11 @@ template <> struct Tc<FmtQ6_K> { enum { OK = 1, SB = 210, GPS = 1, HAS_MIN = 0, 
 };
 
 // §3.4 Q2_K: W = (d·(s & 15))·q − dmin·(s >> 4), q 2 bits; 16-element scale groups.
-// Folded (FOLD = 1): the 4-bit scale is multiplied into the integer (sc·q ≤ 45, exact in bf16),
-// so a super-block is one mma sum P = Σ (sc·q)·x scaled once by d, and the offsets
-// Σ_G dmin·m_G·S_G are one more mma of the 4-bit mins against the group sums' bf16 pieces.
+// Folded (FOLD = 1): the 4-bit scale is multiplied into the integer (sc·q ≤ 45), so a super-block
+// is one mma sum P = Σ (sc·q)·x scaled once by d, and the offsets Σ_G dmin·m_G·S_G are one more
+// mma of the 4-bit mins against the group sums' bf16 pieces. SUB = 1: the integers (sc·q, m)
+// enter the mma as bf16 subnormals, a 16-bit lane n being n·2^-133 exactly (the epilogue's
+// factors undo 2^-133, TcOut), so a decoded byte needs no exponent bits and no bias.
 // (Only the folded decoders exist: the per-group `pairs`/`scale` path is never taken for it.)
 template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, FOLD = 1, SUB = 1 };
     struct Row { uint32_t sc[4]; uint32_t q[4]; uint32_t dd; };
@@ -486,8 +488,7 @@ template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, F
     }
     // Scale bytes 4k … 4k + 3 with the mins masked off (byte i = sc of group 4k + i).
     // Folded pairs: (sc_G·q) for the thread's elements of group G (sc_G = byte G & 3 of
-    // s4 = scale4(R, G >> 2), picked by one PRMT; the integer product's lanes stay below 2⁷, so adding the
-    // exponent bits 0x4300 gives 128 + sc·q in each bf16 lane).
+    // s4 = scale4(R, G >> 2), picked by one PRMT), as bf16 subnormal pairs.
     static __device__ __forceinline__ uint32_t scale4(const Row& R, int k) { return R.sc[k] & 0x0F0F0F0Fu; }
     static __device__ __forceinline__ void pairs_fold(const Row& R, int G, uint32_t s4, uint32_t& p0, uint32_t& p1) {
         const int h = G >> 3, j = (G >> 1) & 3, gh = G & 1;
@@ -499,7 +500,8 @@ template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, F
         p0 = prmt(v, 0u, 0x4240u);
         p1 = prmt(v, 0u, 0x4341u);
     }
-    // The mins as mma A pairs over k = group: m0 = (m_{2t}, m_{2t+1}), m1 = (m_{2t+8}, m_{2t+9}).
+    // The mins as mma A pairs over k = group (bf16 subnormals, like the folded pairs):
+    // m0 = (m_{2t}, m_{2t+1}), m1 = (m_{2t+8}, m_{2t+9}).
     // (Selects, not R.sc[t >> 1]: a lane-dependent index would put the row in local memory.)
     static __device__ __forceinline__ void mins(const Row& R, int t, uint32_t& m0, uint32_t& m1) {
         const uint32_t lo = ((t & 2) ? R.sc[1] : R.sc[0]) >> (16 * (t & 1));
