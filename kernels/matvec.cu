@@ -577,10 +577,16 @@ template <> struct Tc<FmtQ4_0> { enum { OK = 1, SB = 144, GPS = 2, HAS_MIN = 0, 
 };
 
 // The factors that undo the activation pieces' scales (common.cuh tc_split3: hi·2^40, mid·2^48,
-// lo·2^56) in a column total, given the decoder's own factor (SUB: integers as bf16 subnormals
-// v·2^-133, with d·2^69 applied per super-block: 2^-64 left).
-template <int SUB> struct TcOut { static constexpr float HS = 0x1p-40f, MS = 0x1p-48f, LS = 0x1p-56f; };
-template <> struct TcOut<1> { static constexpr float HS = 0x1p24f, MS = 0x1p16f, LS = 0x1p8f; };
+// lo·2^56) and the decoder's own: SF multiplies a folded super-block's d (and dmin) and HS, MS,
+// LS a column total. SUB (integers as bf16 subnormals v·2^-133): SF = 2^69 keeps the partial
+// sums in range, leaving 2^-64 for the epilogue. (Exact powers of two: the sums are those of
+// unscaled pieces.)
+template <int SUB> struct TcOut {
+    static constexpr float SF = 1.0f, HS = 0x1p-40f, MS = 0x1p-48f, LS = 0x1p-56f;
+};
+template <> struct TcOut<1> {
+    static constexpr float SF = 0x1p69f, HS = 0x1p24f, MS = 0x1p16f, LS = 0x1p8f;
+};
 static_assert(TC_XE_HI == 40, "TcOut assumes the pieces hi·2^40, mid·2^48, lo·2^56");
 
 #define TC_WARPS 8  // warps per mvtc block (split-K over super-blocks)
@@ -670,8 +676,9 @@ static __device__ __forceinline__ void tc_cp_wait() { asm volatile("cp.async.wai
 // The stage copy plan of one thread: row r = threadIdx.x / 16 of the tile and, of that row's
 // CPR aligned chunks, cols l, l + 16, … (l = threadIdx.x mod 16), so one base offset and
 // immediate steps address them all. Offsets are bytes from W, 32-bit (the matrix must be
-// < 4 GiB: kernels::TC_MAX_MATRIX_BYTES, checked by Gpu::matvec_tc and Forward). Stage j reads 8j·SB bytes further on in every row;
-// 8·SB is a multiple of 16 for every format (SB even), so a chunk keeps its alignment.
+// < 4 GiB: kernels::TC_MAX_MATRIX_BYTES, checked by Gpu::matvec_tc and Forward). Stage j reads
+// 8j·SB bytes further on in every row; 8·SB is a multiple of 16 for every format (SB even), so
+// a chunk keeps its alignment.
 template <typename F> struct TcPlan {
     static_assert(32 * TC_WARPS == 256, "the plan maps 16 threads to each of the 16 rows");
     enum { NCH = (TcStage<F>::CPR + 15) / 16, STRIDE = TC_WARPS * Tc<F>::SB };
@@ -817,9 +824,10 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                     }
                 }
                 // With SUB, P = Σ (integer · 2^-133) · piece: d · 2^69 keeps the partial sums
-                // in range; the epilogue's column scales take the rest (TcOut).
-                const float da = T::SUB ? T::d(A) * 0x1p69f : T::d(A);
-                const float db = T::SUB ? T::d(B) * 0x1p69f : T::d(B);
+                // in range; the epilogue's column scales take the rest (TcOut). The offset mma
+                // below reads its integers the same way, so dmin takes the same factor.
+                constexpr float SF = TcOut<T::SUB>::SF;
+                const float da = T::d(A) * SF, db = T::d(B) * SF;
 #pragma unroll
                 for (int m = 0; m < NG; ++m)
 #pragma unroll
@@ -831,7 +839,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                     uint32_t a0, a1, a2, a3;
                     T::mins(A, t, a0, a2);
                     T::mins(B, t, a1, a3);
-                    const float ma = -T::dmin(A) * 0x1p69f, mb = -T::dmin(B) * 0x1p69f;  // subnormal mins
+                    const float ma = -T::dmin(A) * SF, mb = -T::dmin(B) * SF;
 #pragma unroll
                     for (int m = 0; m < NG; ++m) {
                         float M[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -928,8 +936,8 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
             const float hv = tot[(3 * j) * 16 + rr], mv = tot[(3 * j + 1) * 16 + rr],
                         lv = tot[(3 * j + 2) * 16 + rr];
             // The pieces' scales undone (exact powers of two), then (hi + mid) + lo.
-            if (r < rows)
-                y[(uint64_t)j * rows + r] = (hv * TcOut<T::SUB>::HS + mv * TcOut<T::SUB>::MS) + lv * TcOut<T::SUB>::LS;
+            typedef TcOut<T::SUB> O;
+            if (r < rows) y[(uint64_t)j * rows + r] = (hv * O::HS + mv * O::MS) + lv * O::LS;
         }
     }
 #endif

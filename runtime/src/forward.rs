@@ -701,9 +701,9 @@ fn lc(grid: (u32, u32, u32), block: u32, smem: u32) -> LaunchConfig {
 /// Which forward launches use programmatic dependent launch (`GEMMA4_PDL`, read once per
 /// process): `mv` (default) the tensor-core matvecs only (they stage their first weights before
 /// waiting for the previous kernel), `off` none, `all` every kernel. Measured on the H200 at
-/// commit 4afb3bc (12B Q2_K mix, graph decode, one run each, same call): `mv` 192.6 tok/s at batch 1 against 188.3
-/// off and 188.8 `all`; batch 4 639.5 / 624.8 / 600.7 tok/s, batch 8 1034.1 / 1007.7 / 1036.0;
-/// a verify of K = 4 drafts 6.35 / 6.42 / 6.72 ms. (With the slower matvecs of the session
+/// commit 4afb3bc (12B Q2_K mix, graph decode, one run each, same call): `mv` 192.6 tok/s at
+/// batch 1 against 188.3 off and 188.8 `all`; batch 4 639.5 / 624.8 / 600.7 tok/s, batch 8
+/// 1034.1 / 1007.7 / 1036.0; a verify of K = 4 drafts 6.35 / 6.42 / 6.72 ms. (With the slower matvecs of the session
 /// before, `mv` lost at batch 4, so it was off then.) The sums are the same either way: only
 /// when a kernel starts changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
