@@ -272,8 +272,8 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 // column's mma, loads and sums are the same in every NG kernel, so 1..8 columns give the same
 // bits: decode, verify and batch rows agree bitwise). Folded formats (Q2_K, Q3_K: FOLD = 1
 // below) multiply the group's integer scale into the integer (|sc·q| ≤ 128, exact in bf16), so
-// the tensor core sums a whole super-block (P = Σ (sc·q)·x, one f32 accumulation across its
-// 16 mma) scaled once by d; Q2_K takes its offsets Σ_G b_G·S_G as one more mma per super-block
+// the tensor core sums a whole super-block (P = Σ (sc·q)·x: f32 accumulations across its 16 mma,
+// in one chain for Q2_K, two for Q3_K — TcChains) scaled once by d; Q2_K takes its offsets Σ_G b_G·S_G as one more mma per super-block
 // of the sums' pieces (packed the same way).
 // Scales: the prep stores hi·2^40, mid·2^48, lo·2^56 (and S·2^40), exact powers of two undone
 // in the epilogue (TcOut). Q2_K (SUB = 1) reads its integers sc·q and mins as bf16 subnormals
@@ -638,6 +638,37 @@ template <> struct TcMinB<FmtQ5_K, 1> { enum { V = 2 }; };
 // 23.38 µs at n = 4 (mv-bench, H200; NG = 2 had spilled 32 B at 3 blocks).
 template <> struct TcMinB<FmtQ3_K, 1> { enum { V = 2 }; };
 template <> struct TcMinB<FmtQ3_K, 2> { enum { V = 2 }; };
+// Wide variants `mvtc_<fmt>_<NG>w` (NG = 1, 3): the same arithmetic (same sums, bit for bit)
+// compiled for more resident blocks per SM — NG = 1 at 4 blocks (≤ 64 registers), NG = 3 at 3
+// (≤ 85 registers: Q2_K's NG = 3 fits with XB = 2 and one mma chain, TcChains). Which launch
+// takes which is the host's measured rule (kernels::mvtc_wide).
+//
+// TcChains: how many independent mma accumulation chains a folded super-block's 16 groups are
+// summed in (group G into chain G % CH, then P0 + P1) — part of the summation order, so the same
+// in every NG kernel of a format. Q3_K keeps 2: at NG = 1 it has one mma per group, and one chain
+// of 16 dependent mma took ffn_down from 20.2 to 25.7 µs (n = 1, mv-bench, H200). Q2_K takes 1:
+// its NG = 3 wide kernel needs the registers (attn_q+attn_k at n = 8: 11.28 → 9.02 µs, ffn_gate+
+// ffn_up 45.6 → 40.4, with one chain at XB = 2; with two chains it spills 64 B and runs 48.4),
+// and its NG = 1 launches cost the same either way (attn_q+attn_k 6.07 → 5.81, ffn_gate+ffn_up
+// 24.66 → 25.05, attn_output 4.27 → 4.32 µs).
+#ifndef TC_MINBW_1
+#define TC_MINBW_1 4
+#endif
+#ifndef TC_MINBW_3
+#define TC_MINBW_3 3
+#endif
+#ifndef TC_XBW_3
+#define TC_XBW_3 2
+#endif
+// (XB at least the format's groups per scale group: the unfolded path loads whole scale groups.)
+template <typename F> struct TcChains { enum { V = 2 }; };
+template <> struct TcChains<FmtQ2_K> { enum { V = 1 }; };
+template <typename F, int NG> struct TcWide {
+    enum {
+        MINB = NG == 1 ? TC_MINBW_1 : TC_MINBW_3,
+        XB = NG == 1 ? (int)TcXb<F, 1>::V : (TC_XBW_3 > (int)Tc<F>::GPS ? TC_XBW_3 : (int)Tc<F>::GPS)
+    };
+};
 
 // Weight staging: a stage is the next TC_WARPS super-blocks (one per warp) of the tile's 16
 // rows, copied into shared memory with 16-byte `cp.async` chunks (whole aligned chunks covering
@@ -727,6 +758,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 #if __CUDA_ARCH__ >= 800
     typedef Tc<F> T;
     typedef TcStage<F> St;
+    static_assert(16 % XB == 0 && XB % T::GPS == 0, "XB: whole scale groups, a divisor of 16");
     // Per warp: NG mma column groups × 4 accumulator elements × 32 lanes, reused for the
     // column totals tot[8·NG columns][16 rows]; aliases the stage buffers (used after them).
     float (*red)[4 * NG][32] = reinterpret_cast<float (*)[4 * NG][32]>(sm);
@@ -801,9 +833,11 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                     sA[k] = T::scale4(A, k);
                     sB[k] = T::scale4(B, k);
                 }
-                float P[2][NG][4];
+                // The super-block's mma sums in CH chains (TcChains): group G into chain G % CH.
+                constexpr int CH = TcChains<F>::V;
+                float P[CH][NG][4];
 #pragma unroll
-                for (int a = 0; a < 2; ++a)
+                for (int a = 0; a < CH; ++a)
 #pragma unroll
                     for (int m = 0; m < NG; ++m)
 #pragma unroll
@@ -820,7 +854,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                         T::pairs_fold(B, G, sB[G >> 2], a1, a3);
 #pragma unroll
                         for (int m = 0; m < NG; ++m)
-                            tc_mma(P[u & 1][m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
+                            tc_mma(P[G % CH][m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
                     }
                 }
                 // With SUB, P = Σ (integer · 2^-133) · piece: d · 2^69 keeps the partial sums
@@ -832,7 +866,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 for (int m = 0; m < NG; ++m)
 #pragma unroll
                     for (int i = 0; i < 4; ++i)
-                        acc[m][i] = fmaf(i < 2 ? da : db, P[0][m][i] + P[1][m][i], acc[m][i]);
+                        acc[m][i] = fmaf(i < 2 ? da : db, CH == 2 ? P[0][m][i] + P[1][m][i] : P[0][m][i], acc[m][i]);
                 if constexpr (T::HAS_MIN) {
                     // Offsets: M = Σ_G m_G · S_G over the super-block's 16 groups (k = group),
                     // the sums' pieces packed into columns like the activations.
@@ -945,17 +979,18 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 
 // mvtc_<fmt>_<NG>(W, xp, xs, y, rows, K, row_bytes, nc, W2, y2, rows2): y = W·x and, in the
 // same launch, y2 = W2·x (same format and K; rows2 = 0 for none), for nc inputs with
-// NG = ceil(3·nc / 8) mma column groups (host: kernels::mvtc_kernel(fmt, nc)). One 16-row tile
-// per block; grid ceil(rows / 16) + ceil(rows2 / 16).
-#define MVTC_ENTRY(NAME, F, NG)                                                              \
-    extern "C" __global__ void __launch_bounds__(32 * TC_WARPS, TcMinB<F, NG>::V)         \
-        mvtc_##NAME##_##NG(                                                                  \
+// NG = ceil(3·nc / 8) mma column groups (host: kernels::mvtc_kernel(fmt, nc, wide)); the wide
+// variants mvtc_<fmt>_1w and mvtc_<fmt>_3w (TcWide) take the same arguments and give the same
+// bits. One 16-row tile per block; grid ceil(rows / 16) + ceil(rows2 / 16).
+#define MVTC_ENTRY_V(NAME, F, NG, SUFFIX, MINB, XBV)                                        \
+    extern "C" __global__ void __launch_bounds__(32 * TC_WARPS, MINB)                        \
+        mvtc_##NAME##_##NG##SUFFIX(                                                          \
         const uint8_t* __restrict__ W, const uint32_t* __restrict__ xp,                      \
         const float* __restrict__ xs, float* __restrict__ y, int rows, int K,                \
         uint64_t row_bytes, int nc, const uint8_t* __restrict__ W2, float* __restrict__ y2,  \
         int rows2) {                                                                         \
         if constexpr (Tc<F>::OK) {                                                           \
-            constexpr int XB = TcXb<F, NG>::V;                                               \
+            constexpr int XB = XBV;                                                          \
             constexpr int SMB = TcStage<F>::NST * TcStage<F>::BYTES;                         \
             constexpr int RB = TC_WARPS * 4 * NG * 32 * 4;                                   \
             __shared__ uint4 sm[(SMB > RB ? SMB : RB) / 16];                                 \
@@ -967,6 +1002,11 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                                      blockIdx.x - ctas, sm);                                 \
         }                                                                                    \
     }
-#define MVTC_KERNEL(NAME, F) MVTC_ENTRY(NAME, F, 1) MVTC_ENTRY(NAME, F, 2) MVTC_ENTRY(NAME, F, 3)
+#define MVTC_ENTRY(NAME, F, NG) MVTC_ENTRY_V(NAME, F, NG, , (TcMinB<F, NG>::V), (TcXb<F, NG>::V))
+#define MVTC_ENTRY_W(NAME, F, NG)                                                            \
+    MVTC_ENTRY_V(NAME, F, NG, w, (TcWide<F, NG>::MINB), (TcWide<F, NG>::XB))
+#define MVTC_KERNEL(NAME, F)                                                                 \
+    MVTC_ENTRY(NAME, F, 1) MVTC_ENTRY(NAME, F, 2) MVTC_ENTRY(NAME, F, 3) MVTC_ENTRY_W(NAME, F, 1) \
+    MVTC_ENTRY_W(NAME, F, 3)
 
 FOR_EACH_FORMAT(MVTC_KERNEL)

@@ -142,9 +142,34 @@ pub fn tc_col_groups(nc: usize) -> usize {
 
 /// Kernel name of the tensor-core matvec for format `fmt` and `nc` inputs (1 ≤ nc ≤ 8):
 /// `mvtc_<fmt>_<NG>` with NG = [`tc_col_groups`]`(nc)` (defined, empty, for every format; only
-/// [`TC_FORMATS`] compute). All three activation pieces are used (exact f32 activations).
-pub fn mvtc_kernel(fmt: &str, nc: usize) -> String {
-    format!("mvtc_{fmt}_{}", tc_col_groups(nc).clamp(1, TC_MAX_GROUPS))
+/// [`TC_FORMATS`] compute), or with `wide` and NG 1 or 3 its wide variant `mvtc_<fmt>_<NG>w`
+/// (more resident blocks per SM, the same sums bit for bit: `TcWide` in `matvec.cu`; NG = 2
+/// has none and keeps its kernel). All three activation pieces are used (exact f32 activations).
+pub fn mvtc_kernel(fmt: &str, nc: usize, wide: bool) -> String {
+    let ng = tc_col_groups(nc).clamp(1, TC_MAX_GROUPS);
+    let w = if wide && ng != 2 { "w" } else { "" };
+    format!("mvtc_{fmt}_{ng}{w}")
+}
+
+/// Whether a tensor-core matvec launch of `tiles` 16-row tiles (both matrices of a paired launch)
+/// with `nc` inputs on a device of `sms` multiprocessors takes the wide kernel
+/// ([`mvtc_kernel`]). The rule is what `runtime mv-bench` measured on an H200 (132 SMs) for the
+/// 12B Q2_K-mix launches (µs, base → wide; `ARCHITECTURE.md`):
+/// - NG = 1, Q2_K: wide (4 blocks per SM) except when the tiles fill between 2 and 3 blocks per
+///   SM in one wave (attn_q+attn_k, 384 tiles: 6.05 → 6.55); ffn_gate+ffn_up (1920 tiles)
+///   26.55 → 24.56, attn_output (240 tiles) 5.43 → 4.31.
+/// - NG = 3, Q2_K and Q6_K: wide (3 blocks per SM, one activation group per load) when the base
+///   kernel's 2 blocks per SM need more than one wave (tiles > 2 · SMs): attn_q+attn_k 11.28 →
+///   9.14, ffn_gate+ffn_up 45.29 → 40.82, tied Q6_K head 569 → 517; not at ≤ 2 · SMs
+///   (attn_output, 240 tiles: 6.81 → 8.18).
+/// - Q3_K (attn_v, ffn_down: 128 and 240 tiles) and every other format: never (Q3_K at NG = 3:
+///   ffn_down 26.3 → 33.7).
+pub fn mvtc_wide(fmt: &str, nc: usize, tiles: usize, sms: usize) -> bool {
+    match tc_col_groups(nc) {
+        1 => fmt == "q2_k" && !(tiles > 2 * sms && tiles <= 3 * sms),
+        3 => (fmt == "q2_k" || fmt == "q6_k") && tiles > 2 * sms,
+        _ => false,
+    }
 }
 
 /// Largest `head_dim` the `attention*_f32` kernels take: a block of 128 threads holds up to 4
@@ -296,6 +321,7 @@ impl Family {
                         .map(move |nc| matvec_kernel(f, nc))
                         .chain(std::iter::once(format!("matvec_ids_{f}")))
                         .chain((1..=TC_MAX_GROUPS).map(move |g| format!("mvtc_{f}_{g}")))
+                        .chain([1, 3].map(|g| format!("mvtc_{f}_{g}w")))
                 })
                 .chain(std::iter::once("mvtc_prep".to_string()))
                 .collect(),
@@ -706,8 +732,28 @@ mod tests {
         // group; 2 → 6 → 1; 3 → 9 → 2; 5 → 15 → 2; 6 → 18 → 3; 8 → 24 → 3.
         let groups: Vec<usize> = (1..=8).map(super::tc_col_groups).collect();
         assert_eq!(groups, [1, 1, 2, 2, 2, 3, 3, 3]);
-        assert_eq!(super::mvtc_kernel("q2_k", 1), "mvtc_q2_k_1");
-        assert_eq!(super::mvtc_kernel("q6_k", 4), "mvtc_q6_k_2");
-        assert_eq!(super::mvtc_kernel("q3_k", 8), "mvtc_q3_k_3");
+        assert_eq!(super::mvtc_kernel("q2_k", 1, false), "mvtc_q2_k_1");
+        assert_eq!(super::mvtc_kernel("q6_k", 4, false), "mvtc_q6_k_2");
+        assert_eq!(super::mvtc_kernel("q3_k", 8, false), "mvtc_q3_k_3");
+        // Wide variants exist for NG = 1 and 3 only.
+        assert_eq!(super::mvtc_kernel("q2_k", 2, true), "mvtc_q2_k_1w");
+        assert_eq!(super::mvtc_kernel("q6_k", 4, true), "mvtc_q6_k_2");
+        assert_eq!(super::mvtc_kernel("q6_k", 8, true), "mvtc_q6_k_3w");
+    }
+
+    #[test]
+    fn mvtc_wide_rule() {
+        // The 12B launches on an H200's 132 SMs, as listed in the rule's doc (by hand: 2·132 =
+        // 264 and 3·132 = 396 tiles bound the one-wave band).
+        let w = |fmt, nc, tiles| super::mvtc_wide(fmt, nc, tiles, 132);
+        assert!(w("q2_k", 1, 1920)); // ffn_gate+ffn_up
+        assert!(w("q2_k", 1, 240)); // attn_output
+        assert!(!w("q2_k", 1, 384)); // attn_q+attn_k: 265..=396 keeps 3 blocks per SM
+        assert!(w("q2_k", 1, 397));
+        assert!(!w("q2_k", 4, 1920)); // NG = 2 has no wide kernel
+        assert!(w("q2_k", 8, 384) && w("q2_k", 6, 1920));
+        assert!(!w("q2_k", 8, 240) && !w("q2_k", 8, 264) && w("q2_k", 8, 265));
+        assert!(w("q6_k", 8, 16384) && !w("q6_k", 1, 16384));
+        assert!(!w("q3_k", 1, 1920) && !w("q3_k", 8, 1920) && !w("q4_k", 8, 1920));
     }
 }

@@ -726,6 +726,21 @@ pub fn pdl_policy() -> PdlPolicy {
     })
 }
 
+/// Whether a tensor-core matvec launch of `tiles` tiles with `nc` inputs takes the wide kernel:
+/// [`kernels::mvtc_wide`]'s measured rule, unless `GEMMA4_TC_WIDE` (read once per process) is
+/// `0` (never) or `1` (always where the NG has one) — for timing A/B runs and for checking the
+/// wide kernels on shapes the rule gives the base kernel (`runtime gpu-check`). Either kernel
+/// gives the same bits.
+pub fn tc_wide(fmt: &str, nc: usize, tiles: usize, sms: u32) -> bool {
+    static W: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    let forced = *W.get_or_init(|| match std::env::var("GEMMA4_TC_WIDE").as_deref() {
+        Ok("0") => Some(false),
+        Ok("1") => Some(true),
+        _ => None,
+    });
+    forced.unwrap_or_else(|| kernels::mvtc_wide(fmt, nc, tiles, sms as usize))
+}
+
 /// Launches kernel `f` on the GPU's stream with programmatic stream serialization (the kernel
 /// may start before the previous one ends; every kernel waits for it with
 /// `griddepcontrol.wait` before touching activations: `common.cuh`) as [`pdl_policy`] says. `args` are the kernel's parameters in order (8-byte pointers / u64, 4-byte i32 / f32).
@@ -934,13 +949,15 @@ impl Forward<'_> {
         second: Option<(&Mat, u64)>,
     ) -> Result<(), RuntimeError> {
         let gpu = self.gpu;
-        let name = kernels::mvtc_kernel(w.fmt, nc);
-        let f = gpu.modules.function_fmt(Family::Matvec, w.fmt, &name)?;
         let (w2, y2, rows2) = match second {
             Some((w2, y2)) => (ptr(gpu, &w2.data), y2, w2.rows),
             None => (0, 0, 0),
         };
         let ctas = |rows: usize| (rows as u32).div_ceil(kernels::TC_ROWS);
+        let tiles = (ctas(w.rows) + ctas(rows2)) as usize;
+        let wide = tc_wide(w.fmt, nc, tiles, gpu.sm_count);
+        let name = kernels::mvtc_kernel(w.fmt, nc, wide);
+        let f = gpu.modules.function_fmt(Family::Matvec, w.fmt, &name)?;
         launch(
             gpu,
             &f,

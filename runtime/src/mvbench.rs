@@ -169,8 +169,14 @@ pub fn run(gpu: &Gpu, iters: usize, only: Option<&str>) -> Result<Value, Runtime
                 }
             }
             let gbs = bytes as f64 / (us * 1e-6) / 1e9;
+            let tiles = case.rows.div_ceil(16) + case.rows2.div_ceil(16);
+            let kernel = kernels::mvtc_kernel(
+                fmt,
+                nc,
+                crate::forward::tc_wide(fmt, nc, tiles, gpu.sm_count),
+            );
             let line = format!(
-                "mv-bench {:26} {} n={nc}: {:8.2} µs  {:6.0} GB/s  {:5.1} % of B_read",
+                "mv-bench {:26} {} n={nc}: {:8.2} µs  {:6.0} GB/s  {:5.1} % of B_read  {kernel}",
                 case.name,
                 case.ty.name(),
                 us,
@@ -180,7 +186,7 @@ pub fn run(gpu: &Gpu, iters: usize, only: Option<&str>) -> Result<Value, Runtime
             println!("{line}");
             out.push(json!({
                 "case": case.name, "type": case.ty.name(), "rows": case.rows, "rows2": case.rows2,
-                "k": case.k, "ncols": nc, "weight_bytes": bytes, "us": us, "gb_per_s": gbs,
+                "k": case.k, "ncols": nc, "kernel": kernel, "weight_bytes": bytes, "us": us, "gb_per_s": gbs,
                 "fraction_of_b_read": gbs * 1e9 / b_read,
                 "y_hash": bits_hash(&y[..nc * case.rows]),
             }));

@@ -313,10 +313,12 @@ impl Gpu {
         // SAFETY: matches `mvtc_prep(const float*, int, int, uint32_t*, float*)`; x holds
         // ncols·k floats (checked), the scratch holds 8 columns of TC_MAX_K ≥ k elements.
         unsafe { b.launch(blocks_1d(n as u64, 128)) }.map_err(drv("mvtc_prep"))?;
-        let name = kernels::mvtc_kernel(fmt, ncols);
+        let tiles = (rows as u32).div_ceil(kernels::TC_ROWS);
+        let wide = crate::forward::tc_wide(fmt, ncols, tiles as usize, self.sm_count);
+        let name = kernels::mvtc_kernel(fmt, ncols, wide);
         let f = self.func(Family::Matvec, &name)?;
         let cfg = LaunchConfig {
-            grid_dim: ((rows as u32).div_ceil(kernels::TC_ROWS), 1, 1),
+            grid_dim: (tiles, 1, 1),
             block_dim: (kernels::TC_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
