@@ -154,19 +154,29 @@ pub fn mvtc_kernel(fmt: &str, nc: usize, wide: bool) -> String {
 /// Whether a tensor-core matvec launch of `tiles` 16-row tiles (both matrices of a paired launch)
 /// with `nc` inputs on a device of `sms` multiprocessors takes the wide kernel
 /// ([`mvtc_kernel`]). The rule is what `runtime mv-bench` measured on an H200 (132 SMs) for the
-/// 12B Q2_K-mix launches (µs, base → wide; `ARCHITECTURE.md`):
+/// 12B Q2_K-mix launches (µs, base → wide, same run unless said):
 /// - NG = 1, Q2_K: wide (4 blocks per SM) except when the tiles fill between 2 and 3 blocks per
-///   SM in one wave (attn_q+attn_k, 384 tiles: 6.05 → 6.55); ffn_gate+ffn_up (1920 tiles)
-///   26.55 → 24.56, attn_output (240 tiles) 5.43 → 4.31.
-/// - NG = 3, Q2_K and Q6_K: wide (3 blocks per SM, one activation group per load) when the base
-///   kernel's 2 blocks per SM need more than one wave (tiles > 2 · SMs): attn_q+attn_k 11.28 →
-///   9.14, ffn_gate+ffn_up 45.29 → 40.82, tied Q6_K head 569 → 517; not at ≤ 2 · SMs
-///   (attn_output, 240 tiles: 6.81 → 8.18).
-/// - Q3_K (attn_v, ffn_down: 128 and 240 tiles) and every other format: never (Q3_K at NG = 3:
-///   ffn_down 26.3 → 33.7).
+///   SM in one wave (attn_q+attn_k, 384 tiles: 5.8 → 6.6, two runs); ffn_gate+ffn_up (1920
+///   tiles) 25.53 → 24.57, attn_output (240 tiles) 5.37 → 4.30.
+/// - NG = 1, Q6_K: wide when the tiles take more than one wave at 3 blocks per SM (tied head,
+///   16384 tiles: 368 → 336, two runs); smaller Q6_K matrices were not timed and keep the base
+///   kernel.
+/// - NG = 3, Q2_K and Q6_K: wide (3 blocks per SM) when the base kernel's 2 blocks per SM need
+///   more than one wave (tiles > 2 · SMs): attn_q+attn_k 11.87 → 9.12, ffn_gate+ffn_up 45.17 →
+///   40.16, tied Q6_K head 566.8 → 502.4; not at ≤ 2 · SMs (attn_output, 240 tiles: 6.7 → 8.2,
+///   two runs).
+/// - Q3_K (attn_v, ffn_down: 128 and 240 tiles) and every other format: never (Q3_K at NG = 1:
+///   ffn_down 20.2 → 20.6, at NG = 3: 26.3 → 45.6; the Q4_K 12B bench with every launch wide:
+///   151.3 → 148.7 tok/s at batch 1, 828 → 704 at batch 8).
+/// - NG = 2 has no wide kernel: one at 4 blocks per SM timed faster alone (attn_output 6.49 →
+///   5.33, ffn_gate+ffn_up 31.01 → 29.93 at n = 4) but slower in the 12B bench (batch 4 720.5 →
+///   712.6 tok/s, verify of K = 4 drafts 1.153 → 1.165 decode steps).
 pub fn mvtc_wide(fmt: &str, nc: usize, tiles: usize, sms: usize) -> bool {
     match tc_col_groups(nc) {
-        1 => fmt == "q2_k" && !(tiles > 2 * sms && tiles <= 3 * sms),
+        1 => {
+            (fmt == "q2_k" && !(tiles > 2 * sms && tiles <= 3 * sms))
+                || (fmt == "q6_k" && tiles > 3 * sms)
+        }
         3 => (fmt == "q2_k" || fmt == "q6_k") && tiles > 2 * sms,
         _ => false,
     }
@@ -753,7 +763,7 @@ mod tests {
         assert!(!w("q2_k", 4, 1920)); // NG = 2 has no wide kernel
         assert!(w("q2_k", 8, 384) && w("q2_k", 6, 1920));
         assert!(!w("q2_k", 8, 240) && !w("q2_k", 8, 264) && w("q2_k", 8, 265));
-        assert!(w("q6_k", 8, 16384) && !w("q6_k", 1, 16384));
+        assert!(w("q6_k", 8, 16384) && w("q6_k", 1, 16384) && !w("q6_k", 1, 396));
         assert!(!w("q3_k", 1, 1920) && !w("q3_k", 8, 1920) && !w("q4_k", 8, 1920));
     }
 }
