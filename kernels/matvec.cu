@@ -272,9 +272,9 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 // column's mma, loads and sums are the same in every NG kernel, so 1..8 columns give the same
 // bits: decode, verify and batch rows agree bitwise). Folded formats (Q2_K, Q3_K: FOLD = 1
 // below) multiply the group's integer scale into the integer (|sc·q| ≤ 128, exact in bf16), so
-// the tensor core sums a whole super-block (P = Σ (sc·q)·x: f32 accumulations across its 16 mma,
-// in one chain for Q2_K, two for Q3_K — TcChains) scaled once by d; Q2_K takes its offsets Σ_G b_G·S_G as one more mma per super-block
-// of the sums' pieces (packed the same way).
+// the tensor core sums a whole super-block (P = Σ (sc·q)·x: f32 accumulations across its 16
+// mma, in one chain for Q2_K, two for Q3_K — TcChains) scaled once by d; Q2_K takes its offsets
+// Σ_G b_G·S_G as one more mma per super-block of the sums' pieces (packed the same way).
 // Scales: the prep stores hi·2^40, mid·2^48, lo·2^56 (and S·2^40), exact powers of two undone
 // in the epilogue (TcOut). Q2_K (SUB = 1) reads its integers sc·q and mins as bf16 subnormals
 // (the bit pattern n is n·2^-133, so a decoded byte is an mma operand as it is: no bias to
@@ -660,13 +660,14 @@ template <> struct TcMinB<FmtQ3_K, 2> { enum { V = 2 }; };
 #ifndef TC_XBW_3
 #define TC_XBW_3 2
 #endif
-// (XB at least the format's groups per scale group: the unfolded path loads whole scale groups.)
 template <typename F> struct TcChains { enum { V = 2 }; };
 template <> struct TcChains<FmtQ2_K> { enum { V = 1 }; };
+// (XB at least the format's groups per scale group: the unfolded path loads whole scale groups.)
 template <typename F, int NG> struct TcWide {
     enum {
         MINB = NG == 1 ? TC_MINBW_1 : TC_MINBW_3,
-        XB = NG == 1 ? (int)TcXb<F, 1>::V : (TC_XBW_3 > (int)Tc<F>::GPS ? TC_XBW_3 : (int)Tc<F>::GPS)
+        XB = NG == 1 ? (int)TcXb<F, 1>::V
+                     : (TC_XBW_3 > (int)Tc<F>::GPS ? TC_XBW_3 : (int)Tc<F>::GPS)
     };
 };
 
@@ -866,7 +867,8 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 for (int m = 0; m < NG; ++m)
 #pragma unroll
                     for (int i = 0; i < 4; ++i)
-                        acc[m][i] = fmaf(i < 2 ? da : db, CH == 2 ? P[0][m][i] + P[1][m][i] : P[0][m][i], acc[m][i]);
+                        acc[m][i] = fmaf(i < 2 ? da : db,
+                                         CH == 2 ? P[0][m][i] + P[1][m][i] : P[0][m][i], acc[m][i]);
                 if constexpr (T::HAS_MIN) {
                     // Offsets: M = Σ_G m_G · S_G over the super-block's 16 groups (k = group),
                     // the sums' pieces packed into columns like the activations.
