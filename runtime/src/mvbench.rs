@@ -4,7 +4,8 @@
 //! matvec kernel work: with `GEMMA4_KERNEL_SRC` ([`kernels::SOURCE_DIR_ENV`]) pointing at edited
 //! sources, a variant is timed without a rebuild. Each case also reports a hash of its output bits
 //! (so variants can be compared for identical sums) and whether column 0 is bitwise the same at
-//! every column count (decode/verify row invariance).
+//! every column count (decode/verify row invariance), and names the kernel the launch took (the
+//! wide-variant rule, or `GEMMA4_TC_WIDE`: `forward::tc_wide`).
 
 use cudarc::driver::sys::CUevent_flags;
 use reference::quant::GgmlType;
@@ -169,7 +170,8 @@ pub fn run(gpu: &Gpu, iters: usize, only: Option<&str>) -> Result<Value, Runtime
                 }
             }
             let gbs = bytes as f64 / (us * 1e-6) / 1e9;
-            let tiles = case.rows.div_ceil(16) + case.rows2.div_ceil(16);
+            let ts = kernels::TC_ROWS as usize;
+            let tiles = case.rows.div_ceil(ts) + case.rows2.div_ceil(ts);
             let kernel = kernels::mvtc_kernel(
                 fmt,
                 nc,
