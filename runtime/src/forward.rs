@@ -726,19 +726,23 @@ pub fn pdl_policy() -> PdlPolicy {
     })
 }
 
-/// Whether a tensor-core matvec launch of `tiles` tiles with `nc` inputs takes the wide kernel:
-/// [`kernels::mvtc_wide`]'s measured rule, unless `GEMMA4_TC_WIDE` (read once per process) is
-/// `0` (never) or `1` (always where the NG has one) — for timing A/B runs and for checking the
-/// wide kernels on shapes the rule gives the base kernel (`runtime gpu-check`). Either kernel
-/// gives the same bits.
-pub fn tc_wide(fmt: &str, nc: usize, tiles: usize, sms: u32) -> bool {
+/// Name of the tensor-core matvec kernel for a launch of `rows` + `rows2` matrix rows (a paired
+/// launch; `rows2 = 0` for one matrix) with `nc` inputs: the base or wide variant
+/// ([`kernels::mvtc_kernel`]) as [`kernels::mvtc_wide`]'s measured rule says for its 16-row
+/// tiles, unless `GEMMA4_TC_WIDE` (read once per process) is `0` (never wide) or `1` (wide
+/// wherever the NG has a variant) — for timing A/B runs and for checking the wide kernels on
+/// shapes the rule gives the base kernel (`runtime gpu-check`). Either kernel gives the same bits.
+pub fn tc_kernel(fmt: &str, nc: usize, rows: usize, rows2: usize, sms: u32) -> String {
     static W: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
     let forced = *W.get_or_init(|| match std::env::var("GEMMA4_TC_WIDE").as_deref() {
         Ok("0") => Some(false),
         Ok("1") => Some(true),
         _ => None,
     });
-    forced.unwrap_or_else(|| kernels::mvtc_wide(fmt, nc, tiles, sms as usize))
+    let ts = kernels::TC_ROWS as usize;
+    let tiles = rows.div_ceil(ts) + rows2.div_ceil(ts);
+    let wide = forced.unwrap_or_else(|| kernels::mvtc_wide(fmt, nc, tiles, sms as usize));
+    kernels::mvtc_kernel(fmt, nc, wide)
 }
 
 /// Launches kernel `f` on the GPU's stream with programmatic stream serialization (the kernel
@@ -954,9 +958,7 @@ impl Forward<'_> {
             None => (0, 0, 0),
         };
         let ctas = |rows: usize| (rows as u32).div_ceil(kernels::TC_ROWS);
-        let tiles = (ctas(w.rows) + ctas(rows2)) as usize;
-        let wide = tc_wide(w.fmt, nc, tiles, gpu.sm_count);
-        let name = kernels::mvtc_kernel(w.fmt, nc, wide);
+        let name = tc_kernel(w.fmt, nc, w.rows, rows2, gpu.sm_count);
         let f = gpu.modules.function_fmt(Family::Matvec, w.fmt, &name)?;
         launch(
             gpu,

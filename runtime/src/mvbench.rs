@@ -5,7 +5,7 @@
 //! sources, a variant is timed without a rebuild. Each case also reports a hash of its output bits
 //! (so variants can be compared for identical sums) and whether column 0 is bitwise the same at
 //! every column count (decode/verify row invariance), and names the kernel the launch took (the
-//! wide-variant rule, or `GEMMA4_TC_WIDE`: `forward::tc_wide`).
+//! wide-variant rule, or `GEMMA4_TC_WIDE`: `forward::tc_kernel`).
 
 use cudarc::driver::sys::CUevent_flags;
 use reference::quant::GgmlType;
@@ -170,13 +170,7 @@ pub fn run(gpu: &Gpu, iters: usize, only: Option<&str>) -> Result<Value, Runtime
                 }
             }
             let gbs = bytes as f64 / (us * 1e-6) / 1e9;
-            let ts = kernels::TC_ROWS as usize;
-            let tiles = case.rows.div_ceil(ts) + case.rows2.div_ceil(ts);
-            let kernel = kernels::mvtc_kernel(
-                fmt,
-                nc,
-                crate::forward::tc_wide(fmt, nc, tiles, gpu.sm_count),
-            );
+            let kernel = crate::forward::tc_kernel(fmt, nc, case.rows, case.rows2, gpu.sm_count);
             let line = format!(
                 "mv-bench {:26} {} n={nc}: {:8.2} µs  {:6.0} GB/s  {:5.1} % of B_read  {kernel}",
                 case.name,

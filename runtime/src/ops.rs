@@ -262,7 +262,7 @@ impl Gpu {
     /// [`Gpu::matvec`] for a format of [`kernels::TC_FORMATS`] with `k % 256 == 0`, `k ≤`
     /// [`crate::device::TC_MAX_K`]; weights as exact bf16 integers times their group scale,
     /// activations split exactly into three bf16 pieces, products summed in f32 by the tensor
-    /// cores (error statement in `matvec.cu`); base or wide kernel as [`crate::forward::tc_wide`]
+    /// cores (error statement in `matvec.cu`); base or wide kernel as [`crate::forward::tc_kernel`]
     /// picks (the same bits). Same shapes and errors as [`Gpu::matvec`], plus
     /// [`RuntimeError::Shape`] for a format or `k` the tensor-core path does not serve.
     #[allow(clippy::too_many_arguments)]
@@ -314,12 +314,10 @@ impl Gpu {
         // SAFETY: matches `mvtc_prep(const float*, int, int, uint32_t*, float*)`; x holds
         // ncols·k floats (checked), the scratch holds 8 columns of TC_MAX_K ≥ k elements.
         unsafe { b.launch(blocks_1d(n as u64, 128)) }.map_err(drv("mvtc_prep"))?;
-        let tiles = (rows as u32).div_ceil(kernels::TC_ROWS);
-        let wide = crate::forward::tc_wide(fmt, ncols, tiles as usize, self.sm_count);
-        let name = kernels::mvtc_kernel(fmt, ncols, wide);
+        let name = crate::forward::tc_kernel(fmt, ncols, rows, 0, self.sm_count);
         let f = self.func(Family::Matvec, &name)?;
         let cfg = LaunchConfig {
-            grid_dim: (tiles, 1, 1),
+            grid_dim: ((rows as u32).div_ceil(kernels::TC_ROWS), 1, 1),
             block_dim: (kernels::TC_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
