@@ -8,9 +8,7 @@ extern "C" __global__ void geglu_f32(const float* gate, const float* up, float* 
     GRIDDEP_ENTRY();
     uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const float g = gate[i];
-    const float inner = 0.7978845608028654f * fmaf(0.044715f * g, g * g, g);
-    out[i] = 0.5f * g * (1.0f + tanhf(inner)) * up[i];
+    out[i] = geglu_mul(gate[i], up[i]);
 }
 
 // softcap_f32(x, y, n, cap): y = cap·tanh(x/cap) elementwise (y may equal x).

@@ -27,7 +27,8 @@
 //   (flash-decoding; Z and CH depend on n only): block z computes, over its keys, m_z = max s,
 //   l_z = Σ e, e = exp(s − m_z), o_z = Σ e·v (key order); the row's last block to finish
 //   (atomic count) combines, in split order, M = max m_z, w_z = exp(m_z − M),
-//   L = Σ w_z·l_z, o = (Σ w_z·o_z) / L.
+//   L = Σ w_z·l_z, o = (Σ w_z·o_z) / L; with Z = 1 the one block writes (o_1 + 0) / l_1 itself (the
+//   same bits, without the partials and the count).
 //   Launch: grid (nh, T, att_splits(span)), block (128,1,1), dynamic shared memory
 //   ATT_SMEM_BYTES(att_chunk(span)) (span = visible keys of the widest row, or the window /
 //   context for a launch valid at any position; blocks past a row's Z return at once).
@@ -219,17 +220,53 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
     key_scores(qh, kc, sbase, r0, n1, nkv, g, d, k0, k1, sc);
     __syncthreads();
     float m = -__int_as_float(0x7f800000);
-    for (int i = threadIdx.x; i < k1 - k0; i += blockDim.x) m = fmaxf(m, sc[i]);
-    m = block_reduce(m, true, red);
     float l = 0.0f;
-    for (int i = threadIdx.x; i < k1 - k0; i += blockDim.x) {
-        const float e = expf(sc[i] - m);
-        sc[i] = e;
-        l += e;
+    if (k1 - k0 <= 32) {
+        // A chunk of ≤ 32 keys (every chunk below 32 splits): warp 0 alone. The same bits as the
+        // block reductions below: there only warp 0's lanes hold keys (thread i ↔ key i), the
+        // other warps contribute −∞ to the max and +0 to the sum, and x + 0 = x, max(x, −∞) = x.
+        if (threadIdx.x < 32) {
+            const bool live = (int)threadIdx.x < k1 - k0;
+            m = warp_max(live ? fmaxf(m, sc[threadIdx.x]) : m);  // fmaxf(−∞, s) as below
+            const float e = live ? expf(sc[threadIdx.x] - m) : 0.0f;
+            if (live) sc[threadIdx.x] = e;
+            l = warp_sum(e);
+            if (threadIdx.x == 0) {
+                red[0] = m;
+                red[1] = l;
+            }
+        }
+        __syncthreads();
+        m = red[0];
+        l = red[1];
+    } else {
+        for (int i = threadIdx.x; i < k1 - k0; i += blockDim.x) m = fmaxf(m, sc[i]);
+        m = block_reduce(m, true, red);
+        for (int i = threadIdx.x; i < k1 - k0; i += blockDim.x) {
+            const float e = expf(sc[i] - m);
+            sc[i] = e;
+            l += e;
+        }
+        l = block_reduce(l, false, red);
     }
-    l = block_reduce(l, false, red);
     float acc[4];
     weighted_values(vc, sbase, r0, n1, nkv, d, g, k0, k1, sc, acc);
+    float* o = out + ((uint64_t)t * nh + h) * d;
+    __shared__ float ov[ATT_MAX_D];
+    if (Z == 1) {
+        // One split: the combine below would give M = m, w = exp(0) = 1, L = fma(1, l, 0) = l
+        // and o = fma(1, o_z, 0) / L = (o_z + 0) / l, so the block writes that directly (the
+        // same bits, +0 for a −0 sum included) without the partials, the count or a second pass.
+#pragma unroll
+        for (int qq = 0; qq < 4; ++qq) {
+            const int j = threadIdx.x + qq * blockDim.x;
+            if (j < d) {
+                const float r = (acc[qq] + 0.0f) / l;
+                o[j] = r;
+                ov[j] = r;
+            }
+        }
+    } else {
     const uint64_t ps = (uint64_t)d + 2;
     float* pb = part + ((uint64_t)t * nh + h) * ATT_SPLIT_MAX * ps;
 #pragma unroll
@@ -242,12 +279,17 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
         pb[z * ps + d + 1] = l;
     }
     // The last split of the row to finish combines them all (in split order, whichever is last).
-    __threadfence();
+    // The block's partial writes happen before thread 0's release (the barrier, then one fence
+    // by thread 0, cumulative over what the barrier ordered); the last block's acquire is the
+    // fence after its count.
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&cnt[(uint64_t)t * nh + h], 1u) == (unsigned)(Z - 1);
+    if (threadIdx.x == 0) {
+        asm volatile("fence.acq_rel.gpu;" ::: "memory");
+        last = atomicAdd(&cnt[(uint64_t)t * nh + h], 1u) == (unsigned)(Z - 1);
+        if (last) asm volatile("fence.acq_rel.gpu;" ::: "memory");
+    }
     __syncthreads();
     if (!last) return;
-    __threadfence();
     // The splits' (m_z, l_z) in one round of loads; every thread then forms M, L and the weights
     // w_z = exp(m_z − M) in split order (the same bits whichever block combines).
     __shared__ float mz[ATT_SPLIT_MAX], lz[ATT_SPLIT_MAX];
@@ -260,8 +302,6 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
     for (int zz = 0; zz < Z; ++zz) M = fmaxf(M, mz[zz]);
     float L = 0.0f;
     for (int zz = 0; zz < Z; ++zz) L = fmaf(expf(mz[zz] - M), lz[zz], L);
-    float* o = out + ((uint64_t)t * nh + h) * d;
-    __shared__ float ov[ATT_MAX_D];
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
         float s = 0.0f;
         // Σ_z w_z · o_z[j] in split order; the loads of 8 splits in flight together.
@@ -278,6 +318,7 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
         ov[j] = r;
     }
     if (threadIdx.x == 0) cnt[(uint64_t)t * nh + h] = 0u;  // ready for the next launch
+    }
     if (t < prep_rows) {
         // This head's 16-groups of row t into the tensor-core prep buffers (the o projection's
         // input, K = nh·d, d % 16 == 0): tc_prep_group, as mvtc_prep would write them.

@@ -137,11 +137,7 @@ extern "C" __global__ void geglu_prep_f32(const float* g, const float* __restric
         const float4 a = *(const float4*)(g + o), b = *(const float4*)(u + o);
         const float ga[4] = {a.x, a.y, a.z, a.w}, ub[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const float gg = ga[e];
-            const float inner = 0.7978845608028654f * fmaf(0.044715f * gg, gg * gg, gg);
-            v[e] = 0.5f * gg * (1.0f + tanhf(inner)) * ub[e];
-        }
+        for (int e = 0; e < 4; ++e) v[e] = geglu_mul(ga[e], ub[e]);
         *(float4*)(out + o) = make_float4(v[0], v[1], v[2], v[3]);
     }
     if (r < prep_rows) tc_prep_quad_lanes(v, r, q >> 2, ng, xp, xs, live);
