@@ -267,57 +267,58 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
             }
         }
     } else {
-    const uint64_t ps = (uint64_t)d + 2;
-    float* pb = part + ((uint64_t)t * nh + h) * ATT_SPLIT_MAX * ps;
+        const uint64_t ps = (uint64_t)d + 2;
+        float* pb = part + ((uint64_t)t * nh + h) * ATT_SPLIT_MAX * ps;
 #pragma unroll
-    for (int qq = 0; qq < 4; ++qq) {
-        const int j = threadIdx.x + qq * blockDim.x;
-        if (j < d) pb[z * ps + j] = acc[qq];
-    }
-    if (threadIdx.x == 0) {
-        pb[z * ps + d] = m;
-        pb[z * ps + d + 1] = l;
-    }
-    // The last split of the row to finish combines them all (in split order, whichever is last).
-    // The block's partial writes happen before thread 0's release (the barrier, then one fence
-    // by thread 0, cumulative over what the barrier ordered); the last block's acquire is the
-    // fence after its count.
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        asm volatile("fence.acq_rel.gpu;" ::: "memory");
-        last = atomicAdd(&cnt[(uint64_t)t * nh + h], 1u) == (unsigned)(Z - 1);
-        if (last) asm volatile("fence.acq_rel.gpu;" ::: "memory");
-    }
-    __syncthreads();
-    if (!last) return;
-    // The splits' (m_z, l_z) in one round of loads; every thread then forms M, L and the weights
-    // w_z = exp(m_z − M) in split order (the same bits whichever block combines).
-    __shared__ float mz[ATT_SPLIT_MAX], lz[ATT_SPLIT_MAX];
-    if ((int)threadIdx.x < Z) {
-        mz[threadIdx.x] = __ldcg(pb + threadIdx.x * ps + d);
-        lz[threadIdx.x] = __ldcg(pb + threadIdx.x * ps + d + 1);
-    }
-    __syncthreads();
-    float M = -__int_as_float(0x7f800000);
-    for (int zz = 0; zz < Z; ++zz) M = fmaxf(M, mz[zz]);
-    float L = 0.0f;
-    for (int zz = 0; zz < Z; ++zz) L = fmaf(expf(mz[zz] - M), lz[zz], L);
-    for (int j = threadIdx.x; j < d; j += blockDim.x) {
-        float s = 0.0f;
-        // Σ_z w_z · o_z[j] in split order; the loads of 8 splits in flight together.
-        for (int z0 = 0; z0 < Z; z0 += 8) {
-            float pv[8];
-#pragma unroll
-            for (int u = 0; u < 8; ++u) pv[u] = z0 + u < Z ? __ldcg(pb + (z0 + u) * ps + j) : 0.0f;
-#pragma unroll
-            for (int u = 0; u < 8; ++u)
-                if (z0 + u < Z) s = fmaf(expf(mz[z0 + u] - M), pv[u], s);
+        for (int qq = 0; qq < 4; ++qq) {
+            const int j = threadIdx.x + qq * blockDim.x;
+            if (j < d) pb[z * ps + j] = acc[qq];
         }
-        const float r = s / L;
-        o[j] = r;
-        ov[j] = r;
-    }
-    if (threadIdx.x == 0) cnt[(uint64_t)t * nh + h] = 0u;  // ready for the next launch
+        if (threadIdx.x == 0) {
+            pb[z * ps + d] = m;
+            pb[z * ps + d + 1] = l;
+        }
+        // The last split of the row to finish combines them all (in split order, whichever is
+        // last). The block's partial writes happen before thread 0's release (the barrier, then
+        // one fence by thread 0, cumulative over what the barrier ordered); the last block's
+        // acquire is the fence after its count.
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            asm volatile("fence.acq_rel.gpu;" ::: "memory");
+            last = atomicAdd(&cnt[(uint64_t)t * nh + h], 1u) == (unsigned)(Z - 1);
+            if (last) asm volatile("fence.acq_rel.gpu;" ::: "memory");
+        }
+        __syncthreads();
+        if (!last) return;
+        // The splits' (m_z, l_z) in one round of loads; every thread then forms M, L and the
+        // weights w_z = exp(m_z − M) in split order (the same bits whichever block combines).
+        __shared__ float mz[ATT_SPLIT_MAX], lz[ATT_SPLIT_MAX];
+        if ((int)threadIdx.x < Z) {
+            mz[threadIdx.x] = __ldcg(pb + threadIdx.x * ps + d);
+            lz[threadIdx.x] = __ldcg(pb + threadIdx.x * ps + d + 1);
+        }
+        __syncthreads();
+        float M = -__int_as_float(0x7f800000);
+        for (int zz = 0; zz < Z; ++zz) M = fmaxf(M, mz[zz]);
+        float L = 0.0f;
+        for (int zz = 0; zz < Z; ++zz) L = fmaf(expf(mz[zz] - M), lz[zz], L);
+        for (int j = threadIdx.x; j < d; j += blockDim.x) {
+            float s = 0.0f;
+            // Σ_z w_z · o_z[j] in split order; the loads of 8 splits in flight together.
+            for (int z0 = 0; z0 < Z; z0 += 8) {
+                float pv[8];
+#pragma unroll
+                for (int u = 0; u < 8; ++u)
+                    pv[u] = z0 + u < Z ? __ldcg(pb + (z0 + u) * ps + j) : 0.0f;
+#pragma unroll
+                for (int u = 0; u < 8; ++u)
+                    if (z0 + u < Z) s = fmaf(expf(mz[z0 + u] - M), pv[u], s);
+            }
+            const float r = s / L;
+            o[j] = r;
+            ov[j] = r;
+        }
+        if (threadIdx.x == 0) cnt[(uint64_t)t * nh + h] = 0u;  // ready for the next launch
     }
     if (t < prep_rows) {
         // This head's 16-groups of row t into the tensor-core prep buffers (the o projection's
