@@ -220,13 +220,14 @@ static __device__ __forceinline__ void tc_prep_quad(const float* v, int c, int G
     }
 }
 
-// GELU-tanh(g) · u (spec/gemma4-text.md §5), the one f32 formula of geglu_f32 (activation.cu),
-// geglu_prep_f32 (layer.cu) and the fused gate/up matvec tail (matvec.cu), so all give the same
-// bits.
-static __device__ __forceinline__ float geglu_mul(float g, float u) {
+// GELU-tanh(g) and GELU-tanh(g) · u (spec/gemma4-text.md §5): the one f32 formula of geglu_f32
+// (activation.cu), geglu_prep_f32, geglu_split_f32 and gelu_mul_ple_f32 (layer.cu), so all give
+// the same bits.
+static __device__ __forceinline__ float gelu_tanh(float g) {
     const float inner = 0.7978845608028654f * fmaf(0.044715f * g, g * g, g);
-    return 0.5f * g * (1.0f + tanhf(inner)) * u;
+    return 0.5f * g * (1.0f + tanhf(inner));
 }
+static __device__ __forceinline__ float geglu_mul(float g, float u) { return gelu_tanh(g) * u; }
 
 // Writes 16-group G of column c into the prep buffers: its four quads and, at xs[8G + c], its
 // sum (tc_quad_sum order).

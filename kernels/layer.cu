@@ -3,11 +3,6 @@
 // mixture), §7 (PLE combination), §8 (residual adds, layer_scalar). All f32.
 // 1-D kernels: grid ceil(n / 256), block 256, unless stated otherwise.
 
-static __device__ __forceinline__ float gelu_tanh(float g) {
-    const float inner = 0.7978845608028654f * fmaf(0.044715f * g, g * g, g);
-    return 0.5f * g * (1.0f + tanhf(inner));
-}
-
 // rmsnorm_add_f32(y, w, x, n, eps): x[r] += RMSNorm_w(y[r]) for every row r (y, x f32 [rows, n],
 // w f32 [n]): the "x = x + RMSNorm_post(a)" residual step of §8. Grid (rows), block
 // norm_threads(n) (see norm.cu: the same register cache and reduction order as rmsnorm_f32).
