@@ -696,6 +696,18 @@ static __device__ __forceinline__ void tc_load_x(uint2 (&xv)[XB][NG], const uint
         for (int m = 0; m < NG; ++m) xv[u][m] = __ldg(xq[m] + 32 * (G0 + u));
 }
 
+// `v`, opaque to the compiler when NG = 1: a loop-invariant offset computed once before the
+// super-block loop stays in its register. Without it the offsets are recomputed from the kernel
+// parameters in every iteration: 25–30 more SASS instructions per super-block of mvtc_q2_k_1(w)
+// and 32 of mvtc_q3_k_1; with it the 12B decode runs 209.6–211.1 tok/s against 207.8–208.3
+// (three alternating pairs, H200, 2026-12-02). NG = 3 is left to the compiler: the same change
+// took batch 8 from 1260.7–1262.1 to 1244.0–1252.5 tok/s.
+template <int NG>
+static __device__ __forceinline__ uint32_t tc_keep(uint32_t v) {
+    if constexpr (NG == 1) asm volatile("" : "+r"(v));
+    return v;
+}
+
 // 16 bytes global → shared (asynchronous; 16-byte aligned both sides).
 static __device__ __forceinline__ void tc_cp16(void* dst, const void* src) {
     const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
@@ -771,10 +783,10 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     // Byte offsets of this warp's super-block of rows g and g + 8 in a stage buffer: the row's
     // start mod 16 (a stage advances by 8·SB, a multiple of 16, so it is the same in every
     // stage; W is 16-byte aligned) past the row's CPR chunks.
-    const uint32_t oa = g * (St::CPR * 16) + wid * T::SB +
-                        (uint32_t)(((uint64_t)min(row0 + g, rows - 1) * row_bytes) & 15);
-    const uint32_t ob = (g + 8) * (St::CPR * 16) + wid * T::SB +
-                        (uint32_t)(((uint64_t)min(row0 + g + 8, rows - 1) * row_bytes) & 15);
+    const uint32_t oa = tc_keep<NG>(g * (St::CPR * 16) + wid * T::SB +
+                                (uint32_t)(((uint64_t)min(row0 + g, rows - 1) * row_bytes) & 15));
+    const uint32_t ob = tc_keep<NG>((g + 8) * (St::CPR * 16) + wid * T::SB +
+                                (uint32_t)(((uint64_t)min(row0 + g + 8, rows - 1) * row_bytes) & 15));
     // Packed columns: mma column cc = 8m + n (group m < NG, n < 8) is piece cc % 3 (hi, mid, lo)
     // of input column cc / 3. B-fragment lane (g, t) holds column 8m + g: its fragments start at
     // uint2 xo[m] of the prep buffer (fragment order, 32 uint2 per 16-group). Lanes of columns
@@ -786,8 +798,8 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 #pragma unroll
     for (int m = 0; m < NG; ++m) {
         const int cc = min(8 * m + g, 3 * nc - 1);
-        xo[m] = (uint32_t)((cc >> 3) * ng * 32 + 4 * (cc & 7) + t);
-        xso[m] = (uint32_t)((cc >> 3) * nsb * 32 + 4 * (cc & 7) + t);
+        xo[m] = tc_keep<NG>((uint32_t)((cc >> 3) * ng * 32 + 4 * (cc & 7) + t));
+        xso[m] = tc_keep<NG>((uint32_t)((cc >> 3) * nsb * 32 + 4 * (cc & 7) + t));
     }
     float acc[NG][4];
 #pragma unroll

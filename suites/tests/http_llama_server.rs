@@ -57,12 +57,15 @@ fn start_server(model: &Path) -> Server {
         .arg("-m")
         .arg(model)
         .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-        .args(["-np", "4", "-c", "4096", "-t", "2", "--no-warmup"])
+        // --no-repack: the pinned llama.cpp's CPU weight repacking segfaults on the Q4_K_M
+        // fixture on AVX-512/AMX machines (xtask's llama_server::server_command says more).
+        .args(["-np", "4", "-c", "4096", "-t", "2"])
+        .args(["--no-warmup", "--no-repack"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("start llama-server");
-    let server = Server { child, port };
+    let mut server = Server { child, port };
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()
@@ -74,9 +77,13 @@ fn start_server(model: &Path) -> Server {
                 break;
             }
         }
+        // A server that died (a crash while loading) is reported at once, with its status.
+        if let Ok(Some(status)) = server.child.try_wait() {
+            panic!("llama-server exited before it was healthy ({status}) serving {model:?}");
+        }
         assert!(
             t0.elapsed() < Duration::from_secs(120),
-            "llama-server not healthy"
+            "llama-server not healthy after 120 s serving {model:?}"
         );
         std::thread::sleep(Duration::from_millis(200));
     }

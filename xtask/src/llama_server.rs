@@ -233,7 +233,11 @@ pub fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// Command line of a server on `127.0.0.1:port` for `model` (and an MTP `draft`).
+/// Command line of a server on `127.0.0.1:port` for `model` (and an MTP `draft`). With
+/// `--no-repack`: the pinned llama.cpp's CPU weight repacking segfaults right after
+/// "llama threadpool init" on the Q4_K_M fixture target on an AVX-512/AMX machine (measured
+/// 2026-12-02: F32 serves, Q4_K_M crashes with 1 or 2 threads and 1 or 4 slots, and serves with
+/// `--no-repack`).
 pub fn server_command(
     bin: &Path,
     model: &Path,
@@ -247,7 +251,7 @@ pub fn server_command(
         .arg(model)
         .args(["--host", "127.0.0.1", "--port", &port.to_string()])
         .args(["-np", &parallel.to_string(), "-c", &ctx.to_string()])
-        .args(["-t", "2", "--no-warmup"]);
+        .args(["-t", "2", "--no-warmup", "--no-repack"]);
     if let Some((d, k)) = draft {
         c.args(["--spec-type", "draft-mtp", "--model-draft"])
             .arg(d)
