@@ -12,6 +12,9 @@
 # `build-engine` (here) then `engine` or `extras` (on the GPU machine, carry ["local/gpu"]):
 # the CUDA engine through xtask; see each mode's comment.
 #
+# `sass` (here, no GPU): registers, spills and SASS instruction counts of the kernels (see the
+# mode's comment) — how a kernel change's instruction count is checked before device time.
+#
 # `device` mode (on the GPU machine, in the checkout root): runs `runtime gpu-check` (every
 # kernel vs the CPU reference + B_read and matvec bandwidth) writing gpu-check.log/json to
 # $OUT, then a quick check under compute-sanitizer memcheck into $OUT/memcheck, plus
@@ -215,8 +218,34 @@ extras)
         grep -hE '(τ = .* entries|row invariance:|pass, .* fail in|^error)' "$OUT"/strict-*.log || true
     } | tee -a "$sum" "$log"
     ;;
+sass)
+    # Here (no GPU): registers, spills and SASS instruction counts of every kernel for sm_90, from
+    # the NVRTC PTX (kernels/examples/dump_ptx.rs, GEMMA4_KERNEL_SRC honoured) through ptxas and
+    # cuobjdump of pinned PyPI wheels (ptxas of CUDA 13.0.88 as on the GPU machine; cuobjdump and
+    # nvdisasm 13.2.51, the oldest 13.x on PyPI) in target/cuda-tools. Optional 2nd argument: a
+    # kernel-name regex, e.g. `scripts/gpu/run.sh sass '^mvtc_q[23]_k_1'`. Output in target/sass.
+    tools="$PWD/target/cuda-tools"
+    if [ ! -x "$tools/nvidia/cu13/bin/ptxas" ] || [ ! -x "$tools/nvidia/cu13/bin/nvdisasm" ]; then
+        python3 -m pip install --quiet --disable-pip-version-check --target "$tools" \
+            nvidia-cuda-nvcc==13.0.88 nvidia-cuda-cuobjdump==13.2.51 nvidia-cuda-nvdisasm==13.2.51
+    fi
+    nvrtc="$PWD/target/nvrtc"
+    [ -d "$nvrtc/nvidia" ] || python3 -m pip install --quiet --disable-pip-version-check \
+        --target "$nvrtc" nvidia-cuda-nvrtc==13.0.88
+    for d in "$nvrtc"/nvidia/*/lib; do export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"; done
+    export PATH="$tools/nvidia/cu13/bin:$PATH"
+    out="$PWD/target/sass"
+    rm -rf "$out" && mkdir -p "$out"
+    cargo run --release -q -p kernels --example dump_ptx -- "$out" > /dev/null
+    for p in "$out"/*.ptx; do
+        b="${p%.ptx}"
+        ptxas -arch=sm_90 -O3 -v "$p" -o "$b.cubin" 2> "$b.ptxas"
+        cuobjdump -sass "$b.cubin" > "$b.sass"
+    done
+    python3 scripts/gpu/sass_stats.py "$out" "${2:-.}"
+    ;;
 *)
-    echo "usage: $0 [build|device|build-engine|engine|extras]" >&2
+    echo "usage: $0 [build|device|build-engine|engine|extras|sass]" >&2
     exit 2
     ;;
 esac
