@@ -594,8 +594,8 @@ static_assert(TC_XE_HI == 40, "TcOut assumes the pieces hi·2^40, mid·2^48, lo�
 // tiles b, b + G, … with G the resident blocks and the next tile's stages queued during the
 // current one (epilogue sums in the tile's last stage buffer; same bits, all 7 model-check
 // models unchanged): 12B decode 197.7/197.7 tok/s against 204.5/203.7 for the same kernel at
-// one block per tile, ffn_gate+ffn_up 2143 against 2035 µs over a step's 104 launches; batch 8
-// 1228.9 against 1215.5. ncu of ffn_gate+ffn_up (mvtc_q2_k_1w, 1920 tiles): 13.7 M warp
+// one block per tile, ffn_gate+ffn_up 2143 against 2035 µs over a step's 104 launches (batch 8
+// gained a little: 1228.9/1227.9 against 1215.5/1219.0 tok/s). ncu of ffn_gate+ffn_up (mvtc_q2_k_1w, 1920 tiles): 13.7 M warp
 // instructions, issue slots 52.7 % busy, DRAM 30 % of peak — the kernel is bound by its
 // instruction count, which a longer pipeline does not cut.
 // Per format and column-group count NG (measured on the H200 with `runtime mv-bench`, 12B
