@@ -771,6 +771,42 @@ impl Engine for HttpEngine {
     }
 }
 
+/// Command line of llama.cpp's `llama-server` binary `bin` serving `model` on
+/// `127.0.0.1:port` with `parallel` slots, a context of `ctx` tokens in all and 2 CPU threads,
+/// for the `llama-server=` engine spec; with `draft = Some((assistant, k))`, MTP speculative
+/// decoding drafting `k` tokens (`spec=K` in the spec). The one set of server flags for
+/// `cargo xtask llama-server` and the integration tests. `--no-repack`: the pinned llama.cpp's
+/// CPU weight repacking segfaults right after "llama threadpool init" on the Q4_K_M fixture
+/// target on an AVX-512/AMX machine (measured 2026-12-02: F32 serves, Q4_K_M crashes with 1 or 2
+/// threads and 1 or 4 slots, and serves with `--no-repack`). The caller sets stdout/stderr and
+/// spawns it.
+pub fn llama_server_command(
+    bin: &Path,
+    model: &Path,
+    draft: Option<(&Path, usize)>,
+    port: u16,
+    parallel: usize,
+    ctx: usize,
+) -> std::process::Command {
+    let mut c = std::process::Command::new(bin);
+    c.arg("-m")
+        .arg(model)
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["-np", &parallel.to_string(), "-c", &ctx.to_string()])
+        .args(["-t", "2", "--no-warmup", "--no-repack"]);
+    if let Some((d, k)) = draft {
+        c.args(["--spec-type", "draft-mtp", "--model-draft"])
+            .arg(d)
+            .args([
+                "--spec-draft-n-max",
+                &k.to_string(),
+                "--spec-draft-p-min",
+                "0",
+            ]);
+    }
+    c
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

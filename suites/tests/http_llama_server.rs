@@ -7,7 +7,7 @@
 //! Skips (prints `skipped: …` and passes) when the binary or the fixtures are absent.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use suites::engine::{Engine, EngineError, Mode, Request, Scores, Trajectory};
@@ -53,14 +53,7 @@ fn start_server(model: &Path) -> Server {
         .local_addr()
         .unwrap()
         .port();
-    let child = Command::new(server_bin())
-        .arg("-m")
-        .arg(model)
-        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-        // --no-repack: the pinned llama.cpp's CPU weight repacking segfaults on the Q4_K_M
-        // fixture on AVX-512/AMX machines (xtask's llama_server::server_command says more).
-        .args(["-np", "4", "-c", "4096", "-t", "2"])
-        .args(["--no-warmup", "--no-repack"])
+    let child = suites::http::llama_server_command(&server_bin(), model, None, port, 4, 4096)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -10,7 +10,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -233,38 +233,6 @@ pub fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// Command line of a server on `127.0.0.1:port` for `model` (and an MTP `draft`). With
-/// `--no-repack`: the pinned llama.cpp's CPU weight repacking segfaults right after
-/// "llama threadpool init" on the Q4_K_M fixture target on an AVX-512/AMX machine (measured
-/// 2026-12-02: F32 serves, Q4_K_M crashes with 1 or 2 threads and 1 or 4 slots, and serves with
-/// `--no-repack`).
-pub fn server_command(
-    bin: &Path,
-    model: &Path,
-    draft: Option<(&Path, usize)>,
-    port: u16,
-    parallel: usize,
-    ctx: usize,
-) -> Command {
-    let mut c = Command::new(bin);
-    c.arg("-m")
-        .arg(model)
-        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-        .args(["-np", &parallel.to_string(), "-c", &ctx.to_string()])
-        .args(["-t", "2", "--no-warmup", "--no-repack"]);
-    if let Some((d, k)) = draft {
-        c.args(["--spec-type", "draft-mtp", "--model-draft"])
-            .arg(d)
-            .args([
-                "--spec-draft-n-max",
-                &k.to_string(),
-                "--spec-draft-p-min",
-                "0",
-            ]);
-    }
-    c
-}
-
 /// Polls `GET /health` until HTTP 200 or `limit`.
 pub fn wait_healthy(port: u16, limit: Duration) -> Result<()> {
     let t0 = Instant::now();
@@ -307,7 +275,7 @@ pub fn run(a: &Args) -> Result<()> {
         Some(p) => p,
         None => free_port()?,
     };
-    let mut cmd = server_command(
+    let mut cmd = suites::http::llama_server_command(
         &bin,
         &model,
         draft.as_deref().map(|d| (d, a.spec_k)),
