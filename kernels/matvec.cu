@@ -762,10 +762,75 @@ template <typename F> struct TcPlan {
     // The matrix's last partial chunk (or none): byte loads, so nothing past the end is
     // touched; zeros after it.
     __device__ __forceinline__ void tail(uint4* d, const uint8_t* __restrict__ W, uint32_t o) const {
+        tail_at(d, W, o, last);
+    }
+    static __device__ __forceinline__ void tail_at(uint4* d, const uint8_t* __restrict__ W, uint32_t o, uint32_t last) {
         const int n = o < last + 16 ? (int)(last + 16 - o) : 0;
         uint8_t* db = (uint8_t*)d;
 #pragma unroll 1
         for (int k = 0; k < 16; ++k) db[k] = k < n ? W[(uint64_t)o + k] : (uint8_t)0;
+    }
+};
+
+// Per-warp staging (Q3_K rows of ≥ TC_PW_MIN_SB super-blocks: TcPerWarp, taken at run time in
+// mvtc_body). Warp w takes the same super-blocks as with block stages (w, w + 8, … in order: the
+// same sums, bit for bit), but copies them itself into its own buffers, so the loop needs no
+// block barrier — only cp.async.wait_group and __syncwarp; the block synchronises once, before
+// the epilogue. A warp stage is one super-block of the 16 rows: row r's SB bytes from its
+// 16-byte aligned start (its offset mod 16 is the same for every super-block of warp w, as 8·SB
+// is a multiple of 16), the chunks that cover them copied into rows of PITCH (odd) chunks; NST
+// stages in flight per warp (as many as TC_STAGE_BYTES holds for 8 warps, ≤ 3).
+// Measured (H200, mv-bench, 12B shapes, the same output hashes at n = 1, 2, 4, 8): ffn_down
+// (Q3_K, K = 15360, 7.5 super-blocks per warp) 20.05 → 18.54 µs at n = 1 and 26.24 → 24.47 µs
+// at n = 8; but at K = 3840 (~2 super-blocks per warp) the per-lane copy plan costs more than
+// the barriers it saves: attn_v (Q3_K) 4.20 → 4.43 µs, Q2_K ffn_gate+ffn_up 23.84 → 25.65,
+// attn_q+attn_k 5.83 → 6.45, attn_output 4.20 → 4.51 µs. Hence only long Q3_K rows take it.
+template <typename F> struct TcPerWarp { enum { V = 0 }; };
+template <> struct TcPerWarp<FmtQ3_K> { enum { V = 1 }; };
+#ifndef TC_PW_MIN_SB
+#define TC_PW_MIN_SB 32
+#endif
+template <typename F> struct TcWarpStage {
+    enum {
+        CH = (15 + Tc<F>::SB + 15) / 16,
+        PITCH = CH | 1,
+        BYTES = 16 * PITCH * 16,
+        NST = TC_STAGE_BYTES / (TC_WARPS * BYTES) >= 3 ? 3 : (TC_STAGE_BYTES / (TC_WARPS * BYTES) >= 2 ? 2 : 1),
+        SLOTS = (16 * CH + 31) / 32
+    };
+};
+// The copy plan of one lane of warp w: chunk slots lane, lane + 32, … of the 16·CH (row, chunk)
+// pairs; goff[i] = byte offset from W of slot i's chunk in the warp's first super-block
+// (0xFFFFFFFF: a chunk past the row's bytes, not copied). A later super-block of the warp
+// (w + 8j) is 8j·SB bytes further on.
+template <typename F> struct TcWarpPlan {
+    typedef TcWarpStage<F> WS;
+    uint32_t goff[WS::SLOTS];
+    uint32_t last;  // the last offset at which a whole 16-byte chunk lies inside the matrix
+    __device__ __forceinline__ void init(int rows, uint64_t row_bytes, int row0, int wid, int lane) {
+        last = (uint32_t)((uint64_t)rows * row_bytes - 16);
+#pragma unroll
+        for (int i = 0; i < WS::SLOTS; ++i) {
+            const int slot = lane + 32 * i, r = slot / WS::CH, k = slot - r * WS::CH;
+            const uint64_t st = (uint64_t)min(row0 + r, rows - 1) * row_bytes + (uint64_t)wid * Tc<F>::SB;
+            const int nk = (int)(((st & 15) + Tc<F>::SB + 15) >> 4);
+            goff[i] = (slot < 16 * WS::CH && k < nk) ? (uint32_t)((st & ~15ull) + 16 * k) : 0xFFFFFFFFu;
+        }
+    }
+    // Queues the warp's j-th super-block (w + 8j) into its stage buffer `sm` (uint4 units).
+    __device__ __forceinline__ void stage(uint4* __restrict__ sm, const uint8_t* __restrict__ W, int j, int lane) const {
+#pragma unroll
+        for (int i = 0; i < WS::SLOTS; ++i) {
+            if (goff[i] != 0xFFFFFFFFu) {
+                const int slot = lane + 32 * i, r = slot / WS::CH;
+                uint4* d = sm + slot + r * (WS::PITCH - WS::CH);
+                const uint32_t o = goff[i] + (uint32_t)j * (uint32_t)(TC_WARPS * Tc<F>::SB);
+                if (o <= last)
+                    tc_cp16(d, W + o);
+                else
+                    TcPlan<F>::tail_at(d, W, o, last);
+            }
+        }
     }
 };
 
@@ -814,152 +879,195 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     for (int m = 0; m < NG; ++m)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[m][i] = 0.0f;
-    // Prologue: stages 0 … NST − 2 in flight (empty groups keep the group count uniform).
-    TcPlan<F> plan;
-    plan.init(rows, row_bytes, row0);
+    // One super-block `sb` of the warp's run from its staged bytes (rows g and g + 8 at pa, pb).
+    auto sb_body = [&](const uint8_t* pa, const uint8_t* pb, int sb) {
+        typename T::Row A, B;
+        T::load(pa, t, A);
+        T::load(pb, t, B);
+        const uint2* xq[NG];
 #pragma unroll
-    for (int j = 0; j < St::NST - 1; ++j) {
-        if (j < nstage) plan.stage(sm + j * (St::BYTES / 16), W, j);
-        tc_cp_commit();
-    }
-    // The weights are immutable: their first stages are in flight before waiting for the
-    // previous kernel (programmatic dependent launch, common.cuh), which wrote the activations.
-    GRIDDEP_ENTRY();
-#pragma unroll 1
-    for (int j = 0; j < nstage; ++j) {
-        const int jn = j + St::NST - 1;
-        if (jn < nstage)
-            plan.stage(sm + (jn % St::NST) * (St::BYTES / 16), W, jn);
-        tc_cp_commit();
-        tc_cp_wait<St::NST - 1>();
-        __syncthreads();
-        // Warp wid takes super-block 8j + wid: over the stages, wid, wid + 8, … in order (the
-        // summation order of the unstaged kernel).
-        const int sb = j * TC_WARPS + wid;
-        if (sb < nsb) {
-            const uint8_t* sbuf = (const uint8_t*)(sm + (j % St::NST) * (St::BYTES / 16));
-            const uint8_t* pa = sbuf + oa;
-            const uint8_t* pb = sbuf + ob;
-            typename T::Row A, B;
-            T::load(pa, t, A);
-            T::load(pb, t, B);
-            const uint2* xq[NG];
+        for (int m = 0; m < NG; ++m) xq[m] = (const uint2*)xp + xo[m] + 512 * sb;
+        if constexpr (T::FOLD) {
+            // Per-row words the decoder derives once per super-block (Tc<F>::scale4).
+            uint32_t sA[4], sB[4];
 #pragma unroll
-            for (int m = 0; m < NG; ++m) xq[m] = (const uint2*)xp + xo[m] + 512 * sb;
-            if constexpr (T::FOLD) {
-                // Per-row words the decoder derives once per super-block (Tc<F>::scale4).
-                uint32_t sA[4], sB[4];
+            for (int k = 0; k < 4; ++k) {
+                sA[k] = T::scale4(A, k);
+                sB[k] = T::scale4(B, k);
+            }
+            // The super-block's mma sums in CH chains (TcChains): group G into chain G % CH.
+            constexpr int CH = TcChains<F>::V;
+            float P[CH][NG][4];
 #pragma unroll
-                for (int k = 0; k < 4; ++k) {
-                    sA[k] = T::scale4(A, k);
-                    sB[k] = T::scale4(B, k);
-                }
-                // The super-block's mma sums in CH chains (TcChains): group G into chain G % CH.
-                constexpr int CH = TcChains<F>::V;
-                float P[CH][NG][4];
-#pragma unroll
-                for (int a = 0; a < CH; ++a)
-#pragma unroll
-                    for (int m = 0; m < NG; ++m)
-#pragma unroll
-                        for (int i = 0; i < 4; ++i) P[a][m][i] = 0.0f;
-#pragma unroll
-                for (int hf = 0; hf < 16 / XB; ++hf) {
-                    uint2 xv[XB][NG];
-                    tc_load_x<XB, NG>(xv, xq, XB * hf);
-#pragma unroll
-                    for (int u = 0; u < XB; ++u) {
-                        const int G = XB * hf + u;
-                        uint32_t a0, a1, a2, a3;
-                        T::pairs_fold(A, G, sA[G >> 2], a0, a2);
-                        T::pairs_fold(B, G, sB[G >> 2], a1, a3);
-#pragma unroll
-                        for (int m = 0; m < NG; ++m)
-                            tc_mma(P[G % CH][m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
-                    }
-                }
-                // With SUB, P = Σ (integer · 2^-133) · piece: d · 2^69 keeps the partial sums
-                // in range; the epilogue's column scales take the rest (TcOut). The offset mma
-                // below reads its integers the same way, so dmin takes the same factor.
-                constexpr float SF = TcOut<T::SUB>::SF;
-                const float da = T::d(A) * SF, db = T::d(B) * SF;
+            for (int a = 0; a < CH; ++a)
 #pragma unroll
                 for (int m = 0; m < NG; ++m)
 #pragma unroll
-                    for (int i = 0; i < 4; ++i)
-                        acc[m][i] = fmaf(i < 2 ? da : db,
-                                         CH == 2 ? P[0][m][i] + P[1][m][i] : P[0][m][i], acc[m][i]);
-                if constexpr (T::HAS_MIN) {
-                    // Offsets: M = Σ_G m_G · S_G over the super-block's 16 groups (k = group),
-                    // the sums' pieces packed into columns like the activations.
+                    for (int i = 0; i < 4; ++i) P[a][m][i] = 0.0f;
+#pragma unroll
+            for (int hf = 0; hf < 16 / XB; ++hf) {
+                uint2 xv[XB][NG];
+                tc_load_x<XB, NG>(xv, xq, XB * hf);
+#pragma unroll
+                for (int u = 0; u < XB; ++u) {
+                    const int G = XB * hf + u;
                     uint32_t a0, a1, a2, a3;
-                    T::mins(A, t, a0, a2);
-                    T::mins(B, t, a1, a3);
-                    const float ma = -T::dmin(A) * SF, mb = -T::dmin(B) * SF;
+                    T::pairs_fold(A, G, sA[G >> 2], a0, a2);
+                    T::pairs_fold(B, G, sB[G >> 2], a1, a3);
+#pragma unroll
+                    for (int m = 0; m < NG; ++m)
+                        tc_mma(P[G % CH][m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
+                }
+            }
+            // With SUB, P = Σ (integer · 2^-133) · piece: d · 2^69 keeps the partial sums
+            // in range; the epilogue's column scales take the rest (TcOut). The offset mma
+            // below reads its integers the same way, so dmin takes the same factor.
+            constexpr float SF = TcOut<T::SUB>::SF;
+            const float da = T::d(A) * SF, db = T::d(B) * SF;
+#pragma unroll
+            for (int m = 0; m < NG; ++m)
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+                    acc[m][i] = fmaf(i < 2 ? da : db,
+                                     CH == 2 ? P[0][m][i] + P[1][m][i] : P[0][m][i], acc[m][i]);
+            if constexpr (T::HAS_MIN) {
+                // Offsets: M = Σ_G m_G · S_G over the super-block's 16 groups (k = group),
+                // the sums' pieces packed into columns like the activations.
+                uint32_t a0, a1, a2, a3;
+                T::mins(A, t, a0, a2);
+                T::mins(B, t, a1, a3);
+                const float ma = -T::dmin(A) * SF, mb = -T::dmin(B) * SF;
+#pragma unroll
+                for (int m = 0; m < NG; ++m) {
+                    float M[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    const uint2 s = __ldg((const uint2*)((const uint32_t*)(xs + TC_XSF_OFFSET)) +
+                                          xso[m] + 32 * sb);
+                    tc_mma(M, a0, a1, a2, a3, s.x, s.y);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) acc[m][i] = fmaf(i < 2 ? ma : mb, M[i], acc[m][i]);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int hf = 0; hf < 16 / XB; ++hf) {
+                uint2 xv[XB][NG];
+                tc_load_x<XB, NG>(xv, xq, XB * hf);
+#pragma unroll
+                for (int s = XB * hf / T::GPS; s < XB * (hf + 1) / T::GPS; ++s) {
+                    float part[NG][4];
+#pragma unroll
+                    for (int m = 0; m < NG; ++m)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) part[m][i] = 0.0f;
+#pragma unroll
+                    for (int u = 0; u < T::GPS; ++u) {
+                        const int G = s * T::GPS + u, ul = G - XB * hf;
+                        uint32_t a0, a1, a2, a3;
+                        T::pairs(A, G, a0, a2);
+                        T::pairs(B, G, a1, a3);
+#pragma unroll
+                        for (int m = 0; m < NG; ++m)
+                            tc_mma(part[m], a0, a1, a2, a3, xv[ul][m].x, xv[ul][m].y);
+                    }
+                    float sa, ma, sbb, mb;
+                    T::scale(A, s, sa, ma);
+                    T::scale(B, s, sbb, mb);
 #pragma unroll
                     for (int m = 0; m < NG; ++m) {
-                        float M[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                        const uint2 s = __ldg((const uint2*)((const uint32_t*)(xs + TC_XSF_OFFSET)) +
-                                              xso[m] + 32 * sb);
-                        tc_mma(M, a0, a1, a2, a3, s.x, s.y);
-#pragma unroll
-                        for (int i = 0; i < 4; ++i) acc[m][i] = fmaf(i < 2 ? ma : mb, M[i], acc[m][i]);
+                        acc[m][0] = fmaf(sa, part[m][0], acc[m][0]);
+                        acc[m][1] = fmaf(sa, part[m][1], acc[m][1]);
+                        acc[m][2] = fmaf(sbb, part[m][2], acc[m][2]);
+                        acc[m][3] = fmaf(sbb, part[m][3], acc[m][3]);
                     }
-                }
-            } else {
-#pragma unroll
-                for (int hf = 0; hf < 16 / XB; ++hf) {
-                    uint2 xv[XB][NG];
-                    tc_load_x<XB, NG>(xv, xq, XB * hf);
-#pragma unroll
-                    for (int s = XB * hf / T::GPS; s < XB * (hf + 1) / T::GPS; ++s) {
-                        float part[NG][4];
+                    if (T::HAS_MIN) {
+                        // b · S_{j,G} once per input column j: on its hi-piece column only.
 #pragma unroll
                         for (int m = 0; m < NG; ++m)
 #pragma unroll
-                            for (int i = 0; i < 4; ++i) part[m][i] = 0.0f;
+                            for (int h = 0; h < 2; ++h) {
+                                const int cc = 8 * m + 2 * t + h;
+                                if (cc % 3 == 0 && cc / 3 < nc) {
 #pragma unroll
-                        for (int u = 0; u < T::GPS; ++u) {
-                            const int G = s * T::GPS + u, ul = G - XB * hf;
-                            uint32_t a0, a1, a2, a3;
-                            T::pairs(A, G, a0, a2);
-                            T::pairs(B, G, a1, a3);
-#pragma unroll
-                            for (int m = 0; m < NG; ++m)
-                                tc_mma(part[m], a0, a1, a2, a3, xv[ul][m].x, xv[ul][m].y);
-                        }
-                        float sa, ma, sbb, mb;
-                        T::scale(A, s, sa, ma);
-                        T::scale(B, s, sbb, mb);
-#pragma unroll
-                        for (int m = 0; m < NG; ++m) {
-                            acc[m][0] = fmaf(sa, part[m][0], acc[m][0]);
-                            acc[m][1] = fmaf(sa, part[m][1], acc[m][1]);
-                            acc[m][2] = fmaf(sbb, part[m][2], acc[m][2]);
-                            acc[m][3] = fmaf(sbb, part[m][3], acc[m][3]);
-                        }
-                        if (T::HAS_MIN) {
-                            // b · S_{j,G} once per input column j: on its hi-piece column only.
-#pragma unroll
-                            for (int m = 0; m < NG; ++m)
-#pragma unroll
-                                for (int h = 0; h < 2; ++h) {
-                                    const int cc = 8 * m + 2 * t + h;
-                                    if (cc % 3 == 0 && cc / 3 < nc) {
-#pragma unroll
-                                        for (int u = 0; u < T::GPS; ++u) {
-                                            const float Sg = __ldg(xs + 8 * (16 * sb + s * T::GPS + u) + cc / 3);
-                                            acc[m][h] = fmaf(ma, Sg, acc[m][h]);
-                                            acc[m][2 + h] = fmaf(mb, Sg, acc[m][2 + h]);
-                                        }
+                                    for (int u = 0; u < T::GPS; ++u) {
+                                        const float Sg = __ldg(xs + 8 * (16 * sb + s * T::GPS + u) + cc / 3);
+                                        acc[m][h] = fmaf(ma, Sg, acc[m][h]);
+                                        acc[m][2 + h] = fmaf(mb, Sg, acc[m][2 + h]);
                                     }
                                 }
-                        }
+                            }
                     }
                 }
             }
         }
-        __syncthreads();
+    };
+    // Block stages (TcStage, TcPlan): the whole block copies each stage; a barrier per stage.
+    auto block_run = [&]() {
+        // Prologue: stages 0 … NST − 2 in flight (empty groups keep the group count uniform).
+        TcPlan<F> plan;
+        plan.init(rows, row_bytes, row0);
+#pragma unroll
+        for (int j = 0; j < St::NST - 1; ++j) {
+            if (j < nstage) plan.stage(sm + j * (St::BYTES / 16), W, j);
+            tc_cp_commit();
+        }
+        // The weights are immutable: their first stages are in flight before waiting for the
+        // previous kernel (programmatic dependent launch, common.cuh), which wrote the activations.
+        GRIDDEP_ENTRY();
+#pragma unroll 1
+        for (int j = 0; j < nstage; ++j) {
+            const int jn = j + St::NST - 1;
+            if (jn < nstage)
+                plan.stage(sm + (jn % St::NST) * (St::BYTES / 16), W, jn);
+            tc_cp_commit();
+            tc_cp_wait<St::NST - 1>();
+            __syncthreads();
+            // Warp wid takes super-block 8j + wid: over the stages, wid, wid + 8, … in order (the
+            // summation order of the unstaged kernel).
+            const int sb = j * TC_WARPS + wid;
+            if (sb < nsb) {
+                const uint8_t* sbuf = (const uint8_t*)(sm + (j % St::NST) * (St::BYTES / 16));
+                sb_body(sbuf + oa, sbuf + ob, sb);
+            }
+            __syncthreads();
+        }
+    };
+    if constexpr (TcPerWarp<F>::V) {
+        if (nsb >= TC_PW_MIN_SB) {
+            // Per-warp stages (TcWarpStage): the warp's buffers, its super-blocks wid, wid + 8, ….
+            typedef TcWarpStage<F> WS;
+            uint4* wsm = sm + wid * WS::NST * (WS::BYTES / 16);
+            const int nrun = wid < nsb ? (nsb - wid + TC_WARPS - 1) / TC_WARPS : 0;
+            const uint32_t wa = tc_keep<NG>(g * (WS::PITCH * 16) +
+                (uint32_t)(((uint64_t)min(row0 + g, rows - 1) * row_bytes + (uint64_t)wid * T::SB) & 15));
+            const uint32_t wb = tc_keep<NG>((g + 8) * (WS::PITCH * 16) +
+                (uint32_t)(((uint64_t)min(row0 + g + 8, rows - 1) * row_bytes + (uint64_t)wid * T::SB) & 15));
+            TcWarpPlan<F> plan;
+            plan.init(rows, row_bytes, row0, wid, lane);
+#pragma unroll
+            for (int j = 0; j < WS::NST - 1; ++j) {
+                if (j < nrun) plan.stage(wsm + j * (WS::BYTES / 16), W, j, lane);
+                tc_cp_commit();
+            }
+            GRIDDEP_ENTRY();
+#pragma unroll 1
+            for (int j = 0; j < nrun; ++j) {
+                const int jn = j + WS::NST - 1;
+                if (jn < nrun) plan.stage(wsm + (jn % WS::NST) * (WS::BYTES / 16), W, jn, lane);
+                tc_cp_commit();
+                tc_cp_wait<WS::NST - 1>();
+                __syncwarp();
+                const uint8_t* sbuf = (const uint8_t*)(wsm + (j % WS::NST) * (WS::BYTES / 16));
+                sb_body(sbuf + wa, sbuf + wb, j * TC_WARPS + wid);
+                // Every lane has read this buffer before any lane queues the next copy into it.
+                __syncwarp();
+            }
+            // The epilogue's sums alias the stage buffers of every warp.
+            __syncthreads();
+        } else {
+            block_run();
+        }
+    } else {
+        block_run();
     }
 #pragma unroll
     for (int m = 0; m < NG; ++m)
@@ -1013,7 +1121,9 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         int rows2) {                                                                         \
         if constexpr (Tc<F>::OK) {                                                           \
             constexpr int XB = XBV;                                                          \
-            constexpr int SMB = TcStage<F>::NST * TcStage<F>::BYTES;                         \
+            constexpr int SMB0 = TcStage<F>::NST * TcStage<F>::BYTES;                        \
+            constexpr int SMB1 = TC_WARPS * TcWarpStage<F>::NST * TcWarpStage<F>::BYTES;     \
+            constexpr int SMB = (TcPerWarp<F>::V && SMB1 > SMB0) ? SMB1 : SMB0;              \
             constexpr int RB = TC_WARPS * 4 * NG * 32 * 4;                                   \
             __shared__ uint4 sm[(SMB > RB ? SMB : RB) / 16];                                 \
             const int ctas = (rows + 15) >> 4;                                               \
