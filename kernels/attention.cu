@@ -117,11 +117,7 @@ static __device__ __forceinline__ void key_scores(const float* __restrict__ qh,
 
 // acc[q] = Σ_i w_i · v_i[j] over keys k0 … k1 − 1 in key order, w_i = sc[i − k0], for the output
 // dims j = threadIdx.x + blockDim.x·q (q < 4: d ≤ 4·blockDim.x); one fma chain per dim. The
-// value loads of ATT_VB keys are issued together before their fmas: 16, a whole split below 32
-// splits (att_splits), so a split's values take one memory round trip, not two.
-#ifndef ATT_VB
-#define ATT_VB 16
-#endif
+// value loads of 8 keys are issued together before their fmas.
 static __device__ __forceinline__ void weighted_values(const float* __restrict__ vc, uint64_t sbase,
                                                        int r0, int n1, int nkv, int d, int g,
                                                        int k0, int k1, const float* sc,
@@ -130,10 +126,10 @@ static __device__ __forceinline__ void weighted_values(const float* __restrict__
     const float* vb = vc + (sbase * nkv + g) * d;
 #pragma unroll
     for (int q = 0; q < 4; ++q) acc[q] = 0.0f;
-    for (int i0 = k0; i0 < k1; i0 += ATT_VB) {
-        float v[ATT_VB][4];
+    for (int i0 = k0; i0 < k1; i0 += 8) {
+        float v[8][4];
 #pragma unroll
-        for (int u = 0; u < ATT_VB; ++u) {
+        for (int u = 0; u < 8; ++u) {
             const float* vr = vb + (uint64_t)key_row(min(i0 + u, k1 - 1), r0, n1) * stride;
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
@@ -142,7 +138,7 @@ static __device__ __forceinline__ void weighted_values(const float* __restrict__
             }
         }
 #pragma unroll
-        for (int u = 0; u < ATT_VB; ++u) {
+        for (int u = 0; u < 8; ++u) {
             if (i0 + u < k1) {
                 const float w = sc[i0 + u - k0];
 #pragma unroll

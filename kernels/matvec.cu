@@ -772,24 +772,25 @@ template <typename F> struct TcPlan {
     }
 };
 
-// Per-warp staging (Q3_K rows of ≥ TC_PW_MIN_SB super-blocks: TcPerWarp, taken at run time in
-// mvtc_body). Warp w takes the same super-blocks as with block stages (w, w + 8, … in order: the
-// same sums, bit for bit), but copies them itself into its own buffers, so the loop needs no
-// block barrier — only cp.async.wait_group and __syncwarp; the block synchronises once, before
-// the epilogue. A warp stage is one super-block of the 16 rows: row r's SB bytes from its
-// 16-byte aligned start (its offset mod 16 is the same for every super-block of warp w, as 8·SB
-// is a multiple of 16), the chunks that cover them copied into rows of PITCH (odd) chunks; NST
-// stages in flight per warp (as many as TC_STAGE_BYTES holds for 8 warps, ≤ 3).
-// Measured (H200, mv-bench, 12B shapes, the same output hashes at n = 1, 2, 4, 8): ffn_down
-// (Q3_K, K = 15360, 7.5 super-blocks per warp) 20.05 → 18.54 µs at n = 1 and 26.24 → 24.47 µs
-// at n = 8; but at K = 3840 (~2 super-blocks per warp) the per-lane copy plan costs more than
-// the barriers it saves: attn_v (Q3_K) 4.20 → 4.43 µs, Q2_K ffn_gate+ffn_up 23.84 → 25.65,
-// attn_q+attn_k 5.83 → 6.45, attn_output 4.20 → 4.51 µs. Hence only long Q3_K rows take it.
+// Per-warp staging (TcPerWarp<F>::V = 1: Q3_K). Warp w takes the same super-blocks as with
+// block stages (w, w + 8, … in order: the same sums, bit for bit), but copies them itself into
+// its own buffers, so the loop needs no block barrier — only cp.async.wait_group and __syncwarp;
+// the block synchronises once, before the epilogue. A warp stage is one super-block of the 16
+// rows: row r's SB bytes from its 16-byte aligned start (its offset mod 16 is the same for every
+// super-block of warp w, as 8·SB is a multiple of 16), the chunks that cover them copied into
+// rows of PITCH (odd) chunks; NST stages in flight per warp (as many as TC_STAGE_BYTES holds for
+// 8 warps, ≤ 3).
+// Measured on the H200 (2026-12-02; the same output hashes at n = 1, 2, 4, 8 in mv-bench):
+//   mv-bench, each launch alone: ffn_down (Q3_K, K = 15360, 7.5 super-blocks per warp) 20.05 →
+//   18.54 µs at n = 1, 26.24 → 24.47 at n = 8; attn_v (Q3_K, K = 3840) 4.20 → 4.43 µs. Q2_K
+//   (K = 3840/4096, ~2 super-blocks per warp) lost everywhere: ffn_gate+ffn_up 23.84 → 25.65,
+//   attn_q+attn_k 5.83 → 6.45, attn_output 4.20 → 4.51 µs — so Q2_K keeps block stages.
+//   12B decode (`runtime bench`, two runs each): block stages 210.3/209.2 tok/s, Q3_K per-warp
+//   212.9/211.1 (batch 8: 1250.8/1250.8 → 1265.3/1271.0). Choosing per launch at run time
+//   (per-warp only for rows of ≥ 32 super-blocks, both paths in one kernel) ran 201.6/202.1:
+//   dropped.
 template <typename F> struct TcPerWarp { enum { V = 0 }; };
 template <> struct TcPerWarp<FmtQ3_K> { enum { V = 1 }; };
-#ifndef TC_PW_MIN_SB
-#define TC_PW_MIN_SB 32
-#endif
 template <typename F> struct TcWarpStage {
     enum {
         CH = (15 + Tc<F>::SB + 15) / 16,
@@ -1032,40 +1033,36 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         }
     };
     if constexpr (TcPerWarp<F>::V) {
-        if (nsb >= TC_PW_MIN_SB) {
-            // Per-warp stages (TcWarpStage): the warp's buffers, its super-blocks wid, wid + 8, ….
-            typedef TcWarpStage<F> WS;
-            uint4* wsm = sm + wid * WS::NST * (WS::BYTES / 16);
-            const int nrun = wid < nsb ? (nsb - wid + TC_WARPS - 1) / TC_WARPS : 0;
-            const uint32_t wa = tc_keep<NG>(g * (WS::PITCH * 16) +
-                (uint32_t)(((uint64_t)min(row0 + g, rows - 1) * row_bytes + (uint64_t)wid * T::SB) & 15));
-            const uint32_t wb = tc_keep<NG>((g + 8) * (WS::PITCH * 16) +
-                (uint32_t)(((uint64_t)min(row0 + g + 8, rows - 1) * row_bytes + (uint64_t)wid * T::SB) & 15));
-            TcWarpPlan<F> plan;
-            plan.init(rows, row_bytes, row0, wid, lane);
+        // Per-warp stages (TcWarpStage): the warp's buffers, its super-blocks wid, wid + 8, ….
+        typedef TcWarpStage<F> WS;
+        uint4* wsm = sm + wid * WS::NST * (WS::BYTES / 16);
+        const int nrun = wid < nsb ? (nsb - wid + TC_WARPS - 1) / TC_WARPS : 0;
+        const uint32_t wa = tc_keep<NG>(g * (WS::PITCH * 16) +
+            (uint32_t)(((uint64_t)min(row0 + g, rows - 1) * row_bytes + (uint64_t)wid * T::SB) & 15));
+        const uint32_t wb = tc_keep<NG>((g + 8) * (WS::PITCH * 16) +
+            (uint32_t)(((uint64_t)min(row0 + g + 8, rows - 1) * row_bytes + (uint64_t)wid * T::SB) & 15));
+        TcWarpPlan<F> plan;
+        plan.init(rows, row_bytes, row0, wid, lane);
 #pragma unroll
-            for (int j = 0; j < WS::NST - 1; ++j) {
-                if (j < nrun) plan.stage(wsm + j * (WS::BYTES / 16), W, j, lane);
-                tc_cp_commit();
-            }
-            GRIDDEP_ENTRY();
-#pragma unroll 1
-            for (int j = 0; j < nrun; ++j) {
-                const int jn = j + WS::NST - 1;
-                if (jn < nrun) plan.stage(wsm + (jn % WS::NST) * (WS::BYTES / 16), W, jn, lane);
-                tc_cp_commit();
-                tc_cp_wait<WS::NST - 1>();
-                __syncwarp();
-                const uint8_t* sbuf = (const uint8_t*)(wsm + (j % WS::NST) * (WS::BYTES / 16));
-                sb_body(sbuf + wa, sbuf + wb, j * TC_WARPS + wid);
-                // Every lane has read this buffer before any lane queues the next copy into it.
-                __syncwarp();
-            }
-            // The epilogue's sums alias the stage buffers of every warp.
-            __syncthreads();
-        } else {
-            block_run();
+        for (int j = 0; j < WS::NST - 1; ++j) {
+            if (j < nrun) plan.stage(wsm + j * (WS::BYTES / 16), W, j, lane);
+            tc_cp_commit();
         }
+        GRIDDEP_ENTRY();
+#pragma unroll 1
+        for (int j = 0; j < nrun; ++j) {
+            const int jn = j + WS::NST - 1;
+            if (jn < nrun) plan.stage(wsm + (jn % WS::NST) * (WS::BYTES / 16), W, jn, lane);
+            tc_cp_commit();
+            tc_cp_wait<WS::NST - 1>();
+            __syncwarp();
+            const uint8_t* sbuf = (const uint8_t*)(wsm + (j % WS::NST) * (WS::BYTES / 16));
+            sb_body(sbuf + wa, sbuf + wb, j * TC_WARPS + wid);
+            // Every lane has read this buffer before any lane queues the next copy into it.
+            __syncwarp();
+        }
+        // The epilogue's sums alias the stage buffers of every warp.
+        __syncthreads();
     } else {
         block_run();
     }
