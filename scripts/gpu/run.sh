@@ -12,6 +12,9 @@
 # `build-engine` (here) then `engine` or `extras` (on the GPU machine, carry ["local/gpu"]):
 # the CUDA engine through xtask; see each mode's comment.
 #
+# `ncu` (GPU machine): Nsight Compute stall reasons of the ffn matvecs and the durations of the
+# decode step's small kernels, see the mode's comment.
+#
 # `sass` (here, no GPU): registers, spills and SASS instruction counts of the kernels (see the
 # mode's comment) — how a kernel change's instruction count is checked before device time.
 #
@@ -218,6 +221,36 @@ extras)
         grep -hE '(τ = .* entries|row invariance:|pass, .* fail in|^error)' "$OUT"/strict-*.log || true
     } | tee -a "$sum" "$log"
     ;;
+ncu)
+    # On the GPU machine (binaries from `build` or `build-engine`, carry ["local/gpu"]): Nsight
+    # Compute figures of the decode step, one tarball $OUT/ncu.tgz plus $OUT/ncu-summary.txt:
+    #  (i)  stall reasons, pipe utilisation and throughput (`--page raw`) of the ffn matvecs
+    #       (mvtc_q2_k_1w = ffn_gate+ffn_up, mvtc_q3_k_1 = ffn_down) from `runtime mv-bench`;
+    #  (ii) the duration of every attention / norm / prep launch of a short `runtime bench`
+    #       (one metric, one pass each), summarised per kernel for decode-shaped grids (grid
+    #       y = 1: one token) by ncu_small.py.
+    # ncu locks the clocks to base (1.35 GHz on the H200), so durations are longer than in
+    # `bench`; compare them with each other. NCU_COUNT: launches of (ii) (default 1500).
+    : "${OUT:?OUT must name the output folder}"
+    export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+    ncu="${NCU:-/usr/local/cuda/bin/ncu}"
+    o=/tmp/ncu-out
+    rm -rf "$o" && mkdir -p "$o"
+    timeout "${NCU_TIMEOUT:-150}" "$ncu" --section WarpStateStats --section ComputeWorkloadAnalysis \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --page raw \
+        -k regex:'^mvtc_q(2_k_1w|3_k_1)$' -c 2 local/gpu/runtime mv-bench --iters 2 --case ffn \
+        > "$o/ncu-matvec.txt" 2>&1 || echo "ncu matvec exit $?" | tee -a "$o/status.txt"
+    timeout "${NCU_TIMEOUT:-150}" "$ncu" --metrics gpu__time_duration.sum,launch__grid_size \
+        --csv --page raw -k regex:'^(attention_f32|add_norm_prep_f32|qkv_post_f32|geglu_prep_f32|mvtc_prep)$' \
+        -c "${NCU_COUNT:-1500}" local/gpu/runtime bench --draft-format none --prompt 32 --decode 4 \
+        --out /tmp/ncu-bench > "$o/ncu-small.csv" 2> "$o/ncu-small.err" || echo "ncu small exit $?" | tee -a "$o/status.txt"
+    python3 scripts/gpu/ncu_small.py "$o/ncu-small.csv" > "$o/summary.txt" 2>&1 || true
+    grep -E "^mvtc_q|gpu__time_duration.sum|stalled_(barrier|math_pipe_throttle|not_selected|wait|long_scoreboard|short_scoreboard|mio_throttle|no_instruction|selected)_per_issue_active|pipe_(alu|fma|fmaheavy|lsu|tensor)_cycles_active.avg.pct_of_peak_sustained_active|sm__inst_executed.avg.per_cycle_active " \
+        "$o/ncu-matvec.txt" | awk '{$1=$1};1' | awk '!seen[$0]++' >> "$o/summary.txt" || true
+    cp "$o/summary.txt" "$OUT/ncu-summary.txt"
+    tar czf "$OUT/ncu.tgz" -C /tmp ncu-out
+    cat "$OUT/ncu-summary.txt"
+    ;;
 sass)
     # Here (no GPU): registers, spills and SASS instruction counts of every kernel for sm_90, from
     # the NVRTC PTX (kernels/examples/dump_ptx.rs, GEMMA4_KERNEL_SRC honoured) through ptxas and
@@ -245,7 +278,7 @@ sass)
     python3 scripts/gpu/sass_stats.py "$out" "${2:-.}"
     ;;
 *)
-    echo "usage: $0 [build|device|build-engine|engine|extras|sass]" >&2
+    echo "usage: $0 [build|device|build-engine|engine|extras|ncu|sass]" >&2
     exit 2
     ;;
 esac
