@@ -5,7 +5,7 @@ with the metric gpu__time_duration.sum), for `scripts/gpu/run.sh ncu`:
 Lines that are not CSV rows of ncu (the profiled program's own output) are skipped. A launch is
 decode-shaped when it works on one token: grid y = 1 for attention_f32, qkv_post_f32 and
 geglu_prep_f32 (their grid is (heads or pieces, tokens, splits)), grid x = 1 for add_norm_prep_f32
-(one block per token); mvtc_prep launches are all counted. Prints, per kernel, the decode-shaped
+(one block per token); any other kernel's launches are all counted. Prints, per kernel, the decode-shaped
 launch count and their mean, median, min and max duration in µs, then the same for all launches.
 """
 import csv

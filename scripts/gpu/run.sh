@@ -228,7 +228,9 @@ ncu)
     #       (mvtc_q2_k_1w = ffn_gate+ffn_up, mvtc_q3_k_1 = ffn_down) from `runtime mv-bench`;
     #  (ii) the duration of every attention / norm / prep launch of a short `runtime bench`
     #       (one metric, one pass each), summarised per kernel for decode-shaped grids (grid
-    #       y = 1: one token) by ncu_small.py.
+    #       y = 1: one token) by ncu_small.py. The prefill of 32 tokens takes the first 240 of
+    #       these launches (5 per layer), each decode step 240 more. (mvtc_prep is left out: the
+    #       prefill's ~700 unfused preps used up a first run's 900 launches before any decode.)
     # ncu locks the clocks to base (1.35 GHz on the H200), so durations are longer than in
     # `bench`; compare them with each other. NCU_COUNT: launches of (ii) (default 1500).
     : "${OUT:?OUT must name the output folder}"
@@ -241,7 +243,7 @@ ncu)
         -k regex:'^mvtc_q(2_k_1w|3_k_1)$' -c 2 local/gpu/runtime mv-bench --iters 2 --case ffn \
         > "$o/ncu-matvec.txt" 2>&1 || echo "ncu matvec exit $?" | tee -a "$o/status.txt"
     timeout "${NCU_TIMEOUT:-150}" "$ncu" --metrics gpu__time_duration.sum,launch__grid_size \
-        --csv --page raw -k regex:'^(attention_f32|add_norm_prep_f32|qkv_post_f32|geglu_prep_f32|mvtc_prep)$' \
+        --csv --page raw -k regex:'^(attention_f32|add_norm_prep_f32|qkv_post_f32|geglu_prep_f32)$' \
         -c "${NCU_COUNT:-1500}" local/gpu/runtime bench --draft-format none --prompt 32 --decode 4 \
         --out /tmp/ncu-bench > "$o/ncu-small.csv" 2> "$o/ncu-small.err" || echo "ncu small exit $?" | tee -a "$o/status.txt"
     python3 scripts/gpu/ncu_small.py "$o/ncu-small.csv" > "$o/summary.txt" 2>&1 || true
