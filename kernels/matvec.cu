@@ -284,7 +284,8 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 // strided runs of 256-element super-blocks (warp w: w, w + 8, …). The weights reach the warps
 // through shared memory: stage j = super-blocks 8j … 8j + 7 of the 16 rows, copied with 16-byte
 // `cp.async` chunks by the whole block, up to 3 stages in flight (`TcStage`), so the global
-// reads are wide and contiguous whatever the block format's alignment. XB groups' activation
+// reads are wide and contiguous whatever the block format's alignment (Q3_K: each warp copies
+// its own super-blocks instead, `TcPerWarp`, with the same super-blocks per warp). XB groups' activation
 // fragments are loaded (from global memory) as one batch before first use; lane = 4·g + t holds
 // rows g and g + 8 and, per 16-group, the elements e = 4t .. 4t+3 (mma k-slots 2t ↔ e=4t,
 // 2t+1 ↔ 4t+2, 2t+8 ↔ 4t+1, 2t+9 ↔ 4t+3), so a 32-bit word of 4 consecutive bytes gives the
