@@ -1002,37 +1002,6 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
             }
         }
     };
-    // Block stages (TcStage, TcPlan): the whole block copies each stage; a barrier per stage.
-    auto block_run = [&]() {
-        // Prologue: stages 0 … NST − 2 in flight (empty groups keep the group count uniform).
-        TcPlan<F> plan;
-        plan.init(rows, row_bytes, row0);
-#pragma unroll
-        for (int j = 0; j < St::NST - 1; ++j) {
-            if (j < nstage) plan.stage(sm + j * (St::BYTES / 16), W, j);
-            tc_cp_commit();
-        }
-        // The weights are immutable: their first stages are in flight before waiting for the
-        // previous kernel (programmatic dependent launch, common.cuh), which wrote the activations.
-        GRIDDEP_ENTRY();
-#pragma unroll 1
-        for (int j = 0; j < nstage; ++j) {
-            const int jn = j + St::NST - 1;
-            if (jn < nstage)
-                plan.stage(sm + (jn % St::NST) * (St::BYTES / 16), W, jn);
-            tc_cp_commit();
-            tc_cp_wait<St::NST - 1>();
-            __syncthreads();
-            // Warp wid takes super-block 8j + wid: over the stages, wid, wid + 8, … in order (the
-            // summation order of the unstaged kernel).
-            const int sb = j * TC_WARPS + wid;
-            if (sb < nsb) {
-                const uint8_t* sbuf = (const uint8_t*)(sm + (j % St::NST) * (St::BYTES / 16));
-                sb_body(sbuf + oa, sbuf + ob, sb);
-            }
-            __syncthreads();
-        }
-    };
     if constexpr (TcPerWarp<F>::V) {
         // Per-warp stages (TcWarpStage): the warp's buffers, its super-blocks wid, wid + 8, ….
         typedef TcWarpStage<F> WS;
@@ -1065,7 +1034,35 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         // The epilogue's sums alias the stage buffers of every warp.
         __syncthreads();
     } else {
-        block_run();
+        // Block stages (TcStage, TcPlan): the whole block copies each stage; a barrier per stage.
+        // Prologue: stages 0 … NST − 2 in flight (empty groups keep the group count uniform).
+        TcPlan<F> plan;
+        plan.init(rows, row_bytes, row0);
+#pragma unroll
+        for (int j = 0; j < St::NST - 1; ++j) {
+            if (j < nstage) plan.stage(sm + j * (St::BYTES / 16), W, j);
+            tc_cp_commit();
+        }
+        // The weights are immutable: their first stages are in flight before waiting for the
+        // previous kernel (programmatic dependent launch, common.cuh), which wrote the activations.
+        GRIDDEP_ENTRY();
+#pragma unroll 1
+        for (int j = 0; j < nstage; ++j) {
+            const int jn = j + St::NST - 1;
+            if (jn < nstage)
+                plan.stage(sm + (jn % St::NST) * (St::BYTES / 16), W, jn);
+            tc_cp_commit();
+            tc_cp_wait<St::NST - 1>();
+            __syncthreads();
+            // Warp wid takes super-block 8j + wid: over the stages, wid, wid + 8, … in order (the
+            // summation order of the unstaged kernel).
+            const int sb = j * TC_WARPS + wid;
+            if (sb < nsb) {
+                const uint8_t* sbuf = (const uint8_t*)(sm + (j % St::NST) * (St::BYTES / 16));
+                sb_body(sbuf + oa, sbuf + ob, sb);
+            }
+            __syncthreads();
+        }
     }
 #pragma unroll
     for (int m = 0; m < NG; ++m)

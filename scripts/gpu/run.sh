@@ -242,7 +242,7 @@ ncu)
         --section SpeedOfLight --section MemoryWorkloadAnalysis --page raw \
         -k regex:'^mvtc_q(2_k_1w|3_k_1)$' -c 2 local/gpu/runtime mv-bench --iters 2 --case ffn \
         > "$o/ncu-matvec.txt" 2>&1 || echo "ncu matvec exit $?" | tee -a "$o/status.txt"
-    timeout "${NCU_TIMEOUT:-150}" "$ncu" --metrics gpu__time_duration.sum,launch__grid_size \
+    timeout "${NCU_TIMEOUT:-150}" "$ncu" --metrics gpu__time_duration.sum \
         --csv --page raw -k regex:'^(attention_f32|add_norm_prep_f32|qkv_post_f32|geglu_prep_f32)$' \
         -c "${NCU_COUNT:-1500}" local/gpu/runtime bench --draft-format none --prompt 32 --decode 4 \
         --out /tmp/ncu-bench > "$o/ncu-small.csv" 2> "$o/ncu-small.err" || echo "ncu small exit $?" | tee -a "$o/status.txt"
