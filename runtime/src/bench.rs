@@ -430,6 +430,7 @@ pub fn run(
         .iter()
         .map(|&b| kernel_profile(&mut eng, b))
         .collect::<Result<Vec<_>, _>>()?;
+    let attribution = graph_attribution(&mut eng, decode.max(8))?;
     let drafter = match draft {
         Some(d) => draft_bench(&eng, d, ctx_mid, step_s, &verify_s)?,
         None => serde_json::Value::Null,
@@ -455,6 +456,7 @@ pub fn run(
         "batch": batch,
         "drafter": drafter,
         "kernel_profile": profile,
+        "graph_attribution": attribution,
         "notes": "decode = CUDA graph replay per step, top-1 on the device (one id copied back); eager_full_logits = the previous path (eager launches, logits row to host); f32 activations and KV",
     }))
 }
@@ -521,5 +523,84 @@ fn kernel_profile(eng: &mut CudaEngine, batch: usize) -> Result<serde_json::Valu
         "by_kernel": by.iter().map(|(n, c, us)| json!({"kernel": n, "launches": c, "us": us, "share": us / total})).collect::<Vec<_>>(),
         "layer0": layer0,
         "notes": "eager forward queued behind a 50 ms spin; each launch timed from the event after the previous launch (kernel + gap); full logits, no top-k",
+    }))
+}
+
+/// Kernel families of [`graph_attribution`]: a label, the kernel-name prefixes, and whether the
+/// family is every launch *but* those (`true`).
+pub const ATTRIBUTION_FAMILIES: [(&str, &[&str], bool); 10] = [
+    ("attention", &["attention_f32"], false),
+    ("qkv_post", &["qkv_post_f32"], false),
+    ("add_norm_prep", &["add_norm_prep_f32"], false),
+    ("geglu_prep", &["geglu_prep_f32"], false),
+    ("matvec Q2_K", &["mvtc_q2_k"], false),
+    ("matvec Q3_K", &["mvtc_q3_k"], false),
+    ("matvec Q6_K (tied head)", &["mvtc_q6_k"], false),
+    (
+        "head tail (final norm, gather, soft-cap, top-k)",
+        &["rmsnorm_f32", "gather_rows_f32", "softcap_f32", "topk_f32"],
+        false,
+    ),
+    ("every matvec", &["mvtc_"], false),
+    ("every launch but the matvecs", &["mvtc_"], true),
+];
+
+/// Where a captured batch-1 decode step's time goes: for each of [`ATTRIBUTION_FAMILIES`], the
+/// graph-replayed step time with that family's launches left out
+/// ([`crate::forward::set_skipped_kernels`]; the graph is captured again for each) against the
+/// full step timed the same way before and after. `saved_s` = full − without: what the step
+/// would gain if the family cost nothing, overlaps and launch gaps included (which the eager
+/// [`kernel_profile`] cannot show). Slot 0 is fed a fixed token (outputs of a step with skipped
+/// kernels are wrong, and a non-finite top-k is ignored); its length is restored after each
+/// step.
+///
+/// Errors: driver errors of the forwards.
+fn graph_attribution(
+    eng: &mut CudaEngine,
+    steps: usize,
+) -> Result<serde_json::Value, RuntimeError> {
+    let base = eng.slot_len(0);
+    let row = [Row {
+        slot: 0,
+        token: 7,
+        logits: true,
+    }];
+    let time = |eng: &mut CudaEngine, skip: &[&str], all_but: bool| -> Result<f64, RuntimeError> {
+        crate::forward::set_skipped_kernels(skip, all_but);
+        eng.drop_graphs();
+        let run = |eng: &mut CudaEngine| -> Result<(), RuntimeError> {
+            let r = eng.forward_topk(&row, 1);
+            eng.truncate_slot(0, base)?;
+            match r {
+                Ok(_) | Err(RuntimeError::NonFinite { .. }) => Ok(()),
+                Err(e) => Err(e),
+            }
+        };
+        let res = (|| {
+            run(eng)?; // eager
+            run(eng)?; // captured
+            let t = Instant::now();
+            for _ in 0..steps {
+                run(eng)?;
+            }
+            Ok(t.elapsed().as_secs_f64() / steps as f64)
+        })();
+        crate::forward::set_skipped_kernels(&[], false);
+        eng.drop_graphs();
+        res
+    };
+    let full0 = time(eng, &[], false)?;
+    let mut fams = Vec::new();
+    for (label, prefixes, all_but) in ATTRIBUTION_FAMILIES {
+        fams.push((label, time(eng, prefixes, all_but)?));
+    }
+    let full1 = time(eng, &[], false)?;
+    let full = 0.5 * (full0 + full1);
+    Ok(json!({
+        "batch": 1,
+        "steps": steps,
+        "full_step_s": [full0, full1],
+        "families": fams.iter().map(|(l, s)| json!({"family": l, "step_s": s, "saved_s": full - s, "saved_share": (full - s) / full})).collect::<Vec<_>>(),
+        "notes": "graph replay, batch 1, slot 0 at the bench's context; a family's launches left out of the captured step (wrong outputs, timing only); saved = mean full step - step without",
     }))
 }

@@ -117,6 +117,12 @@ impl CudaEngine {
         })
     }
 
+    /// Drops the captured CUDA graphs: the next forward of each shape runs eagerly and the one
+    /// after it is captured again (after [`crate::forward::set_skipped_kernels`]).
+    pub fn drop_graphs(&mut self) {
+        self.ws.drop_graphs();
+    }
+
     /// The model's configuration.
     pub fn config(&self) -> &Config {
         &self.model.config

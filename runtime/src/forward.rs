@@ -530,6 +530,12 @@ pub struct Workspace {
 }
 
 impl Workspace {
+    /// Forgets the captured graphs and the shapes seen ([`crate::CudaEngine::drop_graphs`]).
+    pub(crate) fn drop_graphs(&mut self) {
+        self.graphs.clear();
+        self.seen.clear();
+    }
+
     /// Device address of row `r` of the final-normed hidden states of the rows that returned
     /// logits in the last chunk of the last [`Forward::run`] (`[sel, H]` f32; `spec/gemma4-
     /// assistant-mtp.md` §2.1: the drafter's carried `h`).
@@ -745,6 +751,32 @@ pub fn tc_kernel(fmt: &str, nc: usize, rows: usize, rows2: usize, sms: u32) -> S
     kernels::mvtc_kernel(fmt, nc, wide)
 }
 
+/// Which launches [`set_skipped_kernels`] leaves out: kernel-name prefixes, and whether the
+/// launches matching them are the ones skipped (`false`) or the only ones kept (`true`).
+static SKIPPED: std::sync::RwLock<(Vec<String>, bool)> =
+    std::sync::RwLock::new((Vec::new(), false));
+
+/// Leaves launches out of every forward queued from now on: with `all_but = false` those whose
+/// kernel name starts with one of `prefixes`, with `all_but = true` every other one (an empty
+/// list with `all_but = false` restores them all). **A timing diagnostic only**: the outputs of
+/// a forward with skipped kernels are wrong. `runtime bench` uses it to attribute a captured
+/// decode step's time to kernel families (the step time with a family left out, against the
+/// full step); graphs captured before the call keep their launches
+/// ([`crate::CudaEngine::drop_graphs`]).
+pub fn set_skipped_kernels(prefixes: &[&str], all_but: bool) {
+    let mut s = SKIPPED.write().unwrap_or_else(|p| p.into_inner());
+    *s = (prefixes.iter().map(|p| (*p).to_string()).collect(), all_but);
+}
+
+fn skipped(name: &str) -> bool {
+    let s = SKIPPED.read().unwrap_or_else(|p| p.into_inner());
+    let (prefixes, all_but) = &*s;
+    if prefixes.is_empty() && !all_but {
+        return false;
+    }
+    prefixes.iter().any(|p| name.starts_with(p.as_str())) != *all_but
+}
+
 /// Launches kernel `f` on the GPU's stream with programmatic stream serialization (the kernel
 /// may start before the previous one ends; every kernel waits for it with
 /// `griddepcontrol.wait` before touching activations: `common.cuh`) as [`pdl_policy`] says. `args` are the kernel's parameters in order (8-byte pointers / u64, 4-byte i32 / f32).
@@ -756,6 +788,9 @@ fn launch(
     args: &[Arg],
 ) -> Result<(), RuntimeError> {
     use cudarc::driver::sys;
+    if skipped(name) {
+        return Ok(());
+    }
     // One 8-byte slot per parameter; the driver copies the parameter's size (4 or 8 bytes)
     // from the slot's start (little-endian, so the low half for 4-byte values).
     let vals: Vec<u64> = args

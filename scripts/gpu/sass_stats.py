@@ -34,7 +34,7 @@ def sass_functions(text):
         name = part.split("\n", 1)[0].strip()
         ins = []
         for line in part.split("\n"):
-            m = re.match(r"\s+/\*[0-9a-f]{4}\*/\s+(.*?)\s*;", line)
+            m = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;", line)
             if m:
                 ins.append(m.group(1))
         out[name] = ins
