@@ -21,7 +21,7 @@
 //   part f32 [T, nh, ATT_SPLIT_MAX, d + 2] scratch; cnt u32 [T, nh], zero before the launch and
 //   left zero after it;
 //   xp, xs, prep_rows: rows t < prep_rows (≤ 8; 0 = none; needs d % 16 == 0) of out are also
-//   written into the tensor-core matvec's prep buffers (common.cuh tc_prep_group, the bits
+//   written into the tensor-core matvec's prep buffers (common.cuh tc_prep_quad_lanes, the bits
 //   mvtc_prep would write for the o projection's input of K = nh·d) by their combining block.
 //   A row that sees n keys is split into Z = att_splits(n) = min(ceil(n / 16), 32) blocks of CH = ceil(n / Z) keys
 //   (flash-decoding; Z and CH depend on n only): block z computes, over its keys, m_z = max s,
@@ -290,9 +290,20 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
         }
         __syncthreads();
         if (!last) return;
-        // The splits' (m_z, l_z) in one round of loads; every thread then forms M, L and the
-        // weights w_z = exp(m_z − M) in split order (the same bits whichever block combines).
+        // The splits' (m_z, l_z) and this thread's partials of the first 8 splits (all its
+        // output dims) in one round of loads; every thread then forms M, L and the weights
+        // w_z = exp(m_z − M) in split order (the same bits whichever block combines). Measured
+        // on the H200 (12B Q2_K mix, `runtime bench`, same call): 218.2 / 217.8 tok/s at batch 1
+        // against 215.5 / 216.6 with the (m_z, l_z) loads first and the partials after, one
+        // output dim at a time; the same model-check maxima.
         __shared__ float mz[ATT_SPLIT_MAX], lz[ATT_SPLIT_MAX];
+        float pv[4][8];
+#pragma unroll
+        for (int qq = 0; qq < 4; ++qq) {
+            const int j = threadIdx.x + qq * blockDim.x;
+#pragma unroll
+            for (int u = 0; u < 8; ++u) pv[qq][u] = (j < d && u < Z) ? __ldcg(pb + u * ps + j) : 0.0f;
+        }
         if ((int)threadIdx.x < Z) {
             mz[threadIdx.x] = __ldcg(pb + threadIdx.x * ps + d);
             lz[threadIdx.x] = __ldcg(pb + threadIdx.x * ps + d + 1);
@@ -302,33 +313,55 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
         for (int zz = 0; zz < Z; ++zz) M = fmaxf(M, mz[zz]);
         float L = 0.0f;
         for (int zz = 0; zz < Z; ++zz) L = fmaf(expf(mz[zz] - M), lz[zz], L);
-        for (int j = threadIdx.x; j < d; j += blockDim.x) {
-            float s = 0.0f;
-            // Σ_z w_z · o_z[j] in split order; the loads of 8 splits in flight together.
-            for (int z0 = 0; z0 < Z; z0 += 8) {
-                float pv[8];
+        // Σ_z w_z · o_z[j] in split order, per output dim j = threadIdx.x + qq·blockDim.x.
+        float sacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int z0 = 0; z0 < Z; z0 += 8) {
+            if (z0 > 0) {
 #pragma unroll
-                for (int u = 0; u < 8; ++u)
-                    pv[u] = z0 + u < Z ? __ldcg(pb + (z0 + u) * ps + j) : 0.0f;
+                for (int qq = 0; qq < 4; ++qq) {
+                    const int j = threadIdx.x + qq * blockDim.x;
 #pragma unroll
-                for (int u = 0; u < 8; ++u)
-                    if (z0 + u < Z) s = fmaf(expf(mz[z0 + u] - M), pv[u], s);
+                    for (int u = 0; u < 8; ++u)
+                        pv[qq][u] = (j < d && z0 + u < Z) ? __ldcg(pb + (z0 + u) * ps + j) : 0.0f;
+                }
             }
-            const float r = s / L;
-            o[j] = r;
-            ov[j] = r;
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+                if (z0 + u < Z) {
+                    const float w = expf(mz[z0 + u] - M);
+#pragma unroll
+                    for (int qq = 0; qq < 4; ++qq) sacc[qq] = fmaf(w, pv[qq][u], sacc[qq]);
+                }
+            }
+        }
+#pragma unroll
+        for (int qq = 0; qq < 4; ++qq) {
+            const int j = threadIdx.x + qq * blockDim.x;
+            if (j < d) {
+                const float r = sacc[qq] / L;
+                o[j] = r;
+                ov[j] = r;
+            }
         }
         if (threadIdx.x == 0) cnt[(uint64_t)t * nh + h] = 0u;  // ready for the next launch
     }
     if (t < prep_rows) {
         // This head's 16-groups of row t into the tensor-core prep buffers (the o projection's
-        // input, K = nh·d, d % 16 == 0): tc_prep_group, as mvtc_prep would write them.
+        // input, K = nh·d, d % 16 == 0): tc_prep_quad_lanes, one quad per thread (the bits of
+        // tc_prep_group and mvtc_prep; one thread per group before: 217.6 / 218.1 tok/s with
+        // both changes against 218.2 / 217.8 with the combine's alone, the same within noise,
+        // and a shorter chain).
         __syncthreads();
-        for (int gi = threadIdx.x; gi < (d >> 4); gi += blockDim.x) {
-            float v[16];
+        // Quad qd = threadIdx.x + k·blockDim.x (4 consecutive lanes per 16-group).
+        for (int qd0 = 0; qd0 < (d >> 2); qd0 += blockDim.x) {
+            const int qd = qd0 + threadIdx.x;
+            const bool live = qd < (d >> 2);
+            float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            if (live) {
 #pragma unroll
-            for (int e = 0; e < 16; ++e) v[e] = ov[16 * gi + e];
-            tc_prep_group(v, t, ((h * d) >> 4) + gi, (nh * d) >> 4, xp, xs);
+                for (int e = 0; e < 4; ++e) v[e] = ov[4 * qd + e];
+            }
+            tc_prep_quad_lanes(v, t, ((h * d) >> 4) + (qd >> 2), (nh * d) >> 4, xp, xs, live);
         }
     }
 }

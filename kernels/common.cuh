@@ -16,7 +16,9 @@ typedef long long int64_t;
 // serialization, so a kernel may start while the previous one is still running: every kernel
 // calls griddep_wait() before it touches memory the previous kernels write or read (it returns
 // once they have completed and their writes are visible), and griddep_launch() to let the next
-// kernel start early (it waits in turn). GRIDDEP_ENTRY() does both, first thing in a kernel.
+// kernel start early (it waits in turn). GRIDDEP_ENTRY() does both, first thing in a kernel;
+// the tensor-core matvecs (matvec.cu mvtc_body) wait after queueing their first weight copies
+// and let the next kernel launch only after their main loop.
 static __device__ __forceinline__ void griddep_wait() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");

@@ -1018,7 +1018,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
             if (j < nrun) plan.stage(wsm + j * (WS::BYTES / 16), W, j, lane);
             tc_cp_commit();
         }
-        GRIDDEP_ENTRY();
+        griddep_wait();
 #pragma unroll 1
         for (int j = 0; j < nrun; ++j) {
             const int jn = j + WS::NST - 1;
@@ -1045,7 +1045,8 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         }
         // The weights are immutable: their first stages are in flight before waiting for the
         // previous kernel (programmatic dependent launch, common.cuh), which wrote the activations.
-        GRIDDEP_ENTRY();
+        // (The next kernel's launch is allowed after the loop, below.)
+        griddep_wait();
 #pragma unroll 1
         for (int j = 0; j < nstage; ++j) {
             const int jn = j + St::NST - 1;
@@ -1064,6 +1065,14 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
             __syncthreads();
         }
     }
+    // The next kernel may launch (programmatic dependent launch) once every block of this one
+    // is past its super-block loop, not at its start: launched early, the next kernel's blocks
+    // would sit waiting in the SM slots this grid's later waves need. Measured on the H200
+    // (12B Q2_K mix, `runtime bench`, PDL `auto`, same call): 216.3 / 217.3 tok/s at batch 1
+    // against 215.5 / 216.6 with the trigger at the kernel's start, batch 8 1289.0 / 1288.4
+    // against 1281.5 / 1277.6; the graph attribution puts add_norm_prep's cost at 183 / 158 µs
+    // per step against 350 / 342 (the launches after a matvec start sooner).
+    griddep_launch();
 #pragma unroll
     for (int m = 0; m < NG; ++m)
 #pragma unroll

@@ -44,63 +44,50 @@ extern "C" __global__ void argmax_f32(const float* __restrict__ x, int* idx, flo
     }
 }
 
-// topk_f32(x, n, mask, k, out): per row of x f32 [rows, n] the k ≤ TOPK_MAX largest values over
-// ids i with mask[i] == 0 (mask u8 [n]: the model's suppressed ids; null = none), ordered by
-// value descending, lower id first on exact ties (reference::model::logits::top_k); non-finite
-// values never enter the list and are counted. out i32 [rows, 2·TOPK_MAX + 1]: ids at
+// topk_f32(x, n, mask, k, part, cnt, out): per row of x f32 [rows, n] the k ≤ TOPK_MAX largest
+// values over ids i with mask[i] == 0 (mask u8 [n]: the model's suppressed ids; null = none),
+// ordered by value descending, lower id first on exact ties (reference::model::logits::top_k);
+// non-finite values never enter the list and are counted. out i32 [rows, 2·TOPK_MAX + 1]: ids at
 // [0, k), value bits at [TOPK_MAX, TOPK_MAX + k) (missing entries: id −1), the non-finite count
-// at [2·TOPK_MAX]. Each thread keeps a sorted top-TOPK_MAX list of its strided ids (registers,
-// fully unrolled bubble insertion); then k rounds of a block arg-best over the list heads.
-// Launch: grid (rows,1,1), block (TOPK_THREADS,1,1).
+// at [2·TOPK_MAX].
+// Two levels in one launch: block b of a row (grid y = nb = kernels::topk_blocks(n) ≤
+// TOPK_BLOCKS_MAX) takes the slices b, b + nb, … of TOPK_SLICE consecutive ids (each thread
+// TOPK_PER_THREAD ids of a slice, their loads issued together); each thread keeps a sorted
+// top-TOPK_MAX list of its ids (registers, fully unrolled bubble insertion), the block takes k
+// rounds of a block arg-best over the list heads and writes its top-k and non-finite count to
+// part i32 [rows, TOPK_BLOCKS_MAX, 2·TOPK_MAX + 1] (the layout of out; missing entries: id
+// 0x7fffffff). The row's last block to finish (count cnt u32 [rows], zero before the launch and
+// left zero) merges the nb·k candidates the same way. A slice's top-k holds every member of the
+// row's top-k that lies in it, and the order is total, so the result is the one-pass top-k.
+// Launch: grid (rows, topk_blocks(n), 1), block (TOPK_THREADS,1,1).
 #define TOPK_MAX 16
-#define TOPK_THREADS 512
+#define TOPK_THREADS 256
+#define TOPK_PER_THREAD 8
+#define TOPK_SLICE (TOPK_THREADS * TOPK_PER_THREAD)
+#define TOPK_BLOCKS_MAX 128
+#define TOPK_STRIDE (2 * TOPK_MAX + 1)
 static __device__ __forceinline__ bool tk_better(float v, int i, float b, int j) {
     return v > b || (v == b && i < j);
 }
-extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
-    topk_f32(const float* __restrict__ x, int n, const uint8_t* __restrict__ mask, int k,
-             int* __restrict__ out) {
-    GRIDDEP_ENTRY();
-    __shared__ float sv[32];
-    __shared__ int si[32];
-    __shared__ int sbad[32];
+// Inserts (v, i) into the sorted list (lv, li) if it beats the last entry.
+static __device__ __forceinline__ void tk_insert(float (&lv)[TOPK_MAX], int (&li)[TOPK_MAX], float v, int i) {
+    if (!tk_better(v, i, lv[TOPK_MAX - 1], li[TOPK_MAX - 1])) return;
+    float cv = v;
+    int ci = i;
+#pragma unroll
+    for (int j = 0; j < TOPK_MAX; ++j) {
+        if (tk_better(cv, ci, lv[j], li[j])) {
+            const float tv = lv[j]; const int ti = li[j];
+            lv[j] = cv; li[j] = ci; cv = tv; ci = ti;
+        }
+    }
+}
+// k rounds of a block arg-best over the threads' list heads (the owner pops its head); thread 0
+// writes entry r to o[r] (id, or `missing`) and o[TOPK_MAX + r] (value bits, 0 when missing).
+static __device__ __forceinline__ void tk_block_emit(float (&lv)[TOPK_MAX], int (&li)[TOPK_MAX], int k,
+                                                     int* o, int missing, float* sv, int* si) {
     const float NEG = -__int_as_float(0x7f800000);
-    const float* xr = x + (uint64_t)blockIdx.x * n;
-    float lv[TOPK_MAX];
-    int li[TOPK_MAX];
-#pragma unroll
-    for (int j = 0; j < TOPK_MAX; ++j) { lv[j] = NEG; li[j] = 0x7fffffff; }
-    int bad = 0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const float v = xr[i];
-        if (!isfinite(v)) { ++bad; continue; }
-        if (!tk_better(v, i, lv[TOPK_MAX - 1], li[TOPK_MAX - 1])) continue;
-        if (mask != nullptr && mask[i]) continue;
-        float cv = v;
-        int ci = i;
-#pragma unroll
-        for (int j = 0; j < TOPK_MAX; ++j) {
-            if (tk_better(cv, ci, lv[j], li[j])) {
-                const float tv = lv[j]; const int ti = li[j];
-                lv[j] = cv; li[j] = ci; cv = tv; ci = ti;
-            }
-        }
-    }
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    int* o = out + (uint64_t)blockIdx.x * (2 * TOPK_MAX + 1);
-    // non-finite count
-    {
-        int b = bad;
-#pragma unroll
-        for (int s = 16; s > 0; s >>= 1) b += __shfl_xor_sync(0xffffffffu, b, s);
-        if (lane == 0) sbad[wid] = b;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            int tot = 0;
-            for (int w = 0; w < nw; ++w) tot += sbad[w];
-            o[2 * TOPK_MAX] = tot;
-        }
-    }
     for (int r = 0; r < k; ++r) {
         float bv = lv[0];
         int bi = li[0];
@@ -118,7 +105,7 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
             if (tk_better(sv[w], si[w], bv, bi)) { bv = sv[w]; bi = si[w]; }
         if (threadIdx.x == 0) {
             const bool ok = bi != 0x7fffffff;
-            o[r] = ok ? bi : -1;
+            o[r] = ok ? bi : missing;
             o[TOPK_MAX + r] = ok ? __float_as_int(bv) : 0;
         }
         if (li[0] == bi && bi != 0x7fffffff) {  // the owner pops its head
@@ -127,6 +114,83 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
             lv[TOPK_MAX - 1] = NEG; li[TOPK_MAX - 1] = 0x7fffffff;
         }
     }
+}
+// Block sum of an int (every thread gets it).
+static __device__ __forceinline__ int tk_block_sum(int b, int* sbad) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+    for (int s = 16; s > 0; s >>= 1) b += __shfl_xor_sync(0xffffffffu, b, s);
+    __syncthreads();
+    if (lane == 0) sbad[wid] = b;
+    __syncthreads();
+    int tot = 0;
+    for (int w = 0; w < nw; ++w) tot += sbad[w];
+    return tot;
+}
+extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
+    topk_f32(const float* __restrict__ x, int n, const uint8_t* __restrict__ mask, int k,
+             int* __restrict__ part, unsigned* __restrict__ cnt, int* __restrict__ out) {
+    GRIDDEP_ENTRY();
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    __shared__ int sbad[32];
+    __shared__ int last;
+    const float NEG = -__int_as_float(0x7f800000);
+    const int row = blockIdx.x, b = blockIdx.y, nb = gridDim.y;
+    const float* xr = x + (uint64_t)row * n;
+    float lv[TOPK_MAX];
+    int li[TOPK_MAX];
+#pragma unroll
+    for (int j = 0; j < TOPK_MAX; ++j) { lv[j] = NEG; li[j] = 0x7fffffff; }
+    int bad = 0;
+    for (int s0 = b * TOPK_SLICE; s0 < n; s0 += nb * TOPK_SLICE) {
+        float v[TOPK_PER_THREAD];
+#pragma unroll
+        for (int u = 0; u < TOPK_PER_THREAD; ++u) {
+            const int i = s0 + u * TOPK_THREADS + (int)threadIdx.x;
+            v[u] = i < n ? xr[i] : NEG;
+        }
+#pragma unroll
+        for (int u = 0; u < TOPK_PER_THREAD; ++u) {
+            const int i = s0 + u * TOPK_THREADS + (int)threadIdx.x;
+            if (i >= n) continue;
+            if (!isfinite(v[u])) { ++bad; continue; }
+            if (!tk_better(v[u], i, lv[TOPK_MAX - 1], li[TOPK_MAX - 1])) continue;
+            if (mask != nullptr && mask[i]) continue;
+            tk_insert(lv, li, v[u], i);
+        }
+    }
+    int* pb = part + ((uint64_t)row * TOPK_BLOCKS_MAX + b) * TOPK_STRIDE;
+    const int tot = tk_block_sum(bad, sbad);
+    if (threadIdx.x == 0) pb[2 * TOPK_MAX] = tot;
+    tk_block_emit(lv, li, k, pb, 0x7fffffff, sv, si);
+    // The row's last block merges (the release/acquire pattern of attention_f32's splits).
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        asm volatile("fence.acq_rel.gpu;" ::: "memory");
+        last = atomicAdd(&cnt[row], 1u) == (unsigned)(nb - 1);
+        if (last) asm volatile("fence.acq_rel.gpu;" ::: "memory");
+    }
+    __syncthreads();
+    if (!last) return;
+#pragma unroll
+    for (int j = 0; j < TOPK_MAX; ++j) { lv[j] = NEG; li[j] = 0x7fffffff; }
+    const int* prow = part + (uint64_t)row * TOPK_BLOCKS_MAX * TOPK_STRIDE;
+    int nbad = 0;
+    for (int c = threadIdx.x; c < nb * k; c += blockDim.x) {
+        const int bb = c / k, r = c - bb * k;
+        const int id = __ldcg(prow + bb * TOPK_STRIDE + r);
+        const float v = __int_as_float(__ldcg(prow + bb * TOPK_STRIDE + TOPK_MAX + r));
+        if (id != 0x7fffffff) tk_insert(lv, li, v, id);
+    }
+    for (int bb = threadIdx.x; bb < nb; bb += blockDim.x) nbad += __ldcg(prow + bb * TOPK_STRIDE + 2 * TOPK_MAX);
+    int* o = out + (uint64_t)row * TOPK_STRIDE;
+    const int all_bad = tk_block_sum(nbad, sbad);
+    if (threadIdx.x == 0) {
+        o[2 * TOPK_MAX] = all_bad;
+        cnt[row] = 0u;  // ready for the next launch
+    }
+    tk_block_emit(lv, li, k, o, -1, sv, si);
 }
 
 // sum_f32x4(x, n4, partial): read-only bandwidth probe. x = n4 float4 values; partial f32

@@ -218,6 +218,22 @@ pub fn attention_smem_bytes(span: usize) -> u32 {
     ((span.div_ceil(4) * 4 + 4) * 4) as u32
 }
 
+/// Threads of a `topk_f32` block (`reduce.cu` TOPK_THREADS).
+pub const TOPK_THREADS: u32 = 256;
+
+/// Consecutive ids of one `topk_f32` slice: TOPK_THREADS × TOPK_PER_THREAD (8) (`reduce.cu`).
+pub const TOPK_SLICE: usize = 2048;
+
+/// Most blocks of one `topk_f32` row (`reduce.cu` TOPK_BLOCKS_MAX; the size of its partials).
+pub const TOPK_BLOCKS_MAX: usize = 128;
+
+/// Blocks of one row in a `topk_f32` launch over rows of `n` ids: one per slice of
+/// [`TOPK_SLICE`] ids, at most [`TOPK_BLOCKS_MAX`] (a block then takes every nb-th slice), at
+/// least 1.
+pub fn topk_blocks(n: usize) -> usize {
+    n.div_ceil(TOPK_SLICE).clamp(1, TOPK_BLOCKS_MAX)
+}
+
 /// One kernel family: one `.cu` file, compiled as one NVRTC program / one CUDA module.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Family {
@@ -734,6 +750,26 @@ mod tests {
             widest = widest.max(super::att_chunk(span));
             assert_eq!(super::att_chunk_bound(span), widest, "span {span}");
         }
+    }
+
+    #[test]
+    fn topk_blocks_and_defines() {
+        // By hand: one block per 2048 ids, 1 ≤ blocks ≤ 128 (262144 = 128 · 2048).
+        assert_eq!(super::topk_blocks(0), 1);
+        assert_eq!(super::topk_blocks(1), 1);
+        assert_eq!(super::topk_blocks(2048), 1);
+        assert_eq!(super::topk_blocks(2049), 2);
+        assert_eq!(super::topk_blocks(262_144), 128);
+        assert_eq!(super::topk_blocks(262_145), 128);
+        let body = super::Family::Reduce.body();
+        for line in [
+            format!("#define TOPK_THREADS {}", super::TOPK_THREADS),
+            "#define TOPK_PER_THREAD 8".to_string(),
+            format!("#define TOPK_BLOCKS_MAX {}", super::TOPK_BLOCKS_MAX),
+        ] {
+            assert!(body.contains(&line), "reduce.cu lacks {line:?}");
+        }
+        assert_eq!(super::TOPK_SLICE, super::TOPK_THREADS as usize * 8);
     }
 
     #[test]

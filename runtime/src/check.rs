@@ -13,6 +13,8 @@
 //! - rope: `|y − y64| ≤ 2⁻²⁴·|y64| + 1e−14·(|x₁| + |x₂|)` (f64 math rounded once to f32).
 //! - geglu: `|y − y64| ≤ 16 · 2⁻²⁴ · |g·u|`; softcap: `|y − y64| ≤ 8 · 2⁻²⁴ · |y64|`.
 //! - argmax: index equal to the CPU's (ties → lower index), value bit-identical.
+//! - topk: the k best ids and value bits equal to `reference::model::logits::top_k` (masked ids,
+//!   ties across blocks), non-finite values counted.
 //!
 //! Bandwidth: `B_read` = bytes/s of `sum_f32x4` over a 4 GiB buffer (median of timed runs, best
 //! grid); matvec GB/s = weight bytes / kernel time, with enough copies of the matrix rotated
@@ -247,6 +249,7 @@ pub fn run(opts: &CheckOptions) -> Result<bool> {
     report["qkv_post"] = check_qkv_post(&gpu, &mut rng, &mut log, &mut all_ok)?;
     report["geglu_softcap"] = check_activation(&gpu, &mut rng, &mut log, &mut all_ok)?;
     report["argmax"] = check_argmax(&gpu, &mut rng, &mut log, &mut all_ok)?;
+    report["topk"] = check_topk(&gpu, &mut rng, &mut log, &mut all_ok)?;
     if !opts.quick {
         let b_read = bandwidth_read(&gpu, &mut log, &mut report)?;
         bandwidth_matvec(&gpu, &mut rng, b_read, &mut log, &mut report)?;
@@ -774,6 +777,76 @@ fn check_argmax(gpu: &Gpu, rng: &mut Rng, log: &mut Log, ok: &mut bool) -> Resul
         if pass { "PASS" } else { "FAIL" }
     ));
     Ok(json!({"pass": pass, "rows": rowsj}))
+}
+
+/// `topk_f32` against `reference::model::logits::top_k` (ids and value bits), on a vocab-sized
+/// launch (128 blocks per row) and a short one (3 blocks, the last slice partial): ties across
+/// blocks (the lower id first), a suppressed id holding the row's maximum, k = 16 and k = 1; and
+/// the non-finite count of a row with NaN and ±inf (which the list leaves out).
+fn check_topk(gpu: &Gpu, rng: &mut Rng, log: &mut Log, ok: &mut bool) -> Result<Value> {
+    let mut pass = true;
+    let mut cases = Vec::new();
+    for (rows, n) in [(3usize, 262_144usize), (2, 5000)] {
+        let mut x = rand_f32(rng, rows * n, -10.0, 10.0);
+        // Row 0: a tie between ids in different blocks (n/2 + 1 and 7: expect 7 first) and a
+        // suppressed maximum at id 3; row 1: five equal values spread over the row.
+        x[7] = 50.0;
+        x[n / 2 + 1] = 50.0;
+        x[3] = 99.0;
+        for j in 0..5 {
+            x[n + j * (n / 5) + 11] = 42.0;
+        }
+        let mut mask = vec![0u8; n];
+        mask[3] = 1;
+        mask[n - 1] = 1;
+        let masked: Vec<u32> = vec![3, (n - 1) as u32];
+        let xd = gpu.stream.clone_htod(&x)?;
+        let md = gpu.stream.clone_htod(&mask)?;
+        for k in [16usize, 1] {
+            let got = gpu.topk(&xd.as_view(), rows, n, Some(&md.as_view()), k)?;
+            for (r, (list, bad)) in got.iter().enumerate() {
+                let want = reference::model::logits::top_k(&x[r * n..(r + 1) * n], k, &masked);
+                let p = *bad == 0
+                    && list.len() == want.len()
+                    && list
+                        .iter()
+                        .zip(&want)
+                        .all(|(g, w)| g.0 == w.0 && g.1.to_bits() == (w.1 as f32).to_bits());
+                pass &= p;
+                cases.push(json!({"rows": rows, "n": n, "k": k, "row": r, "pass": p,
+                    "gpu_first": list.first().map(|e| e.0), "cpu_first": want.first().map(|e| e.0)}));
+            }
+        }
+    }
+    // Non-finite values: counted, never listed.
+    let n = 5000usize;
+    let mut x = rand_f32(rng, n, -1.0, 1.0);
+    x[10] = f32::NAN;
+    x[2500] = f32::INFINITY;
+    x[4999] = f32::NEG_INFINITY;
+    let xd = gpu.stream.clone_htod(&x)?;
+    let got = gpu.topk(&xd.as_view(), 1, n, None, 4)?;
+    let finite: Vec<f32> = x
+        .iter()
+        .map(|&v| if v.is_finite() { v } else { f32::NAN })
+        .collect();
+    let want = reference::model::logits::top_k(&finite, 4, &[]);
+    let (list, bad) = &got[0];
+    let p = *bad == 3
+        && list.len() == 4
+        && list
+            .iter()
+            .zip(&want)
+            .all(|(g, w)| g.0 == w.0 && g.1.to_bits() == (w.1 as f32).to_bits());
+    pass &= p;
+    cases.push(json!({"n": n, "k": 4, "non_finite": bad, "pass": p}));
+    *ok &= pass;
+    log.line(&format!(
+        "{} topk 3×262144 and 2×5000 (k 16 and 1; ties across blocks, a masked maximum), non-finite count {} of 3",
+        if pass { "PASS" } else { "FAIL" },
+        bad
+    ));
+    Ok(json!({"pass": pass, "cases": cases}))
 }
 
 fn bandwidth_read(gpu: &Gpu, log: &mut Log, report: &mut Value) -> Result<f64> {

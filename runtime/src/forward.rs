@@ -516,6 +516,10 @@ pub struct Workspace {
     sel: CudaSlice<i32>,
     /// Suppressed-id mask u8 `[V]` (1 = excluded from greedy choice and top-k).
     mask: CudaSlice<u8>,
+    /// `topk_f32` per-block partials i32 `[CHUNK_ROWS, kernels::TOPK_BLOCKS_MAX, TK_STRIDE]`.
+    tk_part: CudaSlice<i32>,
+    /// `topk_f32` per-row block counts u32 `[CHUNK_ROWS]`, zero between launches.
+    tk_cnt: CudaSlice<u32>,
     /// Top-k output i32 `[CHUNK_ROWS, TK_STRIDE]`.
     tk: CudaSlice<i32>,
     /// Attention split partials f32 `[CHUNK_ROWS, max n_head, ATT_SPLIT_MAX, max head_dim + 2]`
@@ -643,6 +647,11 @@ impl Workspace {
                 }
                 gpu.stream.clone_htod(&m).map_err(drv("upload mask"))?
             },
+            tk_part: i32s(t * kernels::TOPK_BLOCKS_MAX * TK_STRIDE)?,
+            tk_cnt: gpu
+                .stream
+                .alloc_zeros::<u32>(t)
+                .map_err(drv("alloc workspace"))?,
             tk: i32s(t * TK_STRIDE)?,
             att_part: f32s(t * nhm * kernels::ATT_SPLIT_MAX * (dm + 2))?,
             att_cnt: gpu
@@ -705,13 +714,19 @@ fn lc(grid: (u32, u32, u32), block: u32, smem: u32) -> LaunchConfig {
 }
 
 /// Which forward launches use programmatic dependent launch (`GEMMA4_PDL`, read once per
-/// process): `mv` (default) the tensor-core matvecs only (they stage their first weights before
-/// waiting for the previous kernel), `off` none, `all` every kernel. Measured on the H200 at
-/// commit 4afb3bc (12B Q2_K mix, graph decode, one run each, same call): `mv` 192.6 tok/s at
-/// batch 1 against 188.3 off and 188.8 `all`; batch 4 639.5 / 624.8 / 600.7 tok/s, batch 8
-/// 1034.1 / 1007.7 / 1036.0; a verify of K = 4 drafts 6.35 / 6.42 / 6.72 ms. (With the slower matvecs of the session
-/// before, `mv` lost at batch 4, so it was off then.) The sums are the same either way: only
-/// when a kernel starts changes.
+/// process): `auto` (default) every kernel in forwards of at most [`PDL_ALL_MAX_ROWS`] rows and
+/// the tensor-core matvecs only in larger ones, `mv` the tensor-core matvecs only (they stage
+/// their first weights before waiting for the previous kernel), `off` none, `all` every kernel.
+/// The sums are the same either way: only when a kernel starts changes.
+///
+/// Measured on the H200 (12B Q2_K mix, graph decode, `runtime bench`):
+/// - at commit 4afb3bc (one run each, same call): `mv` 192.6 tok/s at batch 1 against 188.3 off
+///   and 188.8 `all`; batch 4 639.5 / 624.8 / 600.7 tok/s, batch 8 1034.1 / 1007.7 / 1036.0; a
+///   verify of K = 4 drafts 6.35 / 6.42 / 6.72 ms;
+/// - at 2be0510 (two runs each, alternating, same call): `all` against `mv` 216.5 / 215.9
+///   against 212.4 / 212.1 tok/s at batch 1, and at batches 1 / 2 / 4 / 8 of the batch scan
+///   215.2 / 429.3 / 741.8 / 1273.7 against 210.1 / 420.3 / 736.6 / 1281.9 (first runs): `all`
+///   gains up to 4 rows and loses at 8, hence `auto`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PdlPolicy {
     /// No programmatic dependencies (`GEMMA4_PDL=off`).
@@ -720,7 +735,14 @@ pub enum PdlPolicy {
     All,
     /// `mvtc_<fmt>_<NG>` launches only.
     Matvec,
+    /// [`PdlPolicy::All`] for forwards of at most [`PDL_ALL_MAX_ROWS`] rows (the rows of the chunk
+    /// being queued, `Gpu::chunk_rows`), [`PdlPolicy::Matvec`] above.
+    Auto,
 }
+
+/// Largest forward (rows of a chunk) that [`PdlPolicy::Auto`] gives programmatic dependent launch
+/// on every kernel.
+pub const PDL_ALL_MAX_ROWS: usize = 4;
 
 /// The process's [`PdlPolicy`] from `GEMMA4_PDL`.
 pub fn pdl_policy() -> PdlPolicy {
@@ -728,7 +750,8 @@ pub fn pdl_policy() -> PdlPolicy {
     *P.get_or_init(|| match std::env::var("GEMMA4_PDL").as_deref() {
         Ok("all") => PdlPolicy::All,
         Ok("off") | Ok("0") => PdlPolicy::Off,
-        _ => PdlPolicy::Matvec,
+        Ok("mv") => PdlPolicy::Matvec,
+        _ => PdlPolicy::Auto,
     })
 }
 
@@ -810,10 +833,14 @@ fn launch(
     let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
     attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     attr.value.programmaticStreamSerializationAllowed = 1;
+    let matvec = name.starts_with("mvtc_") && name != "mvtc_prep";
     let pdl = match pdl_policy() {
         PdlPolicy::Off => false,
         PdlPolicy::All => true,
-        PdlPolicy::Matvec => name.starts_with("mvtc_") && name != "mvtc_prep",
+        PdlPolicy::Matvec => matvec,
+        PdlPolicy::Auto => {
+            matvec || gpu.chunk_rows.load(std::sync::atomic::Ordering::Relaxed) <= PDL_ALL_MAX_ROWS
+        }
     };
     let config = sys::CUlaunchConfig {
         gridDimX: cfg.grid_dim.0,
@@ -1444,6 +1471,8 @@ impl Forward<'_> {
         topk: Option<usize>,
     ) -> Result<(), RuntimeError> {
         let gpu = self.gpu;
+        gpu.chunk_rows
+            .store(t, std::sync::atomic::Ordering::Relaxed);
         let m = self.model;
         let c = &m.config;
         let hh = c.n_embd;
@@ -1753,14 +1782,16 @@ impl Forward<'_> {
         if let Some(k) = topk {
             self.call(
                 "topk_f32",
-                (r as u32, 1, 1),
-                512,
+                (r as u32, kernels::topk_blocks(vocab) as u32, 1),
+                kernels::TOPK_THREADS,
                 0,
                 &[
                     Arg::P(lg),
                     Arg::I(vocab as i32),
                     Arg::P(ptr(gpu, &ws.mask)),
                     Arg::I(k.min(TOPK_MAX) as i32),
+                    Arg::P(ptr(gpu, &ws.tk_part)),
+                    Arg::P(ptr(gpu, &ws.tk_cnt)),
                     Arg::P(ptr(gpu, &ws.tk)),
                 ],
             )?;

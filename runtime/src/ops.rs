@@ -489,6 +489,74 @@ impl Gpu {
         Ok(())
     }
 
+    /// `topk_f32` (`reduce.cu`) over `rows` rows of `n` f32 at `x`: per row, the `k` largest
+    /// values over ids whose `mask` byte is 0 (`mask` u8 `[n]`, `None` = every id), value
+    /// descending, lower id first on exact ties, non-finite values left out and counted.
+    /// Returns per row the `(id, value)` list (shorter than `k` when fewer ids qualify) and the
+    /// non-finite count. The same launch shape as the forward's (grid `(rows,
+    /// kernels::topk_blocks(n))`); scratch and output are allocated here (output poisoned first).
+    ///
+    /// Errors: [`RuntimeError::Shape`] for `k` outside `1..=16`, `n` outside `1..=i32::MAX` or
+    /// short buffers; driver errors.
+    pub fn topk(
+        &self,
+        x: &CudaView<'_, f32>,
+        rows: usize,
+        n: usize,
+        mask: Option<&CudaView<'_, u8>>,
+        k: usize,
+    ) -> Result<Vec<(Vec<(u32, f32)>, i32)>, RuntimeError> {
+        let what = "topk_f32";
+        let tmax = crate::forward::TOPK_MAX;
+        let stride = 2 * tmax + 1;
+        if !(1..=tmax).contains(&k)
+            || n == 0
+            || n > i32::MAX as usize
+            || x.len() < rows * n
+            || mask.is_some_and(|m| m.len() < n)
+        {
+            return Err(shape(what, format!("rows {rows} × n {n}, k {k}")));
+        }
+        let f = self.func(Family::Reduce, what)?;
+        let part = self
+            .stream
+            .alloc_zeros::<i32>(rows * kernels::TOPK_BLOCKS_MAX * stride)
+            .map_err(drv(what))?;
+        let cnt = self.stream.alloc_zeros::<u32>(rows).map_err(drv(what))?;
+        let out = self
+            .stream
+            .clone_htod(&vec![i32::MIN; rows * stride])
+            .map_err(drv(what))?;
+        let (nn, kk, null) = (n as i32, k as i32, 0u64);
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, kernels::topk_blocks(n) as u32, 1),
+            block_dim: (kernels::TOPK_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(x).arg(&nn);
+        match mask {
+            Some(m) => b.arg(m),
+            None => b.arg(&null),
+        };
+        b.arg(&kk).arg(&part).arg(&cnt).arg(&out);
+        // SAFETY: matches `topk_f32(const float*, int, const uint8_t*, int, int*, unsigned*,
+        // int*)`; x holds rows·n floats and mask n bytes (checked), part/cnt/out are sized for
+        // `rows` rows of the kernel's layout (TOPK_BLOCKS_MAX partials of 2·TOPK_MAX + 1 words).
+        unsafe { b.launch(cfg) }.map_err(drv(what))?;
+        let raw = self.stream.clone_dtoh(&out).map_err(drv(what))?;
+        Ok(raw
+            .chunks_exact(stride)
+            .map(|row| {
+                let list = (0..k)
+                    .filter(|&j| row[j] >= 0)
+                    .map(|j| (row[j] as u32, f32::from_bits(row[tmax + j] as u32)))
+                    .collect();
+                (list, row[2 * tmax])
+            })
+            .collect())
+    }
+
     /// Fills an f32 buffer with the bit pattern `bits` (e.g. `0x7FC0_0000`, a quiet NaN, to
     /// poison outputs before a kernel under test runs).
     pub fn fill_f32_bits(
