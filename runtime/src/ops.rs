@@ -92,6 +92,9 @@ fn check_matvec_shapes(
     Ok(())
 }
 
+/// One row of [`Gpu::topk`]: the `(id, value)` list, best first, and the non-finite count.
+pub type TopkRow = (Vec<(u32, f32)>, i32);
+
 impl Gpu {
     fn func(&self, family: Family, name: &str) -> Result<CudaFunction, RuntimeError> {
         Ok(self.modules.function(family, name)?)
@@ -505,7 +508,7 @@ impl Gpu {
         n: usize,
         mask: Option<&CudaView<'_, u8>>,
         k: usize,
-    ) -> Result<Vec<(Vec<(u32, f32)>, i32)>, RuntimeError> {
+    ) -> Result<Vec<TopkRow>, RuntimeError> {
         let what = "topk_f32";
         let tmax = crate::forward::TOPK_MAX;
         let stride = 2 * tmax + 1;
