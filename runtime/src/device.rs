@@ -35,10 +35,6 @@ pub struct Gpu {
     /// 16-element sums `[TC_MAX_K / 16, 8]` of the same columns, followed by their bf16
     /// fragments for the folded formats' offset mma (`common.cuh`, `TC_XSF_OFFSET`).
     pub(crate) tc_xs: CudaSlice<f32>,
-    /// Rows of the forward chunk being queued (`Forward::launch_chunk` sets it; `usize::MAX`
-    /// before any): what [`crate::forward::PdlPolicy::Auto`] decides by. Launches outside a
-    /// chunk (the drafter's) take the last chunk's value; only when kernels start depends on it.
-    pub(crate) chunk_rows: std::sync::atomic::AtomicUsize,
     /// Kernel profile being recorded ([`Gpu::profile_start`]): per launch of the forward, the
     /// kernel name and an event recorded right after it. `None` when not profiling.
     pub(crate) prof: std::sync::Mutex<Option<Vec<(String, CudaEvent)>>>,
@@ -111,7 +107,6 @@ impl Gpu {
             )
             .map_err(drv("alloc mvtc scratch"))?;
         Ok(Gpu {
-            chunk_rows: std::sync::atomic::AtomicUsize::new(usize::MAX),
             prof: std::sync::Mutex::new(None),
             tc_xp,
             tc_xs,

@@ -714,44 +714,38 @@ fn lc(grid: (u32, u32, u32), block: u32, smem: u32) -> LaunchConfig {
 }
 
 /// Which forward launches use programmatic dependent launch (`GEMMA4_PDL`, read once per
-/// process): `auto` (default) every kernel in forwards of at most [`PDL_ALL_MAX_ROWS`] rows and
-/// the tensor-core matvecs only in larger ones, `mv` the tensor-core matvecs only (they stage
-/// their first weights before waiting for the previous kernel), `off` none, `all` every kernel.
-/// The sums are the same either way: only when a kernel starts changes.
+/// process): `all` (default) every kernel, `mv` the tensor-core matvecs only (they stage their
+/// first weights before waiting for the previous kernel), `off` none. The sums are the same
+/// either way: only when a kernel starts changes.
 ///
 /// Measured on the H200 (12B Q2_K mix, graph decode, `runtime bench`):
 /// - at commit 4afb3bc (one run each, same call): `mv` 192.6 tok/s at batch 1 against 188.3 off
 ///   and 188.8 `all`; batch 4 639.5 / 624.8 / 600.7 tok/s, batch 8 1034.1 / 1007.7 / 1036.0; a
 ///   verify of K = 4 drafts 6.35 / 6.42 / 6.72 ms;
-/// - at 2be0510 (two runs each, alternating, same call): `all` against `mv` 216.5 / 215.9
-///   against 212.4 / 212.1 tok/s at batch 1, and at batches 1 / 2 / 4 / 8 of the batch scan
-///   215.2 / 429.3 / 741.8 / 1273.7 against 210.1 / 420.3 / 736.6 / 1281.9 (first runs): `all`
-///   gains up to 4 rows and loses at 8, hence `auto`.
+/// - at 2be0510 (alternating runs, same call): `all` against `mv` 216.5 / 215.9 against
+///   212.4 / 212.1 tok/s at batch 1, but 1273.7 against 1281.9 at batch 8 (first runs);
+/// - once the matvecs allowed the next launch only after their main loop (`matvec.cu`) and
+///   attention prefetched its keys before waiting (`attention.cu`), `all` lost nowhere: against
+///   every kernel in forwards of ≤ 4 rows and the matvecs only above, 234.6 / 232.7 against
+///   234.0 / 233.3 tok/s at batch 1, 1348.4 / 1350.7 against 1337.1 / 1330.3 at batch 8, and a
+///   verify of 9 rows 10.00 / 9.98 against 10.21 / 10.23 ms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PdlPolicy {
     /// No programmatic dependencies (`GEMMA4_PDL=off`).
     Off,
-    /// Every forward kernel.
+    /// Every forward kernel (the default).
     All,
-    /// `mvtc_<fmt>_<NG>` launches only.
+    /// `mvtc_<fmt>_<NG>` launches only (`GEMMA4_PDL=mv`).
     Matvec,
-    /// [`PdlPolicy::All`] for forwards of at most [`PDL_ALL_MAX_ROWS`] rows (the rows of the chunk
-    /// being queued, `Gpu::chunk_rows`), [`PdlPolicy::Matvec`] above.
-    Auto,
 }
-
-/// Largest forward (rows of a chunk) that [`PdlPolicy::Auto`] gives programmatic dependent launch
-/// on every kernel.
-pub const PDL_ALL_MAX_ROWS: usize = 4;
 
 /// The process's [`PdlPolicy`] from `GEMMA4_PDL`.
 pub fn pdl_policy() -> PdlPolicy {
     static P: std::sync::OnceLock<PdlPolicy> = std::sync::OnceLock::new();
     *P.get_or_init(|| match std::env::var("GEMMA4_PDL").as_deref() {
-        Ok("all") => PdlPolicy::All,
         Ok("off") | Ok("0") => PdlPolicy::Off,
         Ok("mv") => PdlPolicy::Matvec,
-        _ => PdlPolicy::Auto,
+        _ => PdlPolicy::All,
     })
 }
 
@@ -833,14 +827,10 @@ fn launch(
     let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
     attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     attr.value.programmaticStreamSerializationAllowed = 1;
-    let matvec = name.starts_with("mvtc_") && name != "mvtc_prep";
     let pdl = match pdl_policy() {
         PdlPolicy::Off => false,
         PdlPolicy::All => true,
-        PdlPolicy::Matvec => matvec,
-        PdlPolicy::Auto => {
-            matvec || gpu.chunk_rows.load(std::sync::atomic::Ordering::Relaxed) <= PDL_ALL_MAX_ROWS
-        }
+        PdlPolicy::Matvec => name.starts_with("mvtc_") && name != "mvtc_prep",
     };
     let config = sys::CUlaunchConfig {
         gridDimX: cfg.grid_dim.0,
@@ -1471,8 +1461,6 @@ impl Forward<'_> {
         topk: Option<usize>,
     ) -> Result<(), RuntimeError> {
         let gpu = self.gpu;
-        gpu.chunk_rows
-            .store(t, std::sync::atomic::Ordering::Relaxed);
         let m = self.model;
         let c = &m.config;
         let hh = c.n_embd;
