@@ -250,7 +250,7 @@ extern "C" __global__ void qkv_post_f32(float* q, const float* __restrict__ k,
     // Before waiting for the previous kernel (programmatic dependent launch): the RoPE angles'
     // sin/cos depend only on pos (a host upload) and inv_freq, so the f64 sincos of this
     // thread's first two pairs i = tid, tid + B are computed now, off the chain that starts with
-    // the projections' outputs (every pair when d ≤ 8192: B = norm_threads(d) ≥ d/4 there).
+    // the projections' outputs (every pair when d ≤ 4096: B = norm_threads(d) ≥ d/4 there).
     // Measured on the H200 (12B Q2_K mix, `runtime bench`, same call, with attention's prefetch):
     // 236.0 / 235.5 tok/s at batch 1 against 234.0 / 233.3; qkv_post's graph cost 113 / 101
     // against 132 / 123 µs per step; q and the K/V rows bitwise those of rmsnorm + rope (gpu-check).
@@ -315,7 +315,7 @@ extern "C" __global__ void qkv_post_f32(float* q, const float* __restrict__ k,
             dst[i + half] = (float)(x2 * cs_pre[j] + x1 * sn_pre[j]);
         }
     }
-    for (int i = tid + 2 * B; i < half; i += B) {  // d > 8·1024 only (B is capped at 1024)
+    for (int i = tid + 2 * B; i < half; i += B) {  // d > 4096 only (B is capped at 1024)
         double sn, cs;
         sincos((double)pos[t] * inv_freq[i], &sn, &cs);
         const double x1 = head[i], x2 = head[i + half];

@@ -784,6 +784,14 @@ fn check_argmax(gpu: &Gpu, rng: &mut Rng, log: &mut Log, ok: &mut bool) -> Resul
 /// blocks (the lower id first), a suppressed id holding the row's maximum, k = 16 and k = 1; and
 /// the non-finite count of a row with NaN and ±inf (which the list leaves out).
 fn check_topk(gpu: &Gpu, rng: &mut Rng, log: &mut Log, ok: &mut bool) -> Result<Value> {
+    // The GPU list equals the reference's: same ids, value bits of the f32 logits.
+    let same = |list: &[(u32, f32)], want: &[(u32, f64)]| {
+        list.len() == want.len()
+            && list
+                .iter()
+                .zip(want)
+                .all(|(g, w)| g.0 == w.0 && g.1.to_bits() == (w.1 as f32).to_bits())
+    };
     let mut pass = true;
     let mut cases = Vec::new();
     for (rows, n) in [(3usize, 262_144usize), (2, 5000)] {
@@ -806,12 +814,7 @@ fn check_topk(gpu: &Gpu, rng: &mut Rng, log: &mut Log, ok: &mut bool) -> Result<
             let got = gpu.topk(&xd.as_view(), rows, n, Some(&md.as_view()), k)?;
             for (r, (list, bad)) in got.iter().enumerate() {
                 let want = reference::model::logits::top_k(&x[r * n..(r + 1) * n], k, &masked);
-                let p = *bad == 0
-                    && list.len() == want.len()
-                    && list
-                        .iter()
-                        .zip(&want)
-                        .all(|(g, w)| g.0 == w.0 && g.1.to_bits() == (w.1 as f32).to_bits());
+                let p = *bad == 0 && same(list, &want);
                 pass &= p;
                 cases.push(json!({"rows": rows, "n": n, "k": k, "row": r, "pass": p,
                     "gpu_first": list.first().map(|e| e.0), "cpu_first": want.first().map(|e| e.0)}));
@@ -832,12 +835,7 @@ fn check_topk(gpu: &Gpu, rng: &mut Rng, log: &mut Log, ok: &mut bool) -> Result<
         .collect();
     let want = reference::model::logits::top_k(&finite, 4, &[]);
     let (list, bad) = &got[0];
-    let p = *bad == 3
-        && list.len() == 4
-        && list
-            .iter()
-            .zip(&want)
-            .all(|(g, w)| g.0 == w.0 && g.1.to_bits() == (w.1 as f32).to_bits());
+    let p = *bad == 3 && list.len() == 4 && same(list, &want);
     pass &= p;
     cases.push(json!({"n": n, "k": 4, "non_finite": bad, "pass": p}));
     *ok &= pass;

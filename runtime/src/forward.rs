@@ -38,7 +38,16 @@ pub const CHUNK_ROWS: usize = 32;
 /// Largest `k` of the on-device top-k (`TOPK_MAX` in `reduce.cu`).
 pub const TOPK_MAX: usize = 16;
 /// i32 words per row of the top-k output (`2·TOPK_MAX + 1`, see `topk_f32` in `reduce.cu`).
-const TK_STRIDE: usize = 2 * TOPK_MAX + 1;
+pub(crate) const TK_STRIDE: usize = 2 * TOPK_MAX + 1;
+
+/// The first `k` `(id, value)` entries of one `topk_f32` output row (`[TK_STRIDE]` i32: ids,
+/// value bits, non-finite count), best first; missing entries (id −1) left out.
+pub(crate) fn topk_entries(row: &[i32], k: usize) -> Vec<(u32, f32)> {
+    (0..k)
+        .filter(|&j| row[j] >= 0)
+        .map(|j| (row[j] as u32, f32::from_bits(row[TOPK_MAX + j] as u32)))
+        .collect()
+}
 /// Widest all-logits chunk whose forward is captured in a CUDA graph and replayed.
 pub const GRAPH_MAX_ROWS: usize = 16;
 
@@ -783,14 +792,21 @@ static SKIPPED: std::sync::RwLock<(Vec<String>, bool)> =
 pub fn set_skipped_kernels(prefixes: &[&str], all_but: bool) {
     let mut s = SKIPPED.write().unwrap_or_else(|p| p.into_inner());
     *s = (prefixes.iter().map(|p| (*p).to_string()).collect(), all_but);
+    SKIPPING.store(
+        all_but || !prefixes.is_empty(),
+        std::sync::atomic::Ordering::Relaxed,
+    );
 }
 
+/// Whether [`SKIPPED`] leaves anything out (so a launch normally reads one atomic, not the lock).
+static SKIPPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn skipped(name: &str) -> bool {
-    let s = SKIPPED.read().unwrap_or_else(|p| p.into_inner());
-    let (prefixes, all_but) = &*s;
-    if prefixes.is_empty() && !all_but {
+    if !SKIPPING.load(std::sync::atomic::Ordering::Relaxed) {
         return false;
     }
+    let s = SKIPPED.read().unwrap_or_else(|p| p.into_inner());
+    let (prefixes, all_but) = &*s;
     prefixes.iter().any(|p| name.starts_with(p.as_str())) != *all_but
 }
 
@@ -1412,12 +1428,7 @@ impl Forward<'_> {
             if row[2 * TOPK_MAX] != 0 {
                 return Err(RuntimeError::NonFinite { row: i });
             }
-            out.push(
-                (0..k)
-                    .filter(|&j| row[j] >= 0)
-                    .map(|j| (row[j] as u32, f32::from_bits(row[TOPK_MAX + j] as u32)))
-                    .collect(),
-            );
+            out.push(topk_entries(row, k));
         }
         Ok(out)
     }
@@ -1939,6 +1950,19 @@ mod tests {
 
     /// Hand-derived: W = 1024 → 1024 + 32 = 1056 ring rows (capped at ctx); full → ctx.
     /// Position 1056 wraps to row 0, 2113 = 2·1056 + 1 to row 1.
+    #[test]
+    fn topk_entries_reads_ids_and_value_bits() {
+        // By hand: ids at [0, 16), value bits at [16, 32), count at 32; id −1 = missing.
+        let mut row = vec![0i32; TK_STRIDE];
+        row[0] = 7;
+        row[TOPK_MAX] = 2.5f32.to_bits() as i32;
+        row[1] = 3;
+        row[TOPK_MAX + 1] = (-1.0f32).to_bits() as i32;
+        row[2] = -1;
+        assert_eq!(topk_entries(&row, 3), vec![(7, 2.5), (3, -1.0)]);
+        assert_eq!(topk_entries(&row, 1), vec![(7, 2.5)]);
+    }
+
     #[test]
     fn rows_and_ring_row() {
         assert_eq!(kv_rows(Some(1024), 12_000), 1056);

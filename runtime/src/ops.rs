@@ -510,8 +510,7 @@ impl Gpu {
         k: usize,
     ) -> Result<Vec<TopkRow>, RuntimeError> {
         let what = "topk_f32";
-        let tmax = crate::forward::TOPK_MAX;
-        let stride = 2 * tmax + 1;
+        let (tmax, stride) = (crate::forward::TOPK_MAX, crate::forward::TK_STRIDE);
         if !(1..=tmax).contains(&k)
             || n == 0
             || n > i32::MAX as usize
@@ -550,13 +549,7 @@ impl Gpu {
         let raw = self.stream.clone_dtoh(&out).map_err(drv(what))?;
         Ok(raw
             .chunks_exact(stride)
-            .map(|row| {
-                let list = (0..k)
-                    .filter(|&j| row[j] >= 0)
-                    .map(|j| (row[j] as u32, f32::from_bits(row[tmax + j] as u32)))
-                    .collect();
-                (list, row[2 * tmax])
-            })
+            .map(|row| (crate::forward::topk_entries(row, k), row[2 * tmax]))
             .collect())
     }
 
