@@ -685,11 +685,29 @@ template <typename F, int NG> struct TcWide {
 // each row's contiguous bytes, so a chunk keeps its address mod 16). CPR = chunks per row of a
 // stage, made odd so that the 8 rows a fragment load touches fall on 8 different bank quads;
 // NST = stages in flight (as many as TC_STAGE_BYTES holds, at most 3).
+// TC_NST_MAX_Q2K (experiment knob): at most this many Q2_K stages. TC_FULL_PROLOGUE: the loop
+// keeps NST stages in flight (the prologue queues NST, each iteration queues stage j + NST into
+// the buffer it has just read) instead of NST − 1.
+#ifndef TC_NST_MAX_Q2K
+#define TC_NST_MAX_Q2K 3
+#endif
+#ifndef TC_FULL_PROLOGUE
+#define TC_FULL_PROLOGUE 0
+#endif
+#ifndef TC_FULL_PROLOGUE_Q2K
+#define TC_FULL_PROLOGUE_Q2K TC_FULL_PROLOGUE
+#endif
+template <typename F> struct TcNstMax { enum { V = 3 }; };
+template <> struct TcNstMax<FmtQ2_K> { enum { V = TC_NST_MAX_Q2K }; };
+template <typename F> struct TcFull { enum { V = TC_FULL_PROLOGUE }; };
+template <> struct TcFull<FmtQ2_K> { enum { V = TC_FULL_PROLOGUE_Q2K }; };
 template <typename F> struct TcStage {
     enum {
         CPR = ((15 + TC_WARPS * Tc<F>::SB + 15) / 16) | 1,
         BYTES = 16 * CPR * 16,
-        NST = TC_STAGE_BYTES / BYTES >= 3 ? 3 : (TC_STAGE_BYTES / BYTES >= 2 ? 2 : 1)
+        FIT = TC_STAGE_BYTES / BYTES >= 3 ? 3 : (TC_STAGE_BYTES / BYTES >= 2 ? 2 : 1),
+        NST = FIT < (int)TcNstMax<F>::V ? FIT : (int)TcNstMax<F>::V,
+        AHEAD = TcFull<F>::V ? NST : NST - 1
     };
 };
 
@@ -1039,7 +1057,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         TcPlan<F> plan;
         plan.init(rows, row_bytes, row0);
 #pragma unroll
-        for (int j = 0; j < St::NST - 1; ++j) {
+        for (int j = 0; j < St::AHEAD; ++j) {
             if (j < nstage) plan.stage(sm + j * (St::BYTES / 16), W, j);
             tc_cp_commit();
         }
@@ -1049,10 +1067,12 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         griddep_wait();
 #pragma unroll 1
         for (int j = 0; j < nstage; ++j) {
-            const int jn = j + St::NST - 1;
-            if (jn < nstage)
-                plan.stage(sm + (jn % St::NST) * (St::BYTES / 16), W, jn);
-            tc_cp_commit();
+            if constexpr (St::AHEAD < St::NST) {
+                const int jn = j + St::NST - 1;
+                if (jn < nstage)
+                    plan.stage(sm + (jn % St::NST) * (St::BYTES / 16), W, jn);
+                tc_cp_commit();
+            }
             tc_cp_wait<St::NST - 1>();
             __syncthreads();
             // Warp wid takes super-block 8j + wid: over the stages, wid, wid + 8, … in order (the
@@ -1063,6 +1083,12 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 sb_body(sbuf + oa, sbuf + ob, sb);
             }
             __syncthreads();
+            if constexpr (St::AHEAD == St::NST) {
+                // The buffer just read takes stage j + NST.
+                if (j + St::NST < nstage)
+                    plan.stage(sm + (j % St::NST) * (St::BYTES / 16), W, j + St::NST);
+                tc_cp_commit();
+            }
         }
     }
     // The next kernel may launch (programmatic dependent launch) once every block of this one
@@ -1116,6 +1142,17 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 // NG = ceil(3·nc / 8) mma column groups (host: kernels::mvtc_kernel(fmt, nc, wide)); the wide
 // variants mvtc_<fmt>_1w and mvtc_<fmt>_3w (TcWide) take the same arguments and give the same
 // bits. One 16-row tile per block; grid ceil(rows / 16) + ceil(rows2 / 16).
+// Shared memory (bytes) of one block of mvtc_body<F, NG>: its weight stages (block or per-warp)
+// or the epilogue's sums (which alias them), whichever is larger.
+template <typename F, int NG> struct TcSmem {
+    enum {
+        SMB0 = TcStage<F>::NST * TcStage<F>::BYTES,
+        SMB1 = TC_WARPS * TcWarpStage<F>::NST * TcWarpStage<F>::BYTES,
+        SMB = (TcPerWarp<F>::V && SMB1 > SMB0) ? SMB1 : SMB0,
+        RB = TC_WARPS * 4 * NG * 32 * 4,
+        BYTES = SMB > RB ? SMB : RB
+    };
+};
 #define MVTC_ENTRY_V(NAME, F, NG, SUFFIX, MINB, XBV)                                        \
     extern "C" __global__ void __launch_bounds__(32 * TC_WARPS, MINB)                        \
         mvtc_##NAME##_##NG##SUFFIX(                                                          \
@@ -1125,11 +1162,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         int rows2) {                                                                         \
         if constexpr (Tc<F>::OK) {                                                           \
             constexpr int XB = XBV;                                                          \
-            constexpr int SMB0 = TcStage<F>::NST * TcStage<F>::BYTES;                        \
-            constexpr int SMB1 = TC_WARPS * TcWarpStage<F>::NST * TcWarpStage<F>::BYTES;     \
-            constexpr int SMB = (TcPerWarp<F>::V && SMB1 > SMB0) ? SMB1 : SMB0;              \
-            constexpr int RB = TC_WARPS * 4 * NG * 32 * 4;                                   \
-            __shared__ uint4 sm[(SMB > RB ? SMB : RB) / 16];                                 \
+            __shared__ uint4 sm[TcSmem<F, NG>::BYTES / 16];                                  \
             const int ctas = (rows + 15) >> 4;                                               \
             if ((int)blockIdx.x < ctas)                                                      \
                 mvtc_body<F, NG, XB>(W, xp, xs, y, rows, K, row_bytes, nc, blockIdx.x, sm);  \
@@ -1146,3 +1179,54 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     MVTC_ENTRY_W(NAME, F, 3)
 
 FOR_EACH_FORMAT(MVTC_KERNEL)
+
+// mvtcx_<fmt>_<g>_<NG>[w](W, xp, xs, y, rows, K, row_bytes, nc, W2, y2, rows2, W3, y3, rows3,
+// row_bytes3): the paired launch of mvtc_<fmt>_<NG>[w] (y = W·x, y2 = W2·x, format F) plus
+// y3 = W3·x for a third matrix of another format G (same K) in the same launch — attn_q, attn_k
+// and a higher-precision attn_v (llama.cpp's mixes) in one launch instead of two, so attn_v's
+// tiles do not wait for the q/k launch to drain. Blocks 0 … ceil(rows3 / 16) − 1 take W3's tiles
+// (mvtc_body<G, NG>, G's XB), the rest W's and W2's as in mvtc_<fmt>_<NG>[w]; every tile's sums
+// are those of its format's own kernel, bit for bit. The launch bound (MINB) is F's kernel's.
+// Instantiated for the pairs of MVTCX_PAIRS (kernels::TC_THIRD) in F's per-format module
+// (TcInModule; empty elsewhere).
+#ifdef MODULE_FMT
+template <typename F> struct TcInModule { enum { V = 0 }; };
+template <> struct TcInModule<MODULE_FMT> { enum { V = 1 }; };
+#else
+template <typename F> struct TcInModule { enum { V = 1 }; };
+#endif
+#define MVTCX_ENTRY_V(NAME, F, GNAME, G, NG, SUFFIX, MINB, XBF, XBG)                        \
+    extern "C" __global__ void __launch_bounds__(32 * TC_WARPS, MINB)                        \
+        mvtcx_##NAME##_##GNAME##_##NG##SUFFIX(                                               \
+        const uint8_t* __restrict__ W, const uint32_t* __restrict__ xp,                      \
+        const float* __restrict__ xs, float* __restrict__ y, int rows, int K,                \
+        uint64_t row_bytes, int nc, const uint8_t* __restrict__ W2, float* __restrict__ y2,  \
+        int rows2, const uint8_t* __restrict__ W3, float* __restrict__ y3, int rows3,        \
+        uint64_t row_bytes3) {                                                               \
+        if constexpr (Tc<F>::OK && Tc<G>::OK && TcInModule<F>::V) {                          \
+            constexpr int B0 = TcSmem<F, NG>::BYTES, B1 = TcSmem<G, NG>::BYTES;              \
+            __shared__ uint4 sm[(B0 > B1 ? B0 : B1) / 16];                                   \
+            const int c3 = (rows3 + 15) >> 4, ctas = (rows + 15) >> 4;                       \
+            const int b = (int)blockIdx.x;                                                   \
+            if (b < c3)                                                                      \
+                mvtc_body<G, NG, XBG>(W3, xp, xs, y3, rows3, K, row_bytes3, nc, b, sm);      \
+            else if (b - c3 < ctas)                                                          \
+                mvtc_body<F, NG, XBF>(W, xp, xs, y, rows, K, row_bytes, nc, b - c3, sm);     \
+            else                                                                             \
+                mvtc_body<F, NG, XBF>(W2, xp, xs, y2, rows2, K, row_bytes, nc,               \
+                                      b - c3 - ctas, sm);                                    \
+        }                                                                                    \
+    }
+#define MVTCX_ENTRY(NAME, F, GNAME, G, NG)                                                   \
+    MVTCX_ENTRY_V(NAME, F, GNAME, G, NG, , (TcMinB<F, NG>::V), (TcXb<F, NG>::V), (TcXb<G, NG>::V))
+#define MVTCX_ENTRY_W(NAME, F, GNAME, G, NG)                                                 \
+    MVTCX_ENTRY_V(NAME, F, GNAME, G, NG, w, (TcWide<F, NG>::MINB), (TcWide<F, NG>::XB),     \
+                  (TcWide<G, NG>::XB))
+#define MVTCX_KERNEL(NAME, F, GNAME, G)                                                      \
+    MVTCX_ENTRY(NAME, F, GNAME, G, 1) MVTCX_ENTRY(NAME, F, GNAME, G, 2)                      \
+    MVTCX_ENTRY(NAME, F, GNAME, G, 3) MVTCX_ENTRY_W(NAME, F, GNAME, G, 1)                    \
+    MVTCX_ENTRY_W(NAME, F, GNAME, G, 3)
+// (first format, third format) pairs with a mvtcx kernel: kernels::TC_THIRD, the same list.
+#define MVTCX_PAIRS(X) \
+    X(q2_k, FmtQ2_K, q3_k, FmtQ3_K) X(q4_k, FmtQ4_K, q5_k, FmtQ5_K) X(q4_k, FmtQ4_K, q6_k, FmtQ6_K)
+MVTCX_PAIRS(MVTCX_KERNEL)

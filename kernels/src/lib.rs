@@ -151,6 +151,22 @@ pub fn mvtc_kernel(fmt: &str, nc: usize, wide: bool) -> String {
     format!("mvtc_{fmt}_{ng}{w}")
 }
 
+/// (format of `attn_q`/`attn_k`, format of `attn_v`) pairs with a three-matrix tensor-core
+/// matvec `mvtcx_<fmt>_<g>_<NG>[w]` ([`mvtcx_kernel`]; `MVTCX_PAIRS` in `matvec.cu`, the same
+/// list): llama.cpp's Q2_K mix (Q2_K, Q3_K), Q4_K_M (Q4_K, Q6_K) and the synthetic UD-Q2_K_XL
+/// fixtures (Q4_K, Q5_K). The kernel is compiled into the first format's per-format module.
+pub const TC_THIRD: [(&str, &str); 3] = [("q2_k", "q3_k"), ("q4_k", "q5_k"), ("q4_k", "q6_k")];
+
+/// Kernel name of the three-matrix tensor-core matvec (y = W·x, y2 = W2·x of format `fmt` and
+/// y3 = W3·x of format `g`, one launch) for `nc` inputs: `mvtcx_<fmt>_<g>_<NG>` or, with `wide`
+/// and NG 1 or 3, `mvtcx_<fmt>_<g>_<NG>w` (the launch bound of `fmt`'s wide kernel), named as
+/// [`mvtc_kernel`]. Defined (and non-empty in `fmt`'s module) for the pairs of [`TC_THIRD`].
+pub fn mvtcx_kernel(fmt: &str, g: &str, nc: usize, wide: bool) -> String {
+    let ng = tc_col_groups(nc).clamp(1, TC_MAX_GROUPS);
+    let w = if wide && ng != 2 { "w" } else { "" };
+    format!("mvtcx_{fmt}_{g}_{ng}{w}")
+}
+
 /// Whether a tensor-core matvec launch of `tiles` 16-row tiles (both matrices of a paired launch)
 /// with `nc` inputs on a device of `sms` multiprocessors takes the wide kernel
 /// ([`mvtc_kernel`]). The rule is what `runtime mv-bench` measured on an H200 (132 SMs) for the
@@ -328,7 +344,7 @@ impl Family {
         }
         let mut s = override_or("common.cuh", COMMON);
         s.push_str(&format!(
-            "#define FORMAT_FILTER\n#define FOR_EACH_FORMAT(X) X({fmt}, {})\n",
+            "#define FORMAT_FILTER\n#define MODULE_FMT {0}\n#define FOR_EACH_FORMAT(X) X({fmt}, {0})\n",
             FORMAT_STRUCTS[i]
         ));
         s.push_str(&override_or("quant.cuh", QUANT));
@@ -349,6 +365,10 @@ impl Family {
                         .chain((1..=TC_MAX_GROUPS).map(move |g| format!("mvtc_{f}_{g}")))
                         .chain([1, 3].map(|g| format!("mvtc_{f}_{g}w")))
                 })
+                .chain(TC_THIRD.iter().flat_map(|(f, g)| {
+                    [(1, false), (2, false), (3, false), (1, true), (3, true)]
+                        .map(|(ng, w)| mvtcx_kernel(f, g, 3 * ng - 2, w))
+                }))
                 .chain(std::iter::once("mvtc_prep".to_string()))
                 .collect(),
             Family::Embed => FORMATS.iter().map(|f| format!("embed_{f}")).collect(),

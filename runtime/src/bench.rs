@@ -430,7 +430,10 @@ pub fn run(
         .iter()
         .map(|&b| kernel_profile(&mut eng, b))
         .collect::<Result<Vec<_>, _>>()?;
-    let attribution = graph_attribution(&mut eng, decode.max(8))?;
+    let attribution = [1usize, 8]
+        .iter()
+        .map(|&b| graph_attribution(&mut eng, decode.max(8), b))
+        .collect::<Result<Vec<_>, _>>()?;
     let drafter = match draft {
         Some(d) => draft_bench(&eng, d, ctx_mid, step_s, &verify_s)?,
         None => serde_json::Value::Null,
@@ -533,44 +536,53 @@ pub const ATTRIBUTION_FAMILIES: [(&str, &[&str], bool); 10] = [
     ("qkv_post", &["qkv_post_f32"], false),
     ("add_norm_prep", &["add_norm_prep_f32"], false),
     ("geglu_prep", &["geglu_prep_f32"], false),
-    ("matvec Q2_K", &["mvtc_q2_k"], false),
-    ("matvec Q3_K", &["mvtc_q3_k"], false),
+    (
+        "matvec Q2_K (with attn_v's Q3_K in mvtcx launches)",
+        &["mvtc_q2_k", "mvtcx_q2_k"],
+        false,
+    ),
+    ("matvec Q3_K (alone)", &["mvtc_q3_k"], false),
     ("matvec Q6_K (tied head)", &["mvtc_q6_k"], false),
     (
         "head tail (final norm, gather, soft-cap, top-k)",
         &["rmsnorm_f32", "gather_rows_f32", "softcap_f32", "topk_f32"],
         false,
     ),
-    ("every matvec", &["mvtc_"], false),
-    ("every launch but the matvecs", &["mvtc_"], true),
+    ("every matvec", &["mvtc_", "mvtcx_"], false),
+    ("every launch but the matvecs", &["mvtc_", "mvtcx_"], true),
 ];
 
-/// Where a captured batch-1 decode step's time goes: for each of [`ATTRIBUTION_FAMILIES`], the
-/// graph-replayed step time with that family's launches left out
-/// ([`crate::forward::set_skipped_kernels`]; the graph is captured again for each) against the
-/// full step timed the same way before and after. `saved_s` = full − without: what the step
-/// would gain if the family cost nothing, overlaps and launch gaps included (which the eager
-/// [`kernel_profile`] cannot show). Slot 0 is fed a fixed token (outputs of a step with skipped
-/// kernels are wrong, and a non-finite top-k is ignored); its length is restored after each
-/// step.
+/// Where a captured decode step's time goes at `batch` rows (slots `0..batch`, one token each):
+/// for each of [`ATTRIBUTION_FAMILIES`], the graph-replayed step time with that family's
+/// launches left out ([`crate::forward::set_skipped_kernels`]; the graph is captured again for
+/// each) against the full step timed the same way before and after. `saved_s` = full − without:
+/// what the step would gain if the family cost nothing, overlaps and launch gaps included (which
+/// the eager [`kernel_profile`] cannot show). Each slot is fed a fixed token (outputs of a step
+/// with skipped kernels are wrong, and a non-finite top-k is ignored); the slots' lengths are
+/// restored after each step.
 ///
 /// Errors: driver errors of the forwards.
 fn graph_attribution(
     eng: &mut CudaEngine,
     steps: usize,
+    batch: usize,
 ) -> Result<serde_json::Value, RuntimeError> {
-    let base = eng.slot_len(0);
-    let row = [Row {
-        slot: 0,
-        token: 7,
-        logits: true,
-    }];
+    let base: Vec<usize> = (0..batch).map(|s| eng.slot_len(s)).collect();
+    let rows: Vec<Row> = (0..batch)
+        .map(|s| Row {
+            slot: s,
+            token: 7 + s as u32,
+            logits: true,
+        })
+        .collect();
     let time = |eng: &mut CudaEngine, skip: &[&str], all_but: bool| -> Result<f64, RuntimeError> {
         crate::forward::set_skipped_kernels(skip, all_but);
         eng.drop_graphs();
         let run = |eng: &mut CudaEngine| -> Result<(), RuntimeError> {
-            let r = eng.forward_topk(&row, 1);
-            eng.truncate_slot(0, base)?;
+            let r = eng.forward_topk(&rows, 1);
+            for (s, &l) in base.iter().enumerate() {
+                eng.truncate_slot(s, l)?;
+            }
             match r {
                 Ok(_) | Err(RuntimeError::NonFinite { .. }) => Ok(()),
                 Err(e) => Err(e),
@@ -597,10 +609,10 @@ fn graph_attribution(
     let full1 = time(eng, &[], false)?;
     let full = 0.5 * (full0 + full1);
     Ok(json!({
-        "batch": 1,
+        "batch": batch,
         "steps": steps,
         "full_step_s": [full0, full1],
         "families": fams.iter().map(|(l, s)| json!({"family": l, "step_s": s, "saved_s": full - s, "saved_share": (full - s) / full})).collect::<Vec<_>>(),
-        "notes": "graph replay, batch 1, slot 0 at the bench's context; a family's launches left out of the captured step (wrong outputs, timing only); saved = mean full step - step without",
+        "notes": "graph replay, slots 0..batch at the bench's context; a family's launches left out of the captured step (wrong outputs, timing only); saved = mean full step - step without",
     }))
 }

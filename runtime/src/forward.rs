@@ -777,6 +777,25 @@ pub fn tc_kernel(fmt: &str, nc: usize, rows: usize, rows2: usize, sms: u32) -> S
     kernels::mvtc_kernel(fmt, nc, wide)
 }
 
+/// Whether a tensor-core launch of `nc` inputs over two matrices of format `fmt` takes a third
+/// matrix of format `g` ([`Forward::tc_matvec3`], `mvtcx`): the pair is in
+/// [`kernels::TC_THIRD`] and `GEMMA4_TC_MIX` (read once per process) allows the column-group
+/// count — unset: every NG; `0`: never; `1`: NG = 1 only (for A/B timing).
+pub fn tc_third(fmt: &str, g: &str, nc: usize) -> bool {
+    static M: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
+    let mode = *M.get_or_init(|| match std::env::var("GEMMA4_TC_MIX").as_deref() {
+        Ok("0") => 0,
+        Ok("1") => 1,
+        _ => 2,
+    });
+    let ng_ok = match mode {
+        0 => false,
+        1 => kernels::tc_col_groups(nc) == 1,
+        _ => true,
+    };
+    ng_ok && kernels::TC_THIRD.contains(&(fmt, g))
+}
+
 /// Which launches [`set_skipped_kernels`] leaves out: kernel-name prefixes, and whether the
 /// launches matching them are the ones skipped (`false`) or the only ones kept (`true`).
 static SKIPPED: std::sync::RwLock<(Vec<String>, bool)> =
@@ -966,12 +985,24 @@ impl Forward<'_> {
                     self.tc_prep(w.fmt, xc, nc, w.cols)?;
                     prepped = Some(w.cols);
                 }
-                // Two matrices of one format and row length share a launch.
+                // Two matrices of one format and row length share a launch, and a third one of
+                // a `TC_THIRD` format after them joins it (`mvtcx`).
                 let second = outs.get(i + 1).filter(|(w2, _)| {
                     w2.fmt == w.fmt && w2.cols == w.cols && w2.row_bytes == w.row_bytes
                 });
-                self.tc_matvec(w, nc, yc(w, y), second.map(|&(w2, y2)| (w2, yc(w2, y2))))?;
-                i += if second.is_some() { 2 } else { 1 };
+                let third = second
+                    .and_then(|_| outs.get(i + 2))
+                    .filter(|(w3, _)| w3.cols == w.cols && tc(w3) && tc_third(w.fmt, w3.fmt, nc));
+                match (second, third) {
+                    (Some(&(w2, y2)), Some(&(w3, y3))) => {
+                        self.tc_matvec3(w, nc, yc(w, y), (w2, yc(w2, y2)), (w3, yc(w3, y3)))?;
+                        i += 3;
+                    }
+                    _ => {
+                        self.tc_matvec(w, nc, yc(w, y), second.map(|&(w2, y2)| (w2, yc(w2, y2))))?;
+                        i += if second.is_some() { 2 } else { 1 };
+                    }
+                }
             }
             c0 += nc;
         }
@@ -1045,6 +1076,53 @@ impl Forward<'_> {
                 Arg::P(w2),
                 Arg::P(y2),
                 Arg::I(rows2 as i32),
+            ],
+        )
+    }
+
+    /// `mvtcx_<fmt>_<g>_<NG>` over the activations last split by [`Forward::tc_prep`] (`nc`
+    /// columns): `y = W·x`, `y2 = W2·x` (`W2` of `w`'s format, row length and row bytes) and
+    /// `y3 = W3·x` (`W3` of a format `g` with `(w.fmt, g)` in [`kernels::TC_THIRD`], same row
+    /// length) in one launch, each tile's sums bit for bit those of its own format's kernel. The
+    /// base or wide variant follows `w.fmt`'s rule ([`tc_kernel`]) for all three matrices' tiles.
+    pub(crate) fn tc_matvec3(
+        &self,
+        w: &Mat,
+        nc: usize,
+        y: u64,
+        (w2, y2): (&Mat, u64),
+        (w3, y3): (&Mat, u64),
+    ) -> Result<(), RuntimeError> {
+        let gpu = self.gpu;
+        let ctas = |rows: usize| (rows as u32).div_ceil(kernels::TC_ROWS);
+        let wide = tc_kernel(w.fmt, nc, w.rows, w2.rows + w3.rows, gpu.sm_count).ends_with('w');
+        let name = kernels::mvtcx_kernel(w.fmt, w3.fmt, nc, wide);
+        let f = gpu.modules.function_fmt(Family::Matvec, w.fmt, &name)?;
+        launch(
+            gpu,
+            &f,
+            &name,
+            lc(
+                (ctas(w.rows) + ctas(w2.rows) + ctas(w3.rows), 1, 1),
+                kernels::TC_THREADS,
+                0,
+            ),
+            &[
+                Arg::P(ptr(gpu, &w.data)),
+                Arg::P(ptr(gpu, &gpu.tc_xp)),
+                Arg::P(ptr(gpu, &gpu.tc_xs)),
+                Arg::P(y),
+                Arg::I(w.rows as i32),
+                Arg::I(w.cols as i32),
+                Arg::U(w.row_bytes as u64),
+                Arg::I(nc as i32),
+                Arg::P(ptr(gpu, &w2.data)),
+                Arg::P(y2),
+                Arg::I(w2.rows as i32),
+                Arg::P(ptr(gpu, &w3.data)),
+                Arg::P(y3),
+                Arg::I(w3.rows as i32),
+                Arg::U(w3.row_bytes as u64),
             ],
         )
     }

@@ -19,13 +19,16 @@ use crate::loader::Mat;
 use crate::ops::{format_suffix, row_bytes};
 use crate::Gpu;
 
-/// One timed launch: a matrix, or two of one format and row length sharing a launch.
+/// One timed launch: a matrix, or two of one format and row length sharing a launch, plus
+/// optionally a third of another format (`third`: its type and rows; `mvtcx`,
+/// [`Forward::tc_matvec3`]).
 struct Case {
     name: &'static str,
     ty: GgmlType,
     rows: usize,
     k: usize,
     rows2: usize,
+    third: Option<(GgmlType, usize)>,
 }
 
 /// The matvec launches of a sliding 12B layer plus the tied head, in forward order.
@@ -37,8 +40,13 @@ fn cases() -> Vec<Case> {
         rows,
         k,
         rows2,
+        third: None,
     };
     vec![
+        Case {
+            third: Some((Q3_K, 2048)),
+            ..c("attn_q+attn_k+attn_v", Q2_K, 4096, 3840, 2048)
+        },
         c("attn_q+attn_k", Q2_K, 4096, 3840, 2048),
         c("attn_v", Q3_K, 2048, 3840, 0),
         c("attn_output", Q2_K, 3840, 4096, 0),
@@ -88,17 +96,21 @@ pub fn run(gpu: &Gpu, iters: usize, only: Option<&str>) -> Result<Value, Runtime
     {
         let fmt = format_suffix(case.ty, case.name)?;
         let rb = row_bytes(case.ty, case.k, case.name)?;
-        let mats = |rows: usize, rng: &mut Rng| -> Result<Vec<Mat>, RuntimeError> {
+        let mats = |ty: GgmlType, rows: usize, rng: &mut Rng| -> Result<Vec<Mat>, RuntimeError> {
             if rows == 0 {
                 return Ok(Vec::new());
             }
-            let host = random_blocks(case.ty, rows * case.k, rng);
+            let (fmt, rb) = (
+                format_suffix(ty, case.name)?,
+                row_bytes(ty, case.k, case.name)?,
+            );
+            let host = random_blocks(ty, rows * case.k, rng);
             let copies = (256usize << 20).div_ceil(host.len()).max(2);
             (0..copies)
                 .map(|_| {
                     Ok(Mat {
                         name: case.name.into(),
-                        ty: case.ty,
+                        ty,
                         fmt,
                         rows,
                         cols: case.k,
@@ -108,8 +120,14 @@ pub fn run(gpu: &Gpu, iters: usize, only: Option<&str>) -> Result<Value, Runtime
                 })
                 .collect()
         };
-        let m1 = mats(case.rows, &mut rng)?;
-        let m2 = mats(case.rows2, &mut rng)?;
+        let m1 = mats(case.ty, case.rows, &mut rng)?;
+        let m2 = mats(case.ty, case.rows2, &mut rng)?;
+        let (ty3, rows3) = case.third.unwrap_or((case.ty, 0));
+        let m3 = mats(ty3, rows3, &mut rng)?;
+        let y3 = gpu
+            .stream
+            .alloc_zeros::<f32>(8 * rows3.max(1))
+            .map_err(drv("mv-bench y3"))?;
         let x: Vec<f32> = (0..8 * case.k)
             .map(|_| (rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0)
             .collect();
@@ -122,15 +140,22 @@ pub fn run(gpu: &Gpu, iters: usize, only: Option<&str>) -> Result<Value, Runtime
             .stream
             .alloc_zeros::<f32>(8 * case.rows2.max(1))
             .map_err(drv("mv-bench y2"))?;
-        let bytes = (case.rows + case.rows2) * rb;
+        let bytes = (case.rows + case.rows2) * rb + m3.first().map_or(0, |m| m.rows * m.row_bytes);
         let mut col0: Option<Vec<f32>> = None;
         let mut invariant = true;
+        // The three-matrix launch against the same matrices launched as in a forward without it.
+        let mut same_as_separate = true;
         for nc in [1usize, 2, 4, 8] {
             fw.tc_prep(fmt, ptr(gpu, &xd), nc, case.k)?;
             let launch = |i: usize| {
                 let c = i % m1.len();
                 let second = m2.get(c).map(|w2| (w2, ptr(gpu, &y2)));
-                fw.tc_matvec(&m1[c], nc, ptr(gpu, &y1), second)
+                match (second, m3.get(c)) {
+                    (Some(s2), Some(w3)) => {
+                        fw.tc_matvec3(&m1[c], nc, ptr(gpu, &y1), s2, (w3, ptr(gpu, &y3)))
+                    }
+                    _ => fw.tc_matvec(&m1[c], nc, ptr(gpu, &y1), second),
+                }
             };
             launch(0)?;
             let mut times = Vec::new();
@@ -159,6 +184,22 @@ pub fn run(gpu: &Gpu, iters: usize, only: Option<&str>) -> Result<Value, Runtime
             // Output of copy 0 for the invariance check and the hash.
             launch(0)?;
             let y = gpu.stream.clone_dtoh(&y1).map_err(drv("mv-bench y"))?;
+            if let (Some(w2), Some(w3)) = (m2.first(), m3.first()) {
+                let outs = |gpu: &Gpu| -> Result<Vec<f32>, RuntimeError> {
+                    let mut v = gpu.stream.clone_dtoh(&y1).map_err(drv("mv-bench y"))?;
+                    v.extend(gpu.stream.clone_dtoh(&y2).map_err(drv("mv-bench y2"))?);
+                    v.extend(gpu.stream.clone_dtoh(&y3).map_err(drv("mv-bench y3"))?);
+                    Ok(v)
+                };
+                let mixed = outs(gpu)?;
+                fw.tc_matvec(&m1[0], nc, ptr(gpu, &y1), Some((w2, ptr(gpu, &y2))))?;
+                fw.tc_matvec(w3, nc, ptr(gpu, &y3), None)?;
+                let sep = outs(gpu)?;
+                same_as_separate &= mixed
+                    .iter()
+                    .zip(&sep)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+            }
             let c0 = y[..case.rows].to_vec();
             match &col0 {
                 None => col0 = Some(c0),
@@ -170,7 +211,11 @@ pub fn run(gpu: &Gpu, iters: usize, only: Option<&str>) -> Result<Value, Runtime
                 }
             }
             let gbs = bytes as f64 / (us * 1e-6) / 1e9;
-            let kernel = crate::forward::tc_kernel(fmt, nc, case.rows, case.rows2, gpu.sm_count);
+            let mut kernel =
+                crate::forward::tc_kernel(fmt, nc, case.rows, case.rows2 + rows3, gpu.sm_count);
+            if let Some(w3) = m3.first() {
+                kernel = kernels::mvtcx_kernel(fmt, w3.fmt, nc, kernel.ends_with('w'));
+            }
             let line = format!(
                 "mv-bench {:26} {} n={nc}: {:8.2} µs  {:6.0} GB/s  {:5.1} % of B_read  {kernel}",
                 case.name,
@@ -192,6 +237,13 @@ pub fn run(gpu: &Gpu, iters: usize, only: Option<&str>) -> Result<Value, Runtime
             case.name
         );
         out.push(json!({"case": case.name, "column0_invariant": invariant}));
+        if case.third.is_some() {
+            println!(
+                "mv-bench {:26} outputs bitwise equal to the separate launches (q+k pair, v) at n = 1, 2, 4, 8: {same_as_separate}",
+                case.name
+            );
+            out.push(json!({"case": case.name, "same_as_separate_launches": same_as_separate}));
+        }
     }
     Ok(
         json!({"b_read_gb_per_s": b_read / 1e9, "kernel_src": std::env::var(kernels::SOURCE_DIR_ENV).ok(), "cases": out}),
