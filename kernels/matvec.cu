@@ -685,17 +685,22 @@ template <typename F, int NG> struct TcWide {
 // each row's contiguous bytes, so a chunk keeps its address mod 16). CPR = chunks per row of a
 // stage, made odd so that the 8 rows a fragment load touches fall on 8 different bank quads;
 // NST = stages in flight (as many as TC_STAGE_BYTES holds, at most 3).
-// TC_NST_MAX_Q2K (experiment knob): at most this many Q2_K stages. TC_FULL_PROLOGUE: the loop
-// keeps NST stages in flight (the prologue queues NST, each iteration queues stage j + NST into
-// the buffer it has just read) instead of NST − 1.
+// TC_NST_MAX_Q2K: at most this many Q2_K stages. TC_FULL_PROLOGUE: the loop keeps NST stages in
+// flight (the prologue queues NST, each iteration queues stage j + NST into the buffer it has
+// just read) instead of NST − 1. Q2_K takes 2 stages, both in flight (TC_FULL_PROLOGUE_Q2K = 1):
+// the same copies ahead as 3 stages with one fewer buffer, which frees the registers its NG = 3
+// wide kernel had spilled (16 B → 0) — the 12B-shaped decode at batch 8 went from 1379–1385 to
+// 1398–1403 tok/s, batch 1 unchanged within noise (`runtime bench`, three alternating runs,
+// H200, 2026-12-03). Other formats keep NST − 1 ahead: the full prologue made Q6_K's NG = 1
+// wide kernel spill 108 B.
 #ifndef TC_NST_MAX_Q2K
-#define TC_NST_MAX_Q2K 3
+#define TC_NST_MAX_Q2K 2
 #endif
 #ifndef TC_FULL_PROLOGUE
 #define TC_FULL_PROLOGUE 0
 #endif
 #ifndef TC_FULL_PROLOGUE_Q2K
-#define TC_FULL_PROLOGUE_Q2K TC_FULL_PROLOGUE
+#define TC_FULL_PROLOGUE_Q2K 1
 #endif
 template <typename F> struct TcNstMax { enum { V = 3 }; };
 template <> struct TcNstMax<FmtQ2_K> { enum { V = TC_NST_MAX_Q2K }; };
@@ -1187,6 +1192,10 @@ FOR_EACH_FORMAT(MVTC_KERNEL)
 // tiles do not wait for the q/k launch to drain. Blocks 0 … ceil(rows3 / 16) − 1 take W3's tiles
 // (mvtc_body<G, NG>, G's XB), the rest W's and W2's as in mvtc_<fmt>_<NG>[w]; every tile's sums
 // are those of its format's own kernel, bit for bit. The launch bound (MINB) is F's kernel's.
+// Measured (H200, 2026-12-03, 12B shapes, Q2_K q/k + Q3_K v, K 3840): 10.38 µs at n = 1 against
+// 7.54 + 4.79 µs for the two launches, 15.83 against 9.83 + 6.86 at n = 8 (`runtime mv-bench
+// --case attn`); the Q2_K-mix decode step 4265–4276 → 4198–4214 µs at batch 1 and 5830–5870 →
+// 5755–5775 µs at batch 8 (`runtime bench`, graph_attribution's full step, three runs each).
 // Instantiated for the pairs of MVTCX_PAIRS (kernels::TC_THIRD) in F's per-format module
 // (TcInModule; empty elsewhere).
 #ifdef MODULE_FMT

@@ -46,11 +46,16 @@ def main():
         sys.exit("usage: sass_stats.py DIR [REGEX]")
     d = pathlib.Path(sys.argv[1])
     pick = re.compile(sys.argv[2] if len(sys.argv) > 2 else ".")
+    # A kernel compiled in several modules (the `mvtcx_*` pairs have a body only in the module
+    # of their first format, an empty stub elsewhere) is reported from the module where it has
+    # the most instructions.
     info, funcs = {}, {}
-    for p in sorted(d.glob("*.ptxas")):
-        info.update(ptxas_info(p.read_text()))
     for p in sorted(d.glob("*.sass")):
-        funcs.update(sass_functions(p.read_text()))
+        pinfo = ptxas_info(p.with_suffix(".ptxas").read_text()) if p.with_suffix(".ptxas").exists() else {}
+        for name, ins in sass_functions(p.read_text()).items():
+            if len(ins) > len(funcs.get(name, [])):
+                funcs[name] = ins
+                info[name] = pinfo.get(name, (0, 0, 0))
     print(f"{'kernel':28} {'regs':>4} {'spill st/ld':>11} {'SASS':>6} {'mma':>4} {'bar1→bar2':>9}")
     for name in sorted(funcs):
         if not pick.search(name):
