@@ -813,6 +813,22 @@ template <typename F> struct TcPlan {
 //   212.9/211.1 (batch 8: 1250.8/1250.8 → 1265.3/1271.0). Choosing per launch at run time
 //   (per-warp only for rows of ≥ 32 super-blocks, both paths in one kernel) ran 201.6/202.1:
 //   dropped.
+// TC_WNST_MAX: at most this many warp stages (Q3_K's fit 2 in TC_STAGE_BYTES). TC_WFULL_PROLOGUE:
+// which kernels keep all NST warp stages in flight (the buffer just read takes stage j + NST)
+// instead of NST − 1 — 0 none, 1 every NG, 2 NG ≥ 2 (default). Measured (H200, 2026-12-03,
+// mv-bench ffn_down Q3_K; 12B Q2_K-mix `runtime bench`, three alternating runs, the same logits
+// bit for bit in model-check): every NG in flight took ffn_down 19.55 → 19.98 µs at n = 1 but
+// 21.72 → 21.21 at n = 4 and 24.77 → 23.97 at n = 8; decode at batch 8 1401.3–1401.9 →
+// 1406.3–1416.6 tok/s, batch 4 811.2–814.5 → 819.8–828.0, batch 1 238.1–238.3 → 237.8–240.0.
+// So the NG = 1 kernels (1–2 inputs) keep NST − 1; with that default, two runs: batch 1 240.3 /
+// 239.4, batch 4 822.3 / 821.6, batch 8 1404.4 / 1405.3 tok/s (ffn_down 19.69 µs at n = 1).
+// NG = 3's wide kernel spills 12 B instead of 24 (`scripts/gpu/run.sh sass`).
+#ifndef TC_WNST_MAX
+#define TC_WNST_MAX 3
+#endif
+#ifndef TC_WFULL_PROLOGUE
+#define TC_WFULL_PROLOGUE 2
+#endif
 template <typename F> struct TcPerWarp { enum { V = 0 }; };
 template <> struct TcPerWarp<FmtQ3_K> { enum { V = 1 }; };
 template <typename F> struct TcWarpStage {
@@ -820,7 +836,8 @@ template <typename F> struct TcWarpStage {
         CH = (15 + Tc<F>::SB + 15) / 16,
         PITCH = CH | 1,
         BYTES = 16 * PITCH * 16,
-        NST = TC_STAGE_BYTES / (TC_WARPS * BYTES) >= 3 ? 3 : (TC_STAGE_BYTES / (TC_WARPS * BYTES) >= 2 ? 2 : 1),
+        FIT = TC_STAGE_BYTES / (TC_WARPS * BYTES) >= 3 ? 3 : (TC_STAGE_BYTES / (TC_WARPS * BYTES) >= 2 ? 2 : 1),
+        NST = FIT < TC_WNST_MAX ? FIT : TC_WNST_MAX,
         SLOTS = (16 * CH + 31) / 32
     };
 };
@@ -1028,6 +1045,8 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     if constexpr (TcPerWarp<F>::V) {
         // Per-warp stages (TcWarpStage): the warp's buffers, its super-blocks wid, wid + 8, ….
         typedef TcWarpStage<F> WS;
+        constexpr int WAHEAD =
+            (TC_WFULL_PROLOGUE == 1 || (TC_WFULL_PROLOGUE == 2 && NG >= 2)) ? WS::NST : WS::NST - 1;
         uint4* wsm = sm + wid * WS::NST * (WS::BYTES / 16);
         const int nrun = wid < nsb ? (nsb - wid + TC_WARPS - 1) / TC_WARPS : 0;
         const uint32_t wa = tc_keep<NG>(g * (WS::PITCH * 16) +
@@ -1037,22 +1056,29 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         TcWarpPlan<F> plan;
         plan.init(rows, row_bytes, row0, wid, lane);
 #pragma unroll
-        for (int j = 0; j < WS::NST - 1; ++j) {
+        for (int j = 0; j < WAHEAD; ++j) {
             if (j < nrun) plan.stage(wsm + j * (WS::BYTES / 16), W, j, lane);
             tc_cp_commit();
         }
         griddep_wait();
 #pragma unroll 1
         for (int j = 0; j < nrun; ++j) {
-            const int jn = j + WS::NST - 1;
-            if (jn < nrun) plan.stage(wsm + (jn % WS::NST) * (WS::BYTES / 16), W, jn, lane);
-            tc_cp_commit();
+            if constexpr (WAHEAD < WS::NST) {
+                const int jn = j + WS::NST - 1;
+                if (jn < nrun) plan.stage(wsm + (jn % WS::NST) * (WS::BYTES / 16), W, jn, lane);
+                tc_cp_commit();
+            }
             tc_cp_wait<WS::NST - 1>();
             __syncwarp();
             const uint8_t* sbuf = (const uint8_t*)(wsm + (j % WS::NST) * (WS::BYTES / 16));
             sb_body(sbuf + wa, sbuf + wb, j * TC_WARPS + wid);
             // Every lane has read this buffer before any lane queues the next copy into it.
             __syncwarp();
+            if constexpr (WAHEAD == WS::NST) {
+                // The buffer just read takes stage j + NST.
+                if (j + WS::NST < nrun) plan.stage(wsm + (j % WS::NST) * (WS::BYTES / 16), W, j + WS::NST, lane);
+                tc_cp_commit();
+            }
         }
         // The epilogue's sums alias the stage buffers of every warp.
         __syncthreads();
