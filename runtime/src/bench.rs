@@ -464,6 +464,18 @@ pub fn run(
     }))
 }
 
+/// One decode row per slot `0..batch`, slot `s` fed token `token0 + s`, logits wanted: the fixed
+/// input of the profiling runs (their outputs are not looked at).
+fn fixed_rows(batch: usize, token0: u32) -> Vec<Row> {
+    (0..batch)
+        .map(|s| Row {
+            slot: s,
+            token: token0 + s as u32,
+            logits: true,
+        })
+        .collect()
+}
+
 /// Where a decode step's GPU time goes: one eager forward of `batch` rows (slots `0..batch`,
 /// one token each, logits of every row) queued behind a 50 ms [`Gpu::spin`] so the GPU runs the
 /// launches back to back, with an event after each ([`Gpu::profile_start`]). Returns per kernel
@@ -473,13 +485,7 @@ pub fn run(
 /// Errors: driver errors of the forward or the events.
 fn kernel_profile(eng: &mut CudaEngine, batch: usize) -> Result<serde_json::Value, RuntimeError> {
     let lens: Vec<usize> = (0..batch).map(|s| eng.slot_len(s)).collect();
-    let rows: Vec<Row> = (0..batch)
-        .map(|s| Row {
-            slot: s,
-            token: 200 + s as u32,
-            logits: true,
-        })
-        .collect();
+    let rows = fixed_rows(batch, 200);
     eng.forward(&rows)?; // warm (kernels compiled, buffers touched)
     for (s, &l) in lens.iter().enumerate() {
         eng.truncate_slot(s, l)?;
@@ -568,13 +574,7 @@ fn graph_attribution(
     batch: usize,
 ) -> Result<serde_json::Value, RuntimeError> {
     let base: Vec<usize> = (0..batch).map(|s| eng.slot_len(s)).collect();
-    let rows: Vec<Row> = (0..batch)
-        .map(|s| Row {
-            slot: s,
-            token: 7 + s as u32,
-            logits: true,
-        })
-        .collect();
+    let rows = fixed_rows(batch, 7);
     let time = |eng: &mut CudaEngine, skip: &[&str], all_but: bool| -> Result<f64, RuntimeError> {
         crate::forward::set_skipped_kernels(skip, all_but);
         eng.drop_graphs();

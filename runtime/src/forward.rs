@@ -1051,33 +1051,7 @@ impl Forward<'_> {
         y: u64,
         second: Option<(&Mat, u64)>,
     ) -> Result<(), RuntimeError> {
-        let gpu = self.gpu;
-        let (w2, y2, rows2) = match second {
-            Some((w2, y2)) => (ptr(gpu, &w2.data), y2, w2.rows),
-            None => (0, 0, 0),
-        };
-        let ctas = |rows: usize| (rows as u32).div_ceil(kernels::TC_ROWS);
-        let name = tc_kernel(w.fmt, nc, w.rows, rows2, gpu.sm_count);
-        let f = gpu.modules.function_fmt(Family::Matvec, w.fmt, &name)?;
-        launch(
-            gpu,
-            &f,
-            &name,
-            lc((ctas(w.rows) + ctas(rows2), 1, 1), kernels::TC_THREADS, 0),
-            &[
-                Arg::P(ptr(gpu, &w.data)),
-                Arg::P(ptr(gpu, &gpu.tc_xp)),
-                Arg::P(ptr(gpu, &gpu.tc_xs)),
-                Arg::P(y),
-                Arg::I(w.rows as i32),
-                Arg::I(w.cols as i32),
-                Arg::U(w.row_bytes as u64),
-                Arg::I(nc as i32),
-                Arg::P(w2),
-                Arg::P(y2),
-                Arg::I(rows2 as i32),
-            ],
-        )
+        self.tc_launch(w, nc, y, second, None)
     }
 
     /// `mvtcx_<fmt>_<g>_<NG>` over the activations last split by [`Forward::tc_prep`] (`nc`
@@ -1090,40 +1064,63 @@ impl Forward<'_> {
         w: &Mat,
         nc: usize,
         y: u64,
-        (w2, y2): (&Mat, u64),
-        (w3, y3): (&Mat, u64),
+        second: (&Mat, u64),
+        third: (&Mat, u64),
+    ) -> Result<(), RuntimeError> {
+        self.tc_launch(w, nc, y, Some(second), Some(third))
+    }
+
+    /// The launch behind [`Forward::tc_matvec`] (`third` = `None`: `mvtc_*`) and
+    /// [`Forward::tc_matvec3`] (`mvtcx_*`): one block per 16-row tile of every matrix (the
+    /// kernel maps blocks to tiles: `W3`'s first in `mvtcx`, then `W`'s, then `W2`'s).
+    fn tc_launch(
+        &self,
+        w: &Mat,
+        nc: usize,
+        y: u64,
+        second: Option<(&Mat, u64)>,
+        third: Option<(&Mat, u64)>,
     ) -> Result<(), RuntimeError> {
         let gpu = self.gpu;
+        let (w2, y2, rows2) = match second {
+            Some((w2, y2)) => (ptr(gpu, &w2.data), y2, w2.rows),
+            None => (0, 0, 0),
+        };
+        let rows3 = third.map_or(0, |(w3, _)| w3.rows);
         let ctas = |rows: usize| (rows as u32).div_ceil(kernels::TC_ROWS);
-        let wide = tc_kernel(w.fmt, nc, w.rows, w2.rows + w3.rows, gpu.sm_count).ends_with('w');
-        let name = kernels::mvtcx_kernel(w.fmt, w3.fmt, nc, wide);
+        let mut name = tc_kernel(w.fmt, nc, w.rows, rows2 + rows3, gpu.sm_count);
+        if let Some((w3, _)) = third {
+            name = kernels::mvtcx_kernel(w.fmt, w3.fmt, nc, name.ends_with('w'));
+        }
         let f = gpu.modules.function_fmt(Family::Matvec, w.fmt, &name)?;
-        launch(
-            gpu,
-            &f,
-            &name,
-            lc(
-                (ctas(w.rows) + ctas(w2.rows) + ctas(w3.rows), 1, 1),
-                kernels::TC_THREADS,
-                0,
-            ),
-            &[
-                Arg::P(ptr(gpu, &w.data)),
-                Arg::P(ptr(gpu, &gpu.tc_xp)),
-                Arg::P(ptr(gpu, &gpu.tc_xs)),
-                Arg::P(y),
-                Arg::I(w.rows as i32),
-                Arg::I(w.cols as i32),
-                Arg::U(w.row_bytes as u64),
-                Arg::I(nc as i32),
-                Arg::P(ptr(gpu, &w2.data)),
-                Arg::P(y2),
-                Arg::I(w2.rows as i32),
+        let mut args = vec![
+            Arg::P(ptr(gpu, &w.data)),
+            Arg::P(ptr(gpu, &gpu.tc_xp)),
+            Arg::P(ptr(gpu, &gpu.tc_xs)),
+            Arg::P(y),
+            Arg::I(w.rows as i32),
+            Arg::I(w.cols as i32),
+            Arg::U(w.row_bytes as u64),
+            Arg::I(nc as i32),
+            Arg::P(w2),
+            Arg::P(y2),
+            Arg::I(rows2 as i32),
+        ];
+        if let Some((w3, y3)) = third {
+            args.extend([
                 Arg::P(ptr(gpu, &w3.data)),
                 Arg::P(y3),
                 Arg::I(w3.rows as i32),
                 Arg::U(w3.row_bytes as u64),
-            ],
+            ]);
+        }
+        let grid = ctas(w.rows) + ctas(rows2) + ctas(rows3);
+        launch(
+            gpu,
+            &f,
+            &name,
+            lc((grid, 1, 1), kernels::TC_THREADS, 0),
+            &args,
         )
     }
 
