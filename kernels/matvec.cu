@@ -813,9 +813,8 @@ template <typename F> struct TcPlan {
 //   212.9/211.1 (batch 8: 1250.8/1250.8 → 1265.3/1271.0). Choosing per launch at run time
 //   (per-warp only for rows of ≥ 32 super-blocks, both paths in one kernel) ran 201.6/202.1:
 //   dropped.
-// TC_WNST_MAX: at most this many warp stages (Q3_K's fit 2 in TC_STAGE_BYTES). TC_WFULL_PROLOGUE:
-// which kernels keep all NST warp stages in flight (the buffer just read takes stage j + NST)
-// instead of NST − 1 — 0 none, 1 every NG, 2 NG ≥ 2 (default). Measured (H200, 2026-12-03,
+// TC_WFULL_PROLOGUE: which kernels keep all NST warp stages (2 for Q3_K) in flight (the buffer
+// just read takes stage j + NST) instead of NST − 1 — 0 none, 1 every NG, 2 NG ≥ 2 (default). Measured (H200, 2026-12-03,
 // mv-bench ffn_down Q3_K; 12B Q2_K-mix `runtime bench`, three alternating runs, the same logits
 // bit for bit in model-check): every NG in flight took ffn_down 19.55 → 19.98 µs at n = 1 but
 // 21.72 → 21.21 at n = 4 and 24.77 → 23.97 at n = 8; decode at batch 8 1401.3–1401.9 →
@@ -823,9 +822,6 @@ template <typename F> struct TcPlan {
 // So the NG = 1 kernels (1–2 inputs) keep NST − 1; with that default, two runs: batch 1 240.3 /
 // 239.4, batch 4 822.3 / 821.6, batch 8 1404.4 / 1405.3 tok/s (ffn_down 19.69 µs at n = 1).
 // NG = 3's wide kernel spills 12 B instead of 24 (`scripts/gpu/run.sh sass`).
-#ifndef TC_WNST_MAX
-#define TC_WNST_MAX 3
-#endif
 #ifndef TC_WFULL_PROLOGUE
 #define TC_WFULL_PROLOGUE 2
 #endif
@@ -836,8 +832,7 @@ template <typename F> struct TcWarpStage {
         CH = (15 + Tc<F>::SB + 15) / 16,
         PITCH = CH | 1,
         BYTES = 16 * PITCH * 16,
-        FIT = TC_STAGE_BYTES / (TC_WARPS * BYTES) >= 3 ? 3 : (TC_STAGE_BYTES / (TC_WARPS * BYTES) >= 2 ? 2 : 1),
-        NST = FIT < TC_WNST_MAX ? FIT : TC_WNST_MAX,
+        NST = TC_STAGE_BYTES / (TC_WARPS * BYTES) >= 3 ? 3 : (TC_STAGE_BYTES / (TC_WARPS * BYTES) >= 2 ? 2 : 1),
         SLOTS = (16 * CH + 31) / 32
     };
 };

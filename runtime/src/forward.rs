@@ -765,16 +765,33 @@ pub fn pdl_policy() -> PdlPolicy {
 /// wherever the NG has a variant) — for timing A/B runs and for checking the wide kernels on
 /// shapes the rule gives the base kernel (`runtime gpu-check`). Either kernel gives the same bits.
 pub fn tc_kernel(fmt: &str, nc: usize, rows: usize, rows2: usize, sms: u32) -> String {
+    kernels::mvtc_kernel(fmt, nc, tc_wide(fmt, nc, tc_tiles(&[rows, rows2]), sms))
+}
+
+/// Name of the three-matrix tensor-core kernel ([`kernels::mvtcx_kernel`], `W`, `W2` of format
+/// `fmt` and `W3` of format `g`) for a launch over `rows` = the three matrices' row counts with
+/// `nc` inputs: base or wide by the same rule as [`tc_kernel`], over all three matrices' tiles.
+pub fn tcx_kernel(fmt: &str, g: &str, nc: usize, rows: [usize; 3], sms: u32) -> String {
+    kernels::mvtcx_kernel(fmt, g, nc, tc_wide(fmt, nc, tc_tiles(&rows), sms))
+}
+
+/// 16-row tiles (one block each) of a launch over matrices of these row counts.
+fn tc_tiles(rows: &[usize]) -> usize {
+    rows.iter()
+        .map(|r| r.div_ceil(kernels::TC_ROWS as usize))
+        .sum()
+}
+
+/// Whether a tensor-core launch of `tiles` tiles takes the wide variant: [`kernels::mvtc_wide`]
+/// unless `GEMMA4_TC_WIDE` forces it ([`tc_kernel`]).
+fn tc_wide(fmt: &str, nc: usize, tiles: usize, sms: u32) -> bool {
     static W: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
     let forced = *W.get_or_init(|| match std::env::var("GEMMA4_TC_WIDE").as_deref() {
         Ok("0") => Some(false),
         Ok("1") => Some(true),
         _ => None,
     });
-    let ts = kernels::TC_ROWS as usize;
-    let tiles = rows.div_ceil(ts) + rows2.div_ceil(ts);
-    let wide = forced.unwrap_or_else(|| kernels::mvtc_wide(fmt, nc, tiles, sms as usize));
-    kernels::mvtc_kernel(fmt, nc, wide)
+    forced.unwrap_or_else(|| kernels::mvtc_wide(fmt, nc, tiles, sms as usize))
 }
 
 /// Whether a tensor-core launch of `nc` inputs over two matrices of format `fmt` takes a third
@@ -1087,11 +1104,10 @@ impl Forward<'_> {
             None => (0, 0, 0),
         };
         let rows3 = third.map_or(0, |(w3, _)| w3.rows);
-        let ctas = |rows: usize| (rows as u32).div_ceil(kernels::TC_ROWS);
-        let mut name = tc_kernel(w.fmt, nc, w.rows, rows2 + rows3, gpu.sm_count);
-        if let Some((w3, _)) = third {
-            name = kernels::mvtcx_kernel(w.fmt, w3.fmt, nc, name.ends_with('w'));
-        }
+        let name = match third {
+            Some((w3, _)) => tcx_kernel(w.fmt, w3.fmt, nc, [w.rows, rows2, rows3], gpu.sm_count),
+            None => tc_kernel(w.fmt, nc, w.rows, rows2, gpu.sm_count),
+        };
         let f = gpu.modules.function_fmt(Family::Matvec, w.fmt, &name)?;
         let mut args = vec![
             Arg::P(ptr(gpu, &w.data)),
@@ -1114,7 +1130,7 @@ impl Forward<'_> {
                 Arg::U(w3.row_bytes as u64),
             ]);
         }
-        let grid = ctas(w.rows) + ctas(rows2) + ctas(rows3);
+        let grid = tc_tiles(&[w.rows, rows2, rows3]) as u32;
         launch(
             gpu,
             &f,

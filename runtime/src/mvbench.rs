@@ -211,11 +211,16 @@ pub fn run(gpu: &Gpu, iters: usize, only: Option<&str>) -> Result<Value, Runtime
                 }
             }
             let gbs = bytes as f64 / (us * 1e-6) / 1e9;
-            let mut kernel =
-                crate::forward::tc_kernel(fmt, nc, case.rows, case.rows2 + rows3, gpu.sm_count);
-            if let Some(w3) = m3.first() {
-                kernel = kernels::mvtcx_kernel(fmt, w3.fmt, nc, kernel.ends_with('w'));
-            }
+            let kernel = match m3.first() {
+                Some(w3) => crate::forward::tcx_kernel(
+                    fmt,
+                    w3.fmt,
+                    nc,
+                    [case.rows, case.rows2, rows3],
+                    gpu.sm_count,
+                ),
+                None => crate::forward::tc_kernel(fmt, nc, case.rows, case.rows2, gpu.sm_count),
+            };
             let line = format!(
                 "mv-bench {:26} {} n={nc}: {:8.2} µs  {:6.0} GB/s  {:5.1} % of B_read  {kernel}",
                 case.name,
