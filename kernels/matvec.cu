@@ -599,6 +599,26 @@ static_assert(TC_XE_HI == 40, "TcOut assumes the pieces hi·2^40, mid·2^48, lo�
 // gained a little: 1228.9/1227.9 against 1215.5/1219.0 tok/s). ncu of ffn_gate+ffn_up (mvtc_q2_k_1w, 1920 tiles): 13.7 M warp
 // instructions, issue slots 52.7 % busy, DRAM 30 % of peak — the kernel is bound by its
 // instruction count, which a longer pipeline does not cut.
+// Nsight Compute of the same launch (2026-12-03, mvtc_q2_k_1w, 1920 tiles, n = 1): issue slots
+// 53–54 % busy, integer ALU pipe 60 % of its peak against 11 % for the FMA pipe, 27.5 of 64
+// warps resident; per issued instruction the warps wait 2.57 cycles not selected, 2.01 on the
+// math pipe (the ALU: PRMT/LOP3/SHF of the decoders), 1.77 on fixed latencies, 1.5 at barriers,
+// 0.7 on memory. Measured and not kept, the same day (`runtime mv-bench`/`bench`, H200):
+//  - The decoders' right shifts as multiply-highs (`mul.hi.u32` by 2^(32 − n): IMAD.HI on the
+//    FMA pipe, ALU instructions of mvtc_q2_k_1w's loop 194 → 140), for Q2_K, Q3_K and Q6_K, in
+//    five Q2_K arrangements; the same bits, every one slower: ffn_gate+ffn_up 25.10 → 25.5–27.4
+//    µs, ffn_down (Q3_K) 19.69 → 22.6, tied head (Q6_K) 341 → 357; decode 238–241 → 218–227
+//    tok/s.
+//  - A K-split for Q3_K's per-warp stages (ks blocks per tile, each a part of the runs, the last
+//    to arrive adding the parts in order through a global buffer; column-invariant): ffn_down
+//    (240 tiles, 60 super-blocks per row) 18.77 µs at ks = 1 → 23.59 at ks = 2, 26.14 at 3,
+//    26.80 at 4 (n = 1; the wide kernel at 4 blocks per SM 21.42 → 22.89 / 26.49 / 24.25), so
+//    more resident warps do not help. The split code at ks = 1 (a run-time split, so other
+//    registers and schedule) ran decode at batch 1 faster, 239.8 / 240.5 → 243.4 / 243.9 tok/s
+//    (Q3_K family 861 → 821–842 µs per step), but batch 8 slower, 1399.7 / 1404.9 → 1334.8 /
+//    1338.3 (Q3_K 1091 → 1341–1348 µs). Making only the run's first super-block and stride
+//    opaque at NG = 1 (tc_keep; 120 → 114 registers) did not reproduce it: ffn_down 19.61 →
+//    20.50 µs, decode 242.2 / 242.8 → 239.2 / 239.4 tok/s.
 // Per format and column-group count NG (measured on the H200 with `runtime mv-bench`, 12B
 // shapes; none of them changes any sum — each column's arithmetic is fixed):
 //   XB   16-groups whose activation fragments are loaded as one batch;
@@ -871,6 +891,34 @@ template <typename F> struct TcWarpPlan {
     }
 };
 
+// Shared memory (bytes) of one block of mvtc_body<F, NG>: its weight stages (block or per-warp,
+// SMB) and the epilogue's sums (RB), either after the stages (OWN = 1) or aliasing them,
+// whichever is larger. OWN (TC_RED_OWN = 1, the default): block stages with all NST in flight
+// (TcStage::AHEAD = NST: Q2_K), NG ≤ 2, and both fit the 48 KiB of static shared memory — then
+// the loop skips the barrier after each of its last NST stages (no buffer is refilled and the
+// epilogue does not overwrite them), which for K = 3840/4096 (two stages) is one barrier of the
+// tile's four. NG = 3 keeps aliasing: its wide kernels spilled 16 B (mvtc_q2_k_3w) and 56 B
+// (mvtcx_q2_k_q3_k_3w, from 24) with it. Same bits (mv-bench output hashes equal, model-check
+// maxima unchanged). Measured (H200, 2026-12-03, `runtime mv-bench`, TC_RED_OWN 0 → 1 in one
+// call): attn_q+attn_k+attn_v 10.39 → 9.74 µs, attn_q+attn_k 7.43 → 6.85, attn_output 5.64 →
+// 5.54, ffn_gate+ffn_up 25.06 → 24.62 at n = 1 (n = 8 unchanged); 12B Q2_K-mix decode
+// (`runtime bench`, two alternating runs each) 240.5 / 240.4 → 242.0 / 243.0 tok/s, graph step
+// at batch 1 4192–4257 → 4145–4175 µs, batch 8 1400.8 / 1404.9 → 1403.4 / 1400.3 tok/s.
+#ifndef TC_RED_OWN
+#define TC_RED_OWN 1
+#endif
+template <typename F, int NG> struct TcSmem {
+    enum {
+        SMB0 = TcStage<F>::NST * TcStage<F>::BYTES,
+        SMB1 = TC_WARPS * TcWarpStage<F>::NST * TcWarpStage<F>::BYTES,
+        SMB = (TcPerWarp<F>::V && SMB1 > SMB0) ? SMB1 : SMB0,
+        RB = TC_WARPS * 4 * NG * 32 * 4,
+        OWN = TC_RED_OWN && NG < 3 && !TcPerWarp<F>::V && (int)TcStage<F>::AHEAD == (int)TcStage<F>::NST &&
+              SMB + RB <= 49152,
+        BYTES = OWN ? SMB + RB : (SMB > RB ? SMB : RB)
+    };
+};
+
 template <typename F, int NG, int XB>
 static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                                                  const uint32_t* __restrict__ xp,
@@ -883,8 +931,10 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     typedef TcStage<F> St;
     static_assert(16 % XB == 0 && XB % T::GPS == 0, "XB: whole scale groups, a divisor of 16");
     // Per warp: NG mma column groups × 4 accumulator elements × 32 lanes, reused for the
-    // column totals tot[8·NG columns][16 rows]; aliases the stage buffers (used after them).
-    float (*red)[4 * NG][32] = reinterpret_cast<float (*)[4 * NG][32]>(sm);
+    // column totals tot[8·NG columns][16 rows]; after the stage buffers when TcSmem<F, NG>::OWN,
+    // else aliasing them (used after them).
+    float (*red)[4 * NG][32] =
+        reinterpret_cast<float (*)[4 * NG][32]>(sm + (TcSmem<F, NG>::OWN ? TcSmem<F, NG>::SMB / 16 : 0));
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int row0 = cta * 16;
@@ -1108,12 +1158,25 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 const uint8_t* sbuf = (const uint8_t*)(sm + (j % St::NST) * (St::BYTES / 16));
                 sb_body(sbuf + oa, sbuf + ob, sb);
             }
-            __syncthreads();
-            if constexpr (St::AHEAD == St::NST) {
-                // The buffer just read takes stage j + NST.
-                if (j + St::NST < nstage)
+            if constexpr (TcSmem<F, NG>::OWN) {
+                // (AHEAD = NST.) The buffer just read takes stage j + NST once every warp has
+                // read it; the epilogue's sums have their own memory, so the last NST stages
+                // need no barrier here.
+                if (j + St::NST < nstage) {
+                    __syncthreads();
                     plan.stage(sm + (j % St::NST) * (St::BYTES / 16), W, j + St::NST);
+                }
                 tc_cp_commit();
+            } else {
+                // Every warp has read this buffer before it takes another stage and before the
+                // epilogue (whose sums alias the buffers).
+                __syncthreads();
+                if constexpr (St::AHEAD == St::NST) {
+                    // The buffer just read takes stage j + NST.
+                    if (j + St::NST < nstage)
+                        plan.stage(sm + (j % St::NST) * (St::BYTES / 16), W, j + St::NST);
+                    tc_cp_commit();
+                }
             }
         }
     }
@@ -1168,17 +1231,6 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 // NG = ceil(3·nc / 8) mma column groups (host: kernels::mvtc_kernel(fmt, nc, wide)); the wide
 // variants mvtc_<fmt>_1w and mvtc_<fmt>_3w (TcWide) take the same arguments and give the same
 // bits. One 16-row tile per block; grid ceil(rows / 16) + ceil(rows2 / 16).
-// Shared memory (bytes) of one block of mvtc_body<F, NG>: its weight stages (block or per-warp)
-// or the epilogue's sums (which alias them), whichever is larger.
-template <typename F, int NG> struct TcSmem {
-    enum {
-        SMB0 = TcStage<F>::NST * TcStage<F>::BYTES,
-        SMB1 = TC_WARPS * TcWarpStage<F>::NST * TcWarpStage<F>::BYTES,
-        SMB = (TcPerWarp<F>::V && SMB1 > SMB0) ? SMB1 : SMB0,
-        RB = TC_WARPS * 4 * NG * 32 * 4,
-        BYTES = SMB > RB ? SMB : RB
-    };
-};
 #define MVTC_ENTRY_V(NAME, F, NG, SUFFIX, MINB, XBV)                                        \
     extern "C" __global__ void __launch_bounds__(32 * TC_WARPS, MINB)                        \
         mvtc_##NAME##_##NG##SUFFIX(                                                          \
