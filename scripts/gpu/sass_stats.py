@@ -5,9 +5,12 @@ Used by `scripts/gpu/run.sh sass` (which writes the PTX, runs ptxas -v and cuobj
     sass_stats.py DIR [REGEX]
 reads DIR/*.ptxas (ptxas -v output) and DIR/*.sass (cuobjdump -sass output) and prints, per
 kernel whose name matches REGEX (default: every kernel), its registers, spill bytes (stores /
-loads), SASS instruction count, mma count (HMMA/IMMA) and the instructions between its first two
-BAR.SYNC — for the `mvtc_*` kernels that is one pass of the super-block loop (the part of the
-kernel whose instruction count sets its speed: matvec.cu's tile loop).
+loads), SASS instruction count, mma count (HMMA/IMMA), the instructions between its first two
+BAR.SYNC, and of its main loop (the backward branch's span holding the most mma, else the
+longest): its length and how many of its instructions issue to the integer ALU pipe and to the
+FMA pipe (opcode lists ALU_OPS, FMA_OPS below). For the `mvtc_*` kernels the loop is one pass
+over a super-block (matvec.cu's tile loop), and its ALU count is what bounds them (Nsight Compute
+of mvtc_q2_k_1w: ALU pipe 60 % of peak, FMA 11 %; matvec.cu beside TC_WARPS).
 """
 import pathlib
 import re
@@ -32,13 +35,45 @@ def sass_functions(text):
     out = {}
     for part in text.split("Function : ")[1:]:
         name = part.split("\n", 1)[0].strip()
-        ins = []
+        ins, addrs = [], []
         for line in part.split("\n"):
-            m = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;", line)
+            m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", line)
             if m:
-                ins.append(m.group(1))
-        out[name] = ins
+                addrs.append(int(m.group(1), 16))
+                ins.append(m.group(2))
+        out[name] = (ins, addrs)
     return out
+
+
+# Opcodes (before the first '.') issued to the integer ALU pipe and to the FMA pipe on sm_80/90.
+ALU_OPS = {"PRMT", "LOP3", "SHF", "IADD3", "SEL", "ISETP", "LEA", "VIADD", "VIMNMX", "IABS",
+           "FSEL", "PLOP3", "MOV", "IMNMX", "FSETP", "BMSK", "SGXT", "FLO", "POPC"}
+FMA_OPS = {"IMAD", "IMUL", "FFMA", "FMUL", "FADD", "HFMA2", "HADD2", "HMUL2"}
+
+
+def opcode(ins):
+    """The opcode of one SASS instruction without its predicate and modifiers."""
+    words = ins.split()
+    op = words[1] if words[0].startswith("@") and len(words) > 1 else words[0]
+    return op.split(".")[0]
+
+
+def main_loop(ins, addrs):
+    """The instructions of the span [target, branch] of the backward branch whose span holds the
+    most mma (ties and mma-free kernels: the longest), or [] when there is none."""
+    index = {a: k for k, a in enumerate(addrs)}
+    best, key = [], (-1, -1)
+    for k, i in enumerate(ins):
+        m = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", i)
+        if not m:
+            continue
+        t = int(m.group(1), 16)
+        if t < addrs[k] and t in index:
+            span = ins[index[t]:k + 1]
+            kk = (sum(1 for x in span if "HMMA" in x or "IMMA" in x), len(span))
+            if kk > key:
+                best, key = span, kk
+    return best
 
 
 def main():
@@ -52,20 +87,24 @@ def main():
     info, funcs = {}, {}
     for p in sorted(d.glob("*.sass")):
         pinfo = ptxas_info(p.with_suffix(".ptxas").read_text()) if p.with_suffix(".ptxas").exists() else {}
-        for name, ins in sass_functions(p.read_text()).items():
-            if len(ins) > len(funcs.get(name, [])):
-                funcs[name] = ins
+        for name, (ins, addrs) in sass_functions(p.read_text()).items():
+            if len(ins) > len(funcs.get(name, ([], []))[0]):
+                funcs[name] = (ins, addrs)
                 info[name] = pinfo.get(name, (0, 0, 0))
-    print(f"{'kernel':28} {'regs':>4} {'spill st/ld':>11} {'SASS':>6} {'mma':>4} {'bar1→bar2':>9}")
+    print(f"{'kernel':28} {'regs':>4} {'spill st/ld':>11} {'SASS':>6} {'mma':>4} {'bar1→bar2':>9}"
+          f" {'loop':>5} {'ALU':>4} {'FMA':>4}")
     for name in sorted(funcs):
         if not pick.search(name):
             continue
-        ins = funcs[name]
+        ins, addrs = funcs[name]
         regs, st, ld = info.get(name, (0, 0, 0))
         mma = sum(1 for i in ins if "HMMA" in i or "IMMA" in i)
         bars = [k for k, i in enumerate(ins) if "BAR.SYNC" in i]
         loop = str(bars[1] - bars[0]) if len(bars) > 1 else "-"
-        print(f"{name:28} {regs:4} {st:5}/{ld:<5} {len(ins):6} {mma:4} {loop:>9}")
+        body = main_loop(ins, addrs)
+        alu = sum(1 for i in body if opcode(i) in ALU_OPS)
+        fma = sum(1 for i in body if opcode(i) in FMA_OPS)
+        print(f"{name:28} {regs:4} {st:5}/{ld:<5} {len(ins):6} {mma:4} {loop:>9} {len(body):5} {alu:4} {fma:4}")
 
 
 if __name__ == "__main__":
