@@ -892,9 +892,9 @@ template <typename F> struct TcWarpPlan {
 };
 
 // Shared memory (bytes) of one block of mvtc_body<F, NG>: its weight stages (block or per-warp,
-// SMB) and the epilogue's sums (RB), either after the stages (OWN = 1) or aliasing them,
-// whichever is larger. OWN (TC_RED_OWN = 1, the default): block stages with all NST in flight
-// (TcStage::AHEAD = NST: Q2_K), NG ≤ 2, and both fit the 48 KiB of static shared memory — then
+// SMB) and the epilogue's sums (RB): after the stages (OWN = 1, BYTES = SMB + RB) or aliasing
+// them (BYTES = the larger). OWN (TC_RED_OWN = 1, the default): block stages with all NST in
+// flight (TcStage::AHEAD = NST: Q2_K), NG ≤ 2, and both fit TC_STATIC_SMEM bytes — then
 // the loop skips the barrier after each of its last NST stages (no buffer is refilled and the
 // epilogue does not overwrite them), which for K = 3840/4096 (two stages) is one barrier of the
 // tile's four. NG = 3 keeps aliasing: its wide kernels spilled 16 B (mvtc_q2_k_3w) and 56 B
@@ -907,6 +907,7 @@ template <typename F> struct TcWarpPlan {
 #ifndef TC_RED_OWN
 #define TC_RED_OWN 1
 #endif
+#define TC_STATIC_SMEM 49152  // the most static shared memory one block may declare (48 KiB)
 template <typename F, int NG> struct TcSmem {
     enum {
         SMB0 = TcStage<F>::NST * TcStage<F>::BYTES,
@@ -914,7 +915,7 @@ template <typename F, int NG> struct TcSmem {
         SMB = (TcPerWarp<F>::V && SMB1 > SMB0) ? SMB1 : SMB0,
         RB = TC_WARPS * 4 * NG * 32 * 4,
         OWN = TC_RED_OWN && NG < 3 && !TcPerWarp<F>::V && (int)TcStage<F>::AHEAD == (int)TcStage<F>::NST &&
-              SMB + RB <= 49152,
+              SMB + RB <= TC_STATIC_SMEM,
         BYTES = OWN ? SMB + RB : (SMB > RB ? SMB : RB)
     };
 };
