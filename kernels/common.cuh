@@ -179,6 +179,73 @@ static __device__ __forceinline__ void tc_split3(float v, uint32_t& h, uint32_t&
 // groups, piece p of input c for column 8m + g = 3c + p. (Rust: runtime::device::TC_MAX_K / 16 · 8.)
 #define TC_XSF_OFFSET 32768
 
+// int8 digits of the activations, for the Q2_K integer tensor-core matvec (matvec.cu, TC_I8):
+// every 128-element block b of input column c has a shared power of two 2^e (e = the exponent
+// of its largest |x|, max|x| ∈ [2^e, 2^(e+1))), and each element is the integer
+// N = rint(x · 2^(21 − e)) (|N| ≤ 2^22: 23 significant bits at the block's largest element)
+// written as three signed base-256 digits N = D0·2^16 + D1·2^8 + D2 (D2, D1 ∈ [−128, 127],
+// |D0| ≤ 65). Digit p of input c is mma column cc = 3c + p, as the bf16 pieces are.
+// TC_XD_OFFSET (words of xs): u32 [m = cc/8][K/32][32 lanes][2] in m16n8k32 B-fragment order:
+// lane 4g + t of (m, 32-block i) holds column 8m + g's digits of elements 4t … 4t+3 of 16-groups
+// 2i (word 0) and 2i + 1 (word 1), byte j = element 4t + j.
+// TC_XF_OFFSET (words of xs): f32 [K/128][8]: 2^e of block b of input c at 8b + c; 0 for a block
+// of zeros, NaN for a block holding a NaN or an infinity (its digits are 0), so a non-finite
+// input never gives a finite output. (Rust: kernels::TC_XD_OFFSET, TC_XF_OFFSET.)
+#define TC_XD_OFFSET 81920
+#define TC_XF_OFFSET 475136
+
+// max |v[j]| of a quad, +inf when one of them is not finite (NaN included).
+static __device__ __forceinline__ float tc_quad_absmax(const float* v) {
+    float m = 0.0f;
+    bool bad = false;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        m = fmaxf(m, fabsf(v[j]));
+        bad |= !isfinite(v[j]);
+    }
+    return bad ? __int_as_float(0x7f800000) : m;
+}
+
+// Digits of quad t of 16-group G of input c (K = 16·ng), given the largest |x| (or +inf) M of
+// its 128-element block, into the digit fragments; the lane with t = 0 of the block's first
+// group also writes the block's 2^e.
+static __device__ __forceinline__ void tc_prep_digits(const float* v, int c, int G, int t, int ng,
+                                                      float M, float* __restrict__ xs) {
+    uint32_t dw[3] = {0u, 0u, 0u};
+    float f;
+    if (!(M <= 3.4028234663852886e38f)) {
+        f = __int_as_float(0x7fc00000);  // NaN: the block held a NaN or an infinity
+    } else if (M == 0.0f) {
+        f = 0.0f;
+    } else {
+        // e and 2^e: the exponent field of a normal M (ilogbf / ldexpf only for a subnormal one).
+        const uint32_t mb = __float_as_uint(M);
+        const int e = mb >= 0x00800000u ? (int)(mb >> 23) - 127 : ilogbf(M);
+        // x · 2^(21 − e) in two exact power-of-two steps (21 − e ∈ [−106, 170]).
+        const int k = 21 - e, k1 = k / 2, k2 = k - k1;
+        const float s1 = __int_as_float((127 + k1) << 23), s2 = __int_as_float((127 + k2) << 23);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int n = __float2int_rn((v[j] * s1) * s2);
+            const int d2 = (n << 24) >> 24;
+            const int n1 = (n - d2) >> 8;
+            const int d1 = (n1 << 24) >> 24;
+            const int d0 = (n1 - d1) >> 8;
+            dw[0] |= ((uint32_t)d0 & 255u) << (8 * j);
+            dw[1] |= ((uint32_t)d1 & 255u) << (8 * j);
+            dw[2] |= ((uint32_t)d2 & 255u) << (8 * j);
+        }
+        f = mb >= 0x00800000u ? __uint_as_float(mb & 0x7f800000u) : ldexpf(1.0f, e);
+    }
+    uint32_t* xd = (uint32_t*)xs + TC_XD_OFFSET;
+#pragma unroll
+    for (int p = 0; p < 3; ++p) {
+        const int cc = 3 * c + p;
+        xd[(((uint64_t)(cc >> 3) * (ng >> 1) + (G >> 1)) * 32 + 4 * (cc & 7) + t) * 2 + (G & 1)] = dw[p];
+    }
+    if (t == 0 && (G & 7) == 0) xs[TC_XF_OFFSET + 8 * (G >> 3) + c] = f;
+}
+
 // Records the sum s of 16-group G of column c (K = 16·ng): xs[8G + c] and its bf16 pieces in
 // the fragment area (only for whole 256-element super-blocks).
 static __device__ __forceinline__ void tc_prep_sum(float s, int c, int G, int ng,
@@ -233,18 +300,25 @@ static __device__ __forceinline__ float geglu_mul(float g, float u) { return gel
 
 // Writes 16-group G of column c into the prep buffers: its four quads and, at xs[8G + c], its
 // sum (tc_quad_sum order).
+// M: the largest |x| of the group's 128-element block, +inf if it holds a non-finite value
+// (tc_quad_absmax over its 32 quads), for the int8 digits.
 static __device__ __forceinline__ void tc_prep_group(const float (&v)[16], int c, int G, int ng,
-                                                     uint32_t* __restrict__ xp,
+                                                     float M, uint32_t* __restrict__ xp,
                                                      float* __restrict__ xs) {
     const float s = (tc_quad_sum(v) + tc_quad_sum(v + 4)) + (tc_quad_sum(v + 8) + tc_quad_sum(v + 12));
     tc_prep_sum(s, c, G, ng, xs);
 #pragma unroll
-    for (int t = 0; t < 4; ++t) tc_prep_quad(v + 4 * t, c, G, t, ng, xp);
+    for (int t = 0; t < 4; ++t) {
+        tc_prep_quad(v + 4 * t, c, G, t, ng, xp);
+        tc_prep_digits(v + 4 * t, c, G, t, ng, M, xs);
+    }
 }
 
 // The quad form for kernels where 4 consecutive lanes hold the 4 quads of one group (lane & 3 =
 // t): writes this lane's quad and, from lane t = 0, the group sum (same order as tc_prep_group).
-// All 32 lanes of the warp must call it (shuffles).
+// All 32 lanes of the warp must call it (shuffles), and the warp's 32 quads must be one
+// 128-element block (8 consecutive groups from a multiple of 8: the int8 digits' shared
+// exponent is the warp's largest |x|); lanes that are not `live` hold zeros.
 static __device__ __forceinline__ void tc_prep_quad_lanes(const float* v, int c, int G, int ng,
                                                           uint32_t* __restrict__ xp,
                                                           float* __restrict__ xs, bool live) {
@@ -252,7 +326,11 @@ static __device__ __forceinline__ void tc_prep_quad_lanes(const float* v, int c,
     float p = tc_quad_sum(v);
     p = p + __shfl_xor_sync(0xffffffffu, p, 1);  // (p0 + p1) on lanes 0, 1; (p2 + p3) on 2, 3
     p = p + __shfl_xor_sync(0xffffffffu, p, 2);  // commutative adds: the same bits on all four
+    float M = tc_quad_absmax(v);
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
     if (!live) return;
     if (t == 0) tc_prep_sum(p, c, G, ng, xs);
     tc_prep_quad(v, c, G, t, ng, xp);
+    tc_prep_digits(v, c, G, t, ng, M, xs);
 }

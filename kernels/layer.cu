@@ -33,10 +33,12 @@ extern "C" __global__ void rmsnorm_add_f32(const float* __restrict__ y, const fl
 //   buffers xp/xs (the same bits as mvtc_prep of h).
 // x, h, y f32 [rows, n]; n % 16 == 0, n ≤ 4·1024·NQ. Block B = kernels::norm_prep_threads(n)
 // (a multiple of 32, ≤ 1024); thread j owns the quads (4 elements) q = j + kB, k < NQ, in
-// registers, so the 4 quads of a 16-group sit on 4 consecutive lanes. Sums of squares: per-thread
+// registers, so the 4 quads of a 16-group sit on 4 consecutive lanes (and a warp's 32 quads are
+// one 128-element block, as tc_prep_quad_lanes needs). Bounded to 1024 threads (≤ 64 registers):
+// n = 3840 launches 960. Sums of squares: per-thread
 // chains over its quads, then block_sum — one order for every row of a given n.
 #define NQ 4
-extern "C" __global__ void add_norm_prep_f32(const float* __restrict__ y,
+extern "C" __global__ void __launch_bounds__(1024) add_norm_prep_f32(const float* __restrict__ y,
                                              const float* __restrict__ wy, float* __restrict__ x,
                                              const float* __restrict__ w, float* __restrict__ h,
                                              int n, float eps, uint32_t* __restrict__ xp,

@@ -280,6 +280,27 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 // (the bit pattern n is n·2^-133, so a decoded byte is an mma operand as it is: no bias to
 // subtract) and multiplies d, dmin by 2^69; its products stay normal f32 for |x| ≥ ~2^-33.
 //
+// Integer mma (TcI8: Q2_K, TC_I8 = 1): the main sums P = Σ (sc·q)·x take the int8 mma
+// (m16n8k32 s8·s8 → s32, tc_imma) against the activations' int8 digits instead of the bf16
+// pieces: x ≈ N·2^(e − 21) per 128-element block (2^e ≤ the block's largest |x| < 2^(e+1),
+// N = D0·2^16 + D1·2^8 + D2, common.cuh TC_XD_OFFSET), digit p in mma column 3c + p as the pieces
+// are. The A word of a (row, group) is the decoded `((w >> 2j) & 0x03030303)·sc` itself (4 bytes
+// = 4 consecutive k), so neither the two byte-splitting PRMTs per word nor half of the mma remain.
+// Per 128-element half of a super-block the 4 mma sum exactly in s32, then acc += (d·2^-29·2^e)·P
+// (one f32 rounding; the epilogue's TcOut<1> factors 2^(24 − 8p) give digit p its weight
+// 2^(16 − 8p)·2^(e − 21)); the offsets stay the bf16 mma of the exact group sums. Error: the
+// activations' rounding to the digit grid, |x − N·2^(e−21)| ≤ 2^(e−22) (23 significant bits at
+// the block's largest element), plus the f32 roundings above; still one fixed order per column,
+// so 1..8 columns give the same bits. Blocks whose largest |x| is below ~2^-100 lose precision
+// (2^e·d·2^-29 leaves the f32 normal range); a non-finite input makes its block's 2^e NaN.
+// Measured (H200, 2026-12-03, `runtime mv-bench`, TC_I8 0 → 1 in one call, 12B shapes):
+// ffn_gate+ffn_up 24.69 → 21.16 µs at n = 1, 39.42 → 35.70 at n = 8; attn_q+attn_k 6.88 → 6.15;
+// attn_output 5.55 → 4.94; attn_q+attn_k+attn_v 9.93 → 9.39 (n = 8 16.08 → 16.66). 12B Q2_K-mix
+// decode (`runtime bench`, alternating, two runs each, producers writing the digits in both):
+// 235.6 / 236.3 → 253.0 / 252.8 tok/s, batch 8 1384.2 / 1377.2 → 1441.1 / 1438.4; model-check
+// maxima vs the f64 oracle on the UD-Q2_K_XL models 3.6e-6 / 1.87e-5 / 3.27e-5 → 4.4e-6 /
+// 2.12e-5 / 3.58e-5 (the other models' unchanged), every row still bitwise invariant.
+//
 // Tile: 16 rows × 8·NG mma columns per block (TC_WARPS = 8 warps); the tile's K is split into 8
 // strided runs of 256-element super-blocks (warp w: w, w + 8, …). The weights reach the warps
 // through shared memory: stage j = super-blocks 8j … 8j + 7 of the 16 rows, copied with 16-byte
@@ -303,7 +324,8 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 //      G) holds column 8m + g's bf16 pairs (e 4t, 4t+2), (4t+1, 4t+3) of elements 16G + e.
 //      Columns past 3·nc are not written (the matvec does not read them).
 //   xs f32 [K/16][8]: S_{c,G} at xs[8G + c] (sequential f32 sum of the 16 elements; 0 for c ≥ nc),
-//      then the sums' fragments (common.cuh, TC_XSF_OFFSET).
+//      then the sums' fragments (common.cuh, TC_XSF_OFFSET), the int8 digits of the inputs
+//      (TC_XD_OFFSET) and their per-128-element exponents (TC_XF_OFFSET).
 // Launch: one thread per (c < 8, G): grid ceil(8·K/16 / 128), block 128.
 extern "C" __global__ void __launch_bounds__(128) mvtc_prep(const float* __restrict__ x, int nc,
                                                           int K, uint32_t* __restrict__ xp,
@@ -324,7 +346,19 @@ extern "C" __global__ void __launch_bounds__(128) mvtc_prep(const float* __restr
         const float4 a = p[j];
         v[4 * j] = a.x; v[4 * j + 1] = a.y; v[4 * j + 2] = a.z; v[4 * j + 3] = a.w;
     }
-    tc_prep_group(v, c, G, ng, xp, xs);
+    // The largest |x| of the group's 128-element block (the int8 digits' shared exponent).
+    const float4* pb = (const float4*)(x + (uint64_t)c * K + 128 * (G >> 3));
+    // (Only whole blocks are read: the matvecs need K % 256 == 0; a partial block's digits are
+    // never used.)
+    const int nq = min(32, (K - 128 * (G >> 3)) >> 2);
+    float M = 0.0f;
+#pragma unroll 4
+    for (int j = 0; j < nq; ++j) {
+        const float4 a = pb[j];
+        const float q[4] = {a.x, a.y, a.z, a.w};
+        M = fmaxf(M, tc_quad_absmax(q));
+    }
+    tc_prep_group(v, c, G, ng, M, xp, xs);
 }
 
 // tc_pair for a value that already carries the 0x43004300 exponent bits: each bf16 lane
@@ -372,6 +406,25 @@ static __device__ __forceinline__ void tc_mma(float (&d)[4], uint32_t a0, uint32
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
+
+// Integer mma: d += a·b over k = 32 (A 16×32 s8 row-major: a0/a2 row g, a1/a3 row g + 8, k 4t …
+// 4t+3 in a0/a1 and 16 + 4t … in a2/a3; B 32×8 s8: b0 k 4t … 4t+3, b1 16 + 4t …, column g;
+// D s32 as tc_mma's). Exact (int32 sums).
+static __device__ __forceinline__ void tc_imma(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                               uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// TC_I8 = 1: the Q2_K matvec takes its main sums with the integer mma (tc_imma) against the
+// activations' int8 digits (common.cuh, TC_XD_OFFSET) instead of the bf16 mma against the exact
+// bf16 pieces; its offsets (mins) stay a bf16 mma of the exact group sums.
+#ifndef TC_I8
+#define TC_I8 1
+#endif
 
 // Tc<F>: OK (has a decoder); SB = bytes of one 256-element super-block of a row; GPS = 16-groups
 // per scale group; HAS_MIN = b ≠ 0; Row = what one thread loads of one row's super-block;
@@ -501,6 +554,13 @@ template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, F
         p0 = prmt(v, 0u, 0x4240u);
         p1 = prmt(v, 0u, 0x4341u);
     }
+    // The integer-mma A word of group G (I8): (sc_G·q) of the thread's elements 4t … 4t+3 of
+    // the group, one byte each (≤ 45, so an s8).
+    static __device__ __forceinline__ uint32_t quad8(const Row& R, int G, uint32_t s4) {
+        const int h = G >> 3, j = (G >> 1) & 3, gh = G & 1;
+        const uint32_t sc = prmt(s4, 0u, 0x4440u | (uint32_t)(G & 3));
+        return ((R.q[2 * h + gh] >> (2 * j)) & 0x03030303u) * sc;
+    }
     // The mins as mma A pairs over k = group (bf16 subnormals, like the folded pairs):
     // m0 = (m_{2t}, m_{2t+1}), m1 = (m_{2t+8}, m_{2t+9}).
     // (Selects, not R.sc[t >> 1]: a lane-dependent index would put the row in local memory.)
@@ -513,6 +573,10 @@ template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, F
     static __device__ __forceinline__ float d(const Row& R) { return f16_to_f32(R.dd); }
     static __device__ __forceinline__ float dmin(const Row& R) { return f16_to_f32(R.dd >> 16); }
 };
+
+// Formats whose main sums take the integer mma (TC_I8, Tc<F>::quad8): Q2_K.
+template <typename F> struct TcI8 { enum { V = 0 }; };
+template <> struct TcI8<FmtQ2_K> { enum { V = TC_I8 }; };
 
 // §3.4 Q3_K: W = (d·S_G)·(low2 + 4·hbit − 4); 16-element scale groups.
 // Folded (FOLD = 1): S_G ∈ [−32, 31] times q ∈ [−4, 3] is an integer of magnitude ≤ 128, exact
@@ -962,6 +1026,22 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         xo[m] = tc_keep<NG>((uint32_t)((cc >> 3) * ng * 32 + 4 * (cc & 7) + t));
         xso[m] = tc_keep<NG>((uint32_t)((cc >> 3) * nsb * 32 + 4 * (cc & 7) + t));
     }
+    // Integer mma (TcI8): the lane's digit fragments of 32-block 0 (xd[m], uint2 units, 32 per
+    // 32-block), and the input columns of its accumulator columns 8m + 2t, 8m + 2t + 1 (their
+    // exponents 2^e in xf; columns past the last input read a stale or zero exponent: their
+    // outputs are never written).
+    const uint2* xd[NG];
+    int xc[NG][2];
+    if constexpr (TcI8<F>::V) {
+#pragma unroll
+        for (int m = 0; m < NG; ++m) {
+            const int cc = min(8 * m + g, 3 * nc - 1);
+            xd[m] = (const uint2*)((const uint32_t*)xs + TC_XD_OFFSET) +
+                    tc_keep<NG>((uint32_t)((cc >> 3) * (ng >> 1) * 32 + 4 * (cc & 7) + t));
+            xc[m][0] = (8 * m + 2 * t) / 3;
+            xc[m][1] = (8 * m + 2 * t + 1) / 3;
+        }
+    }
     float acc[NG][4];
 #pragma unroll
     for (int m = 0; m < NG; ++m)
@@ -983,6 +1063,53 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 sA[k] = T::scale4(A, k);
                 sB[k] = T::scale4(B, k);
             }
+            constexpr float SF = TcOut<T::SUB>::SF;
+            if constexpr (TcI8<F>::V) {
+                // Integer mma: per 128-element half h (one exponent 2^e per input column, xf) the
+                // exact sums P = Σ (sc·q)·D of each digit column over the half's 4 mma (groups
+                // 2i, 2i + 1 per mma), then acc += (d·2^−29·2^e)·P (the epilogue's TcOut<1>
+                // column scales 2^(24 − 8p) complete digit p's weight 2^(16 − 8p)·2^(e − 21)).
+                const float da8 = T::d(A) * 0x1p-29f, db8 = T::d(B) * 0x1p-29f;
+                constexpr int XP = XB >= 2 ? XB / 2 : 1;  // 32-blocks per activation batch
+                const uint2* xdq[NG];  // the lane's fragment of the super-block's 32-block 0
+#pragma unroll
+                for (int m = 0; m < NG; ++m) xdq[m] = xd[m] + 256 * sb;
+                const float* xfq = xs + TC_XF_OFFSET + 16 * sb;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    int P[NG][4];
+#pragma unroll
+                    for (int m = 0; m < NG; ++m)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) P[m][i] = 0;
+#pragma unroll
+                    for (int hp = 0; hp < 4 / XP; ++hp) {
+                        uint2 xv[XP][NG];
+#pragma unroll
+                        for (int u = 0; u < XP; ++u)
+#pragma unroll
+                            for (int m = 0; m < NG; ++m)
+                                xv[u][m] = __ldg(xdq[m] + 32 * (4 * h + XP * hp + u));
+#pragma unroll
+                        for (int u = 0; u < XP; ++u) {
+                            const int G = 8 * h + 2 * (XP * hp + u);
+                            const uint32_t a0 = T::quad8(A, G, sA[G >> 2]), a1 = T::quad8(B, G, sB[G >> 2]);
+                            const uint32_t a2 = T::quad8(A, G + 1, sA[G >> 2]), a3 = T::quad8(B, G + 1, sB[G >> 2]);
+#pragma unroll
+                            for (int m = 0; m < NG; ++m) tc_imma(P[m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
+                        }
+                    }
+                    const float* xfb = xfq + 8 * h;
+#pragma unroll
+                    for (int m = 0; m < NG; ++m) {
+                        const float f0 = __ldg(xfb + xc[m][0]), f1 = __ldg(xfb + xc[m][1]);
+                        acc[m][0] = fmaf(da8 * f0, (float)P[m][0], acc[m][0]);
+                        acc[m][1] = fmaf(da8 * f1, (float)P[m][1], acc[m][1]);
+                        acc[m][2] = fmaf(db8 * f0, (float)P[m][2], acc[m][2]);
+                        acc[m][3] = fmaf(db8 * f1, (float)P[m][3], acc[m][3]);
+                    }
+                }
+            } else {
             // The super-block's mma sums in CH chains (TcChains): group G into chain G % CH.
             constexpr int CH = TcChains<F>::V;
             float P[CH][NG][4];
@@ -1010,7 +1137,6 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
             // With SUB, P = Σ (integer · 2^-133) · piece: d · 2^69 keeps the partial sums
             // in range; the epilogue's column scales take the rest (TcOut). The offset mma
             // below reads its integers the same way, so dmin takes the same factor.
-            constexpr float SF = TcOut<T::SUB>::SF;
             const float da = T::d(A) * SF, db = T::d(B) * SF;
 #pragma unroll
             for (int m = 0; m < NG; ++m)
@@ -1018,6 +1144,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 for (int i = 0; i < 4; ++i)
                     acc[m][i] = fmaf(i < 2 ? da : db,
                                      CH == 2 ? P[0][m][i] + P[1][m][i] : P[0][m][i], acc[m][i]);
+            }
             if constexpr (T::HAS_MIN) {
                 // Offsets: M = Σ_G m_G · S_G over the super-block's 16 groups (k = group),
                 // the sums' pieces packed into columns like the activations.

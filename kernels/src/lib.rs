@@ -84,11 +84,30 @@ pub fn matvec_rows_per_block(fmt: &str, nc: usize) -> u32 {
 }
 
 /// Formats with a tensor-core matvec `mvtc_<fmt>_<NG>` (`matvec.cu`: weights decoded to exact bf16
-/// integers, activations split exactly into three bf16 pieces, `mma.sync` bf16 → f32).
+/// integers, activations split exactly into three bf16 pieces, `mma.sync` bf16 → f32; Q2_K:
+/// integer `mma.sync` s8 → s32 against three int8 digits per activation, [`tc_int8_digits`]).
 pub const TC_FORMATS: [&str; 6] = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_0"];
+/// Whether the tensor-core matvec of format `fmt` (a [`FORMATS`] suffix) takes its main sums
+/// with the integer mma against the activations' int8 digits (`matvec.cu`, `TC_I8`: Q2_K)
+/// instead of the bf16 mma against their exact bf16 pieces. Those digits round each input to
+/// 23 significant bits of its 128-element block's largest magnitude (`common.cuh`,
+/// `TC_XD_OFFSET`), so such a matvec is not exact in its activations, unlike the others.
+pub fn tc_int8_digits(fmt: &str) -> bool {
+    fmt == "q2_k"
+}
+
 /// Word offset of the folded formats' group-sum fragments inside the `mvtc` sums buffer
 /// (`TC_XSF_OFFSET` in `common.cuh`; equals `TC_MAX_K / 16 · 8` of the runtime's scratch).
 pub const TC_XSF_OFFSET: usize = 32768;
+/// Word offset of the activations' int8 digit fragments inside the `mvtc` sums buffer
+/// (`TC_XD_OFFSET` in `common.cuh`: `u32 [TC_MAX_GROUPS][K / 32][32 lanes][2]`, the integer
+/// tensor-core matvec's B fragments), right after the group sums' fragments
+/// (`TC_XSF_OFFSET + TC_MAX_K / 256 · TC_PREP_WORDS_PER_GROUP` of the runtime's scratch).
+pub const TC_XD_OFFSET: usize = 81920;
+/// Word offset of the digits' per-128-element exponents `f32 [K / 128][8]` (`TC_XF_OFFSET` in
+/// `common.cuh`), right after the digit fragments (`TC_XD_OFFSET + TC_MAX_K / 32 · 64 ·
+/// TC_MAX_GROUPS` words).
+pub const TC_XF_OFFSET: usize = 475136;
 /// Elements of one `mvtc` super-block: `K` must be a multiple of this.
 pub const TC_SUPER_BLOCK: usize = 256;
 /// Rows of one `mvtc_<fmt>_<NG>` thread block (grid `ceil(rows / TC_ROWS)`, block [`TC_THREADS`]).
@@ -144,7 +163,7 @@ pub fn tc_col_groups(nc: usize) -> usize {
 /// `mvtc_<fmt>_<NG>` with NG = [`tc_col_groups`]`(nc)` (defined, empty, for every format; only
 /// [`TC_FORMATS`] compute), or with `wide` and NG 1 or 3 its wide variant `mvtc_<fmt>_<NG>w`
 /// (more resident blocks per SM, the same sums bit for bit: `TcWide` in `matvec.cu`; NG = 2
-/// has none and keeps its kernel). All three activation pieces are used (exact f32 activations).
+/// has none and keeps its kernel). All three activation pieces (or int8 digits) are used.
 pub fn mvtc_kernel(fmt: &str, nc: usize, wide: bool) -> String {
     let ng = tc_col_groups(nc).clamp(1, TC_MAX_GROUPS);
     let w = if wide && ng != 2 { "w" } else { "" };
@@ -718,8 +737,14 @@ mod tests {
     #[test]
     fn xsf_offset_matches_the_cuda_define() {
         // The Rust constant and the CUDA #define are written separately; they must agree.
-        let line = format!("#define TC_XSF_OFFSET {}", super::TC_XSF_OFFSET);
-        assert!(super::COMMON.contains(&line), "common.cuh lacks {line:?}");
+        for (name, v) in [
+            ("TC_XSF_OFFSET", super::TC_XSF_OFFSET),
+            ("TC_XD_OFFSET", super::TC_XD_OFFSET),
+            ("TC_XF_OFFSET", super::TC_XF_OFFSET),
+        ] {
+            let line = format!("#define {name} {v}");
+            assert!(super::COMMON.contains(&line), "common.cuh lacks {line:?}");
+        }
     }
 
     #[test]

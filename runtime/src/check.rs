@@ -355,20 +355,42 @@ fn matvec_case(
     )?;
     let y = gpu.stream.clone_dtoh(&yd)?;
     let depth = matvec_tol_units(k, tc);
+    let digits = tc && kernels::tc_int8_digits(ty.name());
     let (mut pass, mut worst_units, mut worst_rel, mut bad) = (true, 0f64, 0f64, 0usize);
     for c in 0..nc {
         let xc = &x[c * k..(c + 1) * k];
+        // Integer-mma formats read x rounded to the int8 digits' grid: per 128-element block
+        // with largest |x| in [2^e, 2^(e+1)), x = N·2^(e−21) + δ with |δ| ≤ 2^(e−22)
+        // (`common.cuh`, TC_XD_OFFSET), so the product may differ from Σ w·x by up to
+        // Σ_blocks 2^(e−22)·Σ|w| on top of the f32 roundings.
+        let grid: Vec<f64> = if digits {
+            xc.chunks(128)
+                .map(|b| {
+                    let m = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+                    if m > 0.0 {
+                        2f64.powi(m.log2().floor() as i32 - 22)
+                    } else {
+                        0.0
+                    }
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         for r in 0..rows {
             let wr = &w64[r * k..(r + 1) * k];
-            let (mut s, mut a) = (0f64, 0f64);
-            for (w, &xv) in wr.iter().zip(xc) {
+            let (mut s, mut a, mut q) = (0f64, 0f64, 0f64);
+            for (e, (w, &xv)) in wr.iter().zip(xc).enumerate() {
                 let p = w * xv as f64;
                 s += p;
                 a += p.abs();
+                if digits {
+                    q += grid[e / 128] * w.abs();
+                }
             }
             let g = y[c * rows + r] as f64;
             let err = (g - s).abs();
-            let tol = 1.01 * depth * U * a;
+            let tol = 1.01 * (depth * U * a + q);
             if !within(err, tol) {
                 pass = false;
                 bad += 1;
@@ -392,7 +414,9 @@ fn matvec_case(
 /// Tolerance of [`matvec_case`] in units of `2⁻²⁴ · Σ|w·x|`: CUDA-core `⌈K/1024⌉ + 16`
 /// (`matvec.cu`); tensor-core `K/16 + 64`: one f32 rounding per 16-group scale step and per
 /// offset term plus the tensor cores' f32 sums, and the offset form `a·Σq·x + b·Σx` can cancel
-/// (an error relative to `Σ|a·q·x| + Σ|b·x|`, not to `Σ|w·x|`).
+/// (an error relative to `Σ|a·q·x| + Σ|b·x|`, not to `Σ|w·x|`). The integer-mma formats
+/// ([`kernels::tc_int8_digits`]) add the activations' rounding to their digit grid (in
+/// [`matvec_case`]).
 fn matvec_tol_units(k: usize, tc: bool) -> f64 {
     if tc {
         (k / 16) as f64 + 64.0

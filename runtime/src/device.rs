@@ -33,7 +33,9 @@ pub struct Gpu {
     /// columns of [`TC_MAX_K`] elements, and their 16-element sums.
     pub(crate) tc_xp: CudaSlice<u32>,
     /// 16-element sums `[TC_MAX_K / 16, 8]` of the same columns, followed by their bf16
-    /// fragments for the folded formats' offset mma (`common.cuh`, `TC_XSF_OFFSET`).
+    /// fragments for the folded formats' offset mma (`common.cuh`, `TC_XSF_OFFSET`), the
+    /// columns' int8 digits for the integer mma (`TC_XD_OFFSET`) and their per-128-element
+    /// exponents (`TC_XF_OFFSET`).
     pub(crate) tc_xs: CudaSlice<f32>,
     /// Kernel profile being recorded ([`Gpu::profile_start`]): per launch of the forward, the
     /// kernel name and an event recorded right after it. `None` when not profiling.
@@ -44,6 +46,16 @@ pub struct Gpu {
 /// CUDA-core matvec.
 pub const TC_MAX_K: usize = 1 << 16;
 const _: () = assert!(TC_MAX_K / 16 * 8 == kernels::TC_XSF_OFFSET);
+const _: () = assert!(
+    kernels::TC_XSF_OFFSET + TC_MAX_K / 256 * kernels::TC_PREP_WORDS_PER_GROUP
+        == kernels::TC_XD_OFFSET
+);
+const _: () = assert!(
+    kernels::TC_XD_OFFSET + TC_MAX_K / 32 * 64 * kernels::TC_MAX_GROUPS == kernels::TC_XF_OFFSET
+);
+/// `f32` words of the `mvtc` sums buffer: group sums, their fragments, the int8 digit fragments
+/// and the digits' exponents (`common.cuh`).
+const TC_XS_WORDS: usize = kernels::TC_XF_OFFSET + TC_MAX_K / 128 * 8;
 
 /// Whether the tensor-core matvec serves a matrix of format `fmt` (a [`kernels::FORMATS`]
 /// suffix), row length `k` and `bytes` bytes on a device of compute capability `cc`: a
@@ -100,11 +112,10 @@ impl Gpu {
             .alloc_zeros::<u32>(TC_MAX_K / 16 * kernels::TC_PREP_WORDS_PER_GROUP)
             .map_err(drv("alloc mvtc scratch"))?;
         // Group sums [TC_MAX_K / 16][8], then (from TC_XSF_OFFSET = TC_MAX_K / 16 · 8 words, see
-        // common.cuh) their bf16 fragments [3][TC_MAX_K / 256][32][2] for folded formats.
+        // common.cuh) their bf16 fragments [3][TC_MAX_K / 256][32][2] for folded formats, then
+        // the int8 digits (TC_XD_OFFSET) and their exponents (TC_XF_OFFSET).
         let tc_xs = stream
-            .alloc_zeros::<f32>(
-                TC_MAX_K / 16 * 8 + (TC_MAX_K / 256) * kernels::TC_PREP_WORDS_PER_GROUP,
-            )
+            .alloc_zeros::<f32>(TC_XS_WORDS)
             .map_err(drv("alloc mvtc scratch"))?;
         Ok(Gpu {
             prof: std::sync::Mutex::new(None),
