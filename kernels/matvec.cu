@@ -299,7 +299,9 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 // decode (`runtime bench`, alternating, two runs each, producers writing the digits in both):
 // 235.6 / 236.3 → 253.0 / 252.8 tok/s, batch 8 1384.2 / 1377.2 → 1441.1 / 1438.4; model-check
 // maxima vs the f64 oracle on the UD-Q2_K_XL models 3.6e-6 / 1.87e-5 / 3.27e-5 → 4.4e-6 /
-// 2.12e-5 / 3.58e-5 (the other models' unchanged), every row still bitwise invariant.
+// 2.12e-5 / 3.58e-5 (the other models' unchanged), every row still bitwise invariant. The
+// NG = 3 wide kernel mvtc_q2_k_3w spills 16 B with it (`scripts/gpu/run.sh sass`; 0 before),
+// yet batch 8 is faster.
 //
 // Tile: 16 rows × 8·NG mma columns per block (TC_WARPS = 8 warps); the tile's K is split into 8
 // strided runs of 256-element super-blocks (warp w: w, w + 8, …). The weights reach the warps
@@ -1084,12 +1086,8 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                         for (int i = 0; i < 4; ++i) P[m][i] = 0;
 #pragma unroll
                     for (int hp = 0; hp < 4 / XP; ++hp) {
-                        uint2 xv[XP][NG];
-#pragma unroll
-                        for (int u = 0; u < XP; ++u)
-#pragma unroll
-                            for (int m = 0; m < NG; ++m)
-                                xv[u][m] = __ldg(xdq[m] + 32 * (4 * h + XP * hp + u));
+                        uint2 xv[XP][NG];  // (32 uint2 per 32-block, as per 16-group)
+                        tc_load_x<XP, NG>(xv, xdq, 4 * h + XP * hp);
 #pragma unroll
                         for (int u = 0; u < XP; ++u) {
                             const int G = 8 * h + 2 * (XP * hp + u);
