@@ -22,7 +22,9 @@
 //   left zero after it;
 //   xp, xs, prep_rows: rows t < prep_rows (≤ 8; 0 = none; needs d % 16 == 0) of out are also
 //   written into the tensor-core matvec's prep buffers (common.cuh tc_prep_quad_lanes, the bits
-//   mvtc_prep would write for the o projection's input of K = nh·d) by their combining block.
+//   mvtc_prep would write for the o projection's input of K = nh·d) by their combining block;
+//   prep_kinds: which of the bf16 pieces and int8 digits (common.cuh TC_PREP_PIECES /
+//   TC_PREP_DIGITS).
 //   A row that sees n keys is split into Z = att_splits(n) = min(ceil(n / 16), 32) blocks of CH = ceil(n / Z) keys
 //   (flash-decoding; Z and CH depend on n only): block z computes, over its keys, m_z = max s,
 //   l_z = Σ e, e = exp(s − m_z), o_z = Σ e·v (key order); the row's last block to finish
@@ -200,7 +202,7 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
                                          int nh, int nkv, int d, int rows, int window,
                                          float* __restrict__ part, unsigned* __restrict__ cnt,
                                          uint32_t* __restrict__ xp, float* __restrict__ xs,
-                                         int prep_rows) {
+                                         int prep_rows, int prep_kinds) {
     extern __shared__ float sc[];
     __shared__ float red[32];
     __shared__ int last;
@@ -377,7 +379,8 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
 #pragma unroll
                 for (int e = 0; e < 4; ++e) v[e] = ov[4 * qd + e];
             }
-            tc_prep_quad_lanes(v, t, ((h * d) >> 4) + (qd >> 2), (nh * d) >> 4, xp, xs, live);
+            tc_prep_quad_lanes(v, t, ((h * d) >> 4) + (qd >> 2), (nh * d) >> 4, xp, xs, live,
+                               prep_kinds);
         }
     }
 }

@@ -316,21 +316,30 @@ static __device__ __forceinline__ void tc_prep_group(const float (&v)[16], int c
 
 // The quad form for kernels where 4 consecutive lanes hold the 4 quads of one group (lane & 3 =
 // t): writes this lane's quad and, from lane t = 0, the group sum (same order as tc_prep_group).
+// `kinds` (uniform over the launch; kernels::TC_PREP_PIECES | kernels::TC_PREP_DIGITS): which of
+// the bf16 pieces (xp) and the int8 digits (TC_XD_OFFSET) to write — the ones the matvecs that
+// read this input take; the group sums and their fragments are always written.
+#define TC_PREP_PIECES 1
+#define TC_PREP_DIGITS 2
 // All 32 lanes of the warp must call it (shuffles), and the warp's 32 quads must be one
 // 128-element block (8 consecutive groups from a multiple of 8: the int8 digits' shared
 // exponent is the warp's largest |x|); lanes that are not `live` hold zeros.
 static __device__ __forceinline__ void tc_prep_quad_lanes(const float* v, int c, int G, int ng,
                                                           uint32_t* __restrict__ xp,
-                                                          float* __restrict__ xs, bool live) {
+                                                          float* __restrict__ xs, bool live,
+                                                          int kinds) {
     const int t = threadIdx.x & 3;
     float p = tc_quad_sum(v);
     p = p + __shfl_xor_sync(0xffffffffu, p, 1);  // (p0 + p1) on lanes 0, 1; (p2 + p3) on 2, 3
     p = p + __shfl_xor_sync(0xffffffffu, p, 2);  // commutative adds: the same bits on all four
-    float M = tc_quad_absmax(v);
+    float M = 0.0f;
+    if (kinds & TC_PREP_DIGITS) {
+        M = tc_quad_absmax(v);
 #pragma unroll
-    for (int o = 1; o < 32; o <<= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        for (int o = 1; o < 32; o <<= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    }
     if (!live) return;
     if (t == 0) tc_prep_sum(p, c, G, ng, xs);
-    tc_prep_quad(v, c, G, t, ng, xp);
-    tc_prep_digits(v, c, G, t, ng, M, xs);
+    if (kinds & TC_PREP_PIECES) tc_prep_quad(v, c, G, t, ng, xp);
+    if (kinds & TC_PREP_DIGITS) tc_prep_digits(v, c, G, t, ng, M, xs);
 }

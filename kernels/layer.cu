@@ -23,14 +23,15 @@ extern "C" __global__ void rmsnorm_add_f32(const float* __restrict__ y, const fl
     for (int i = tid + NORM_CACHE * B; i < n; i += B) xr[i] += (yr[i] * scale) * w[i];
 }
 
-// add_norm_prep_f32(y, wy, x, w, h, n, eps, xp, xs, prep_rows, post_scale): for row r (grid
-// rows):
+// add_norm_prep_f32(y, wy, x, w, h, n, eps, xp, xs, prep_rows, post_scale, prep_kinds): for row
+// r (grid rows):
 //   if y != null: x[r] += RMSNorm_wy(y[r]), then x[r] *= post_scale
 //                 (the §8 residual step and, at a layer's end, its layer_scalar: the same f32
 //                 multiply as scale_f32)
 //   h[r] = RMSNorm_w(x[r])                        (the next sub-block's input norm)
 //   and, for r < prep_rows (≤ 8), column r of h split into the tensor-core matvec's prep
-//   buffers xp/xs (the same bits as mvtc_prep of h).
+//   buffers xp/xs (the same bits as mvtc_prep of h; prep_kinds: which of the bf16 pieces and
+//   int8 digits, common.cuh TC_PREP_PIECES / TC_PREP_DIGITS).
 // x, h, y f32 [rows, n]; n % 16 == 0, n ≤ 4·1024·NQ. Block B = kernels::norm_prep_threads(n)
 // (a multiple of 32, ≤ 1024); thread j owns the quads (4 elements) q = j + kB, k < NQ, in
 // registers, so the 4 quads of a 16-group sit on 4 consecutive lanes (and a warp's 32 quads are
@@ -43,7 +44,7 @@ extern "C" __global__ void __launch_bounds__(1024) add_norm_prep_f32(const float
                                              const float* __restrict__ w, float* __restrict__ h,
                                              int n, float eps, uint32_t* __restrict__ xp,
                                              float* __restrict__ xs, int prep_rows,
-                                             float post_scale) {
+                                             float post_scale, int prep_kinds) {
     GRIDDEP_ENTRY();
     __shared__ float red[33];
     const int r = blockIdx.x, B = blockDim.x, nq = n >> 2, ng = n >> 4;
@@ -113,17 +114,18 @@ extern "C" __global__ void __launch_bounds__(1024) add_norm_prep_f32(const float
             v[k][3] = (v[k][3] * scale) * ww.w;
             ((float4*)hr)[q] = make_float4(v[k][0], v[k][1], v[k][2], v[k][3]);
         }
-        if (r < prep_rows) tc_prep_quad_lanes(v[k], r, q >> 2, ng, xp, xs, live);
+        if (r < prep_rows) tc_prep_quad_lanes(v[k], r, q >> 2, ng, xp, xs, live, prep_kinds);
     }
 }
 
-// geglu_prep_f32(g, u, out, n, xp, xs, prep_rows): out[r] = gelu(g[r]) ⊙ u[r] (the formula and
-// rounding of geglu_f32, activation.cu) and, for r < prep_rows (≤ 8), column r of out into the
-// tensor-core matvec's prep buffers. g, u, out f32 [rows, n] (out may alias g); n % 16 == 0.
+// geglu_prep_f32(g, u, out, n, xp, xs, prep_rows, prep_kinds): out[r] = gelu(g[r]) ⊙ u[r] (the
+// formula and rounding of geglu_f32, activation.cu) and, for r < prep_rows (≤ 8), column r of out
+// into the tensor-core matvec's prep buffers (prep_kinds as add_norm_prep_f32's). g, u, out f32 [rows, n] (out may alias g); n % 16 == 0.
 // One thread per quad (4 elements): grid (ceil(n / 4 / 128), rows), block 128.
 extern "C" __global__ void geglu_prep_f32(const float* g, const float* __restrict__ u,
                                           float* out, int n, uint32_t* __restrict__ xp,
-                                          float* __restrict__ xs, int prep_rows) {
+                                          float* __restrict__ xs, int prep_rows,
+                                          int prep_kinds) {
     GRIDDEP_ENTRY();
     const int r = blockIdx.y, nq = n >> 2, ng = n >> 4;
     const int q = blockIdx.x * blockDim.x + threadIdx.x;
@@ -137,7 +139,7 @@ extern "C" __global__ void geglu_prep_f32(const float* g, const float* __restric
         for (int e = 0; e < 4; ++e) v[e] = geglu_mul(ga[e], ub[e]);
         *(float4*)(out + o) = make_float4(v[0], v[1], v[2], v[3]);
     }
-    if (r < prep_rows) tc_prep_quad_lanes(v, r, q >> 2, ng, xp, xs, live);
+    if (r < prep_rows) tc_prep_quad_lanes(v, r, q >> 2, ng, xp, xs, live, prep_kinds);
 }
 
 // scale_f32(x, n, s): x[i] *= s (layer_scalar §8, PLE projection scale §7).

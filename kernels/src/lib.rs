@@ -96,6 +96,26 @@ pub fn tc_int8_digits(fmt: &str) -> bool {
     fmt == "q2_k"
 }
 
+/// `prep_kinds` bit of the fused prep producers (`add_norm_prep_f32`, `geglu_prep_f32`,
+/// `attention_f32`; `TC_PREP_PIECES` in `common.cuh`): write the exact bf16 pieces, which the
+/// tensor-core matvecs of every format but the [`tc_int8_digits`] ones read.
+pub const TC_PREP_PIECES: i32 = 1;
+/// `prep_kinds` bit: write the int8 digits and their exponents, which the [`tc_int8_digits`]
+/// formats read (`TC_PREP_DIGITS` in `common.cuh`). The group sums are always written.
+pub const TC_PREP_DIGITS: i32 = 2;
+
+/// The `prep_kinds` a fused producer must write for tensor-core matvecs of formats `fmts` (the
+/// [`FORMATS`] suffixes of the matrices that read its output through the prep buffers).
+pub fn tc_prep_kinds<'a>(fmts: impl IntoIterator<Item = &'a str>) -> i32 {
+    fmts.into_iter().fold(0, |k, f| {
+        k | if tc_int8_digits(f) {
+            TC_PREP_DIGITS
+        } else {
+            TC_PREP_PIECES
+        }
+    })
+}
+
 /// Word offset of the folded formats' group-sum fragments inside the `mvtc` sums buffer
 /// (`TC_XSF_OFFSET` in `common.cuh`; equals `TC_MAX_K / 16 · 8` of the runtime's scratch).
 pub const TC_XSF_OFFSET: usize = 32768;
@@ -741,10 +761,24 @@ mod tests {
             ("TC_XSF_OFFSET", super::TC_XSF_OFFSET),
             ("TC_XD_OFFSET", super::TC_XD_OFFSET),
             ("TC_XF_OFFSET", super::TC_XF_OFFSET),
+            ("TC_PREP_PIECES", super::TC_PREP_PIECES as usize),
+            ("TC_PREP_DIGITS", super::TC_PREP_DIGITS as usize),
         ] {
             let line = format!("#define {name} {v}");
             assert!(super::COMMON.contains(&line), "common.cuh lacks {line:?}");
         }
+    }
+
+    #[test]
+    fn prep_kinds_follow_the_readers_formats() {
+        // Hand-derived from tc_int8_digits (only Q2_K reads digits): Q2_K q/k with a Q3_K v
+        // (the 12B mix's attention input) needs both; Q2_K alone digits; Q3_K alone pieces.
+        use super::{tc_prep_kinds, TC_PREP_DIGITS, TC_PREP_PIECES};
+        assert_eq!(tc_prep_kinds(["q2_k", "q2_k", "q3_k"]), 3);
+        assert_eq!(tc_prep_kinds(["q2_k", "q2_k"]), TC_PREP_DIGITS);
+        assert_eq!(tc_prep_kinds(["q3_k"]), TC_PREP_PIECES);
+        assert_eq!(tc_prep_kinds(["q4_k", "q6_k"]), TC_PREP_PIECES);
+        assert_eq!(tc_prep_kinds([]), 0);
     }
 
     #[test]

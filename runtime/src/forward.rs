@@ -1034,6 +1034,13 @@ impl Forward<'_> {
         crate::device::tc_serves(w.fmt, w.cols, w.rows * w.row_bytes, self.gpu.cc)
     }
 
+    /// The `prep_kinds` argument of a fused prep producer whose output `readers` read through
+    /// [`Forward::mvs_pre`] ([`kernels::tc_prep_kinds`] of those taking the tensor-core matvec):
+    /// every reader must be listed, or it would read stale prep buffers.
+    fn prep_kinds(&self, readers: &[&Mat]) -> i32 {
+        kernels::tc_prep_kinds(readers.iter().filter(|w| self.tc_ok(w)).map(|w| w.fmt))
+    }
+
     /// `mvtc_prep`: splits `nc ≤ 8` columns of `k` f32 at `x` into the GPU's tensor-core scratch
     /// (the kernel from `fmt`'s per-format module, which every format's module carries).
     pub(crate) fn tc_prep(
@@ -1251,6 +1258,7 @@ impl Forward<'_> {
     /// prep buffers with `h` when `t ≤ 8`; returns `Some(n)` when it did (for
     /// [`Forward::mvs_pre`]). Rows the fused kernel does not serve (`n % 16 ≠ 0`, `n > 16384`)
     /// take `rmsnorm_add_f32` + `rmsnorm_f32`.
+    #[allow(clippy::too_many_arguments)]
     fn add_norm_prep(
         &self,
         y: Option<(u64, u64, f32)>,
@@ -1259,6 +1267,7 @@ impl Forward<'_> {
         h: u64,
         t: usize,
         n: usize,
+        readers: &[&Mat],
     ) -> Result<Option<usize>, RuntimeError> {
         let gpu = self.gpu;
         let eps = self.model.config.rms_eps as f32;
@@ -1289,6 +1298,7 @@ impl Forward<'_> {
                 Arg::P(ptr(gpu, &gpu.tc_xs)),
                 Arg::I(prep_rows as i32),
                 Arg::F(post_scale),
+                Arg::I(self.prep_kinds(readers)),
             ],
         )?;
         Ok((prep_rows > 0).then_some(n))
@@ -1318,6 +1328,7 @@ impl Forward<'_> {
         u: u64,
         t: usize,
         n: usize,
+        readers: &[&Mat],
     ) -> Result<Option<usize>, RuntimeError> {
         let gpu = self.gpu;
         if !n.is_multiple_of(16) {
@@ -1349,6 +1360,7 @@ impl Forward<'_> {
                 Arg::P(ptr(gpu, &gpu.tc_xp)),
                 Arg::P(ptr(gpu, &gpu.tc_xs)),
                 Arg::I(prep_rows as i32),
+                Arg::I(self.prep_kinds(readers)),
             ],
         )?;
         Ok((prep_rows > 0).then_some(n))
@@ -1615,14 +1627,22 @@ impl Forward<'_> {
             let (nh, nkv, d) = (l.n_head, l.n_kv, l.head_dim);
             let inv = ptr(gpu, &l.inv_freq);
             // §4 attention.
-            let pre = self.add_norm_prep(pending.take(), x, ptr(gpu, &l.attn_norm), h, t, hh)?;
-            match &l.kv {
-                Some((wk, _, Some(wv))) => {
-                    self.mvs_pre(&[(&l.attn_q, q), (wk, k), (wv, v)], h, t, pre)?
-                }
-                Some((wk, _, None)) => self.mvs_pre(&[(&l.attn_q, q), (wk, k)], h, t, pre)?,
-                None => self.mvs_pre(&[(&l.attn_q, q)], h, t, pre)?,
-            }
+            let outs: Vec<(&Mat, u64)> = match &l.kv {
+                Some((wk, _, Some(wv))) => vec![(&l.attn_q, q), (wk, k), (wv, v)],
+                Some((wk, _, None)) => vec![(&l.attn_q, q), (wk, k)],
+                None => vec![(&l.attn_q, q)],
+            };
+            let readers: Vec<&Mat> = outs.iter().map(|o| o.0).collect();
+            let pre = self.add_norm_prep(
+                pending.take(),
+                x,
+                ptr(gpu, &l.attn_norm),
+                h,
+                t,
+                hh,
+                &readers,
+            )?;
+            self.mvs_pre(&outs, h, t, pre)?;
             // §4.2–§4.4 q/k/v norms and RoPE, §4.8 KV store: one launch (`qkv_post_f32`).
             let (nkv_post, kc, vc, kn, k_eq_v, rows) = match &l.kv {
                 Some((_, kn, wv)) => {
@@ -1718,6 +1738,7 @@ impl Forward<'_> {
                     Arg::P(ptr(gpu, &gpu.tc_xp)),
                     Arg::P(ptr(gpu, &gpu.tc_xs)),
                     Arg::I(prep_rows as i32),
+                    Arg::I(self.prep_kinds(&[&l.attn_output])),
                 ],
             )?;
             self.mvs_pre(&[(&l.attn_output, a)], att, t, o_prep.then_some(nh * d))?;
@@ -1729,9 +1750,10 @@ impl Forward<'_> {
                 h,
                 t,
                 hh,
+                &[&l.ffn_gate, &l.ffn_up],
             )?;
             self.mvs_pre(&[(&l.ffn_gate, g), (&l.ffn_up, u)], h, t, pre)?;
-            let pre = self.geglu_prep(g, u, t, l.n_ff)?;
+            let pre = self.geglu_prep(g, u, t, l.n_ff, &[&l.ffn_down])?;
             self.mvs_pre(&[(&l.ffn_down, f)], g, t, pre)?;
 
             // §6 MoE.
