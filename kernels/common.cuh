@@ -182,9 +182,10 @@ static __device__ __forceinline__ void tc_split3(float v, uint32_t& h, uint32_t&
 // int8 digits of the activations, for the Q2_K integer tensor-core matvec (matvec.cu, TC_I8):
 // every 128-element block b of input column c has a shared power of two 2^e (e = the exponent
 // of its largest |x|, max|x| ∈ [2^e, 2^(e+1))), and each element is the integer
-// N = rint(x · 2^(21 − e)) (|N| ≤ 2^22: 23 significant bits at the block's largest element)
-// written as three signed base-256 digits N = D0·2^16 + D1·2^8 + D2 (D2, D1 ∈ [−128, 127],
-// |D0| ≤ 65). Digit p of input c is mma column cc = 3c + p, as the bf16 pieces are.
+// N = rint(x · 2^(21 − e)) (|N| ≤ 2^22: the block's largest element keeps 22 significant bits,
+// every element an absolute rounding error ≤ 2^(e−22)), written as three signed base-256
+// digits N = D0·2^16 + D1·2^8 + D2 (D2, D1 ∈ [−128, 127], |D0| ≤ 65). Digit p of input c is
+// mma column cc = 3c + p, as the bf16 pieces are.
 // TC_XD_OFFSET (words of xs): u32 [m = cc/8][K/32][32 lanes][2] in m16n8k32 B-fragment order:
 // lane 4g + t of (m, 32-block i) holds column 8m + g's digits of elements 4t … 4t+3 of 16-groups
 // 2i (word 0) and 2i + 1 (word 1), byte j = element 4t + j.

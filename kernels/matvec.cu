@@ -289,7 +289,7 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 // Per 128-element half of a super-block the 4 mma sum exactly in s32, then acc += (d·2^-29·2^e)·P
 // (one f32 rounding; the epilogue's TcOut<1> factors 2^(24 − 8p) give digit p its weight
 // 2^(16 − 8p)·2^(e − 21)); the offsets stay the bf16 mma of the exact group sums. Error: the
-// activations' rounding to the digit grid, |x − N·2^(e−21)| ≤ 2^(e−22) (23 significant bits at
+// activations' rounding to the digit grid, |x − N·2^(e−21)| ≤ 2^(e−22) (22 significant bits at
 // the block's largest element), plus the f32 roundings above; still one fixed order per column,
 // so 1..8 columns give the same bits. Blocks whose largest |x| is below ~2^-100 lose precision
 // (2^e·d·2^-29 leaves the f32 normal range); a non-finite input makes its block's 2^e NaN.
@@ -301,7 +301,14 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 // maxima vs the f64 oracle on the UD-Q2_K_XL models 3.6e-6 / 1.87e-5 / 3.27e-5 → 4.4e-6 /
 // 2.12e-5 / 3.58e-5 (the other models' unchanged), every row still bitwise invariant. The
 // NG = 3 wide kernel mvtc_q2_k_3w spills 16 B with it (`scripts/gpu/run.sh sass`; 0 before),
-// yet batch 8 is faster.
+// yet batch 8 is faster. Nsight Compute of ffn_gate+ffn_up (mvtc_q2_k_1w, 1920 tiles, n = 1,
+// two launches alike): 11.96 M warp instructions (13.7 M with the bf16 pieces), issue slots 57 %
+// busy, integer ALU pipe still 59 % of peak, FMA 16 %, tensor 8.4 % (IMMA 7.5); per issued
+// instruction not selected 2.59, math-pipe throttle 1.79, wait 1.40, barrier 1.28, long
+// scoreboard 0.74 — still bound by the ALU. The decode proper (PRMT, SHF, LOP3, IMAD per A word)
+// is ~120 of the loop's 448 SASS instructions per super-block (`scripts/gpu/run.sh sass`); the
+// rest is the work around it (weight and activation loads and their addresses, the exponents,
+// the offsets' mma and scaling, the stage copies and barriers).
 //
 // Tile: 16 rows × 8·NG mma columns per block (TC_WARPS = 8 warps); the tile's K is split into 8
 // strided runs of 256-element super-blocks (warp w: w, w + 8, …). The weights reach the warps

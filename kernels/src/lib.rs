@@ -90,7 +90,7 @@ pub const TC_FORMATS: [&str; 6] = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_0
 /// Whether the tensor-core matvec of format `fmt` (a [`FORMATS`] suffix) takes its main sums
 /// with the integer mma against the activations' int8 digits (`matvec.cu`, `TC_I8`: Q2_K)
 /// instead of the bf16 mma against their exact bf16 pieces. Those digits round each input to
-/// 23 significant bits of its 128-element block's largest magnitude (`common.cuh`,
+/// 22 significant bits of its 128-element block's largest magnitude (`common.cuh`,
 /// `TC_XD_OFFSET`), so such a matvec is not exact in its activations, unlike the others.
 pub fn tc_int8_digits(fmt: &str) -> bool {
     fmt == "q2_k"

@@ -7,7 +7,7 @@
 //! GGUF blocks. The tensor-core matvec (`mvtc`, `kernels/matvec.cu`) keeps that for Q3_K, Q4_K,
 //! Q5_K, Q6_K and Q4_0: weights as exact bf16 integers, activations split exactly into three
 //! bf16 pieces (each its own mma column), every product exact and summed in f32 by `mma.sync`.
-//! Q2_K takes the integer mma instead: its activations are rounded to 23 significant bits of
+//! Q2_K takes the integer mma instead: its activations are rounded to 22 significant bits of
 //! their 128-element block's largest magnitude (three int8 digits per element,
 //! [`kernels::tc_int8_digits`]), every integer product and sum exact. Measured on the H200
 //! (`runtime model-check`, 120–130 rows per model): logits within 2.2e-5 of the f64 oracle on the
