@@ -271,16 +271,16 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 // pairwise sum of the runs, then the three pieces; no dependence on the number of columns (a
 // column's mma, loads and sums are the same in every NG kernel, so 1..8 columns give the same
 // bits: decode, verify and batch rows agree bitwise). Folded formats (Q2_K, Q3_K: FOLD = 1
-// below) multiply the group's integer scale into the integer (|sc·q| ≤ 128, exact in bf16), so
-// the tensor core sums a whole super-block (P = Σ (sc·q)·x: f32 accumulations across its 16
-// mma, in one chain for Q2_K, two for Q3_K — TcChains) scaled once by d; Q2_K takes its offsets
-// Σ_G b_G·S_G as one more mma per super-block of the sums' pieces (packed the same way).
-// Scales: the prep stores hi·2^40, mid·2^48, lo·2^56 (and S·2^40), exact powers of two undone
-// in the epilogue (TcOut). Q2_K (SUB = 1) reads its integers sc·q and mins as bf16 subnormals
-// (the bit pattern n is n·2^-133, so a decoded byte is an mma operand as it is: no bias to
-// subtract) and multiplies d, dmin by 2^69; its products stay normal f32 for |x| ≥ ~2^-33.
+// below) multiply the group's integer scale into the integer (|sc·q| ≤ 128), so a whole
+// super-block is one sum P = Σ (sc·q)·x scaled once by d (Q3_K: bf16 mma, f32 accumulations
+// across its 16 mma in two chains — TcChains; Q2_K: the integer mma below); Q2_K takes its
+// offsets Σ_G b_G·S_G as one more bf16 mma per super-block of the sums' pieces (packed the same
+// way). Scales: the prep stores hi·2^40, mid·2^48, lo·2^56 (and S·2^40), exact powers of two
+// undone in the epilogue (TcOut). Q2_K (SUB = 1) reads its mins as bf16 subnormals (the bit
+// pattern n is n·2^-133, so a decoded nibble is an mma operand as it is) and multiplies dmin by
+// 2^69; its epilogue factors are those of TcOut<1>.
 //
-// Integer mma (TcI8: Q2_K, TC_I8 = 1): the main sums P = Σ (sc·q)·x take the int8 mma
+// Integer mma (TcI8: Q2_K): the main sums P = Σ (sc·q)·x take the int8 mma
 // (m16n8k32 s8·s8 → s32, tc_imma) against the activations' int8 digits instead of the bf16
 // pieces: x ≈ N·2^(e − 21) per 128-element block (2^e ≤ the block's largest |x| < 2^(e+1),
 // N = D0·2^16 + D1·2^8 + D2, common.cuh TC_XD_OFFSET), digit p in mma column 3c + p as the pieces
@@ -293,7 +293,9 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 // the block's largest element), plus the f32 roundings above; still one fixed order per column,
 // so 1..8 columns give the same bits. Blocks whose largest |x| is below ~2^-100 lose precision
 // (2^e·d·2^-29 leaves the f32 normal range); a non-finite input makes its block's 2^e NaN.
-// Measured (H200, 2026-12-03, `runtime mv-bench`, TC_I8 0 → 1 in one call, 12B shapes):
+// Measured against Q2_K's former bf16 path (bf16 pieces, `pairs_fold` splitting the same word
+// into two bf16-subnormal pairs; removed since, as the producers no longer write bf16 pieces for
+// Q2_K's readers) (H200, 2026-12-03, `runtime mv-bench`, both in one call, 12B shapes):
 // ffn_gate+ffn_up 24.69 → 21.16 µs at n = 1, 39.42 → 35.70 at n = 8; attn_q+attn_k 6.88 → 6.15;
 // attn_output 5.55 → 4.94; attn_q+attn_k+attn_v 9.93 → 9.39 (n = 8 16.08 → 16.66). 12B Q2_K-mix
 // decode (`runtime bench`, alternating, two runs each, producers writing the digits in both):
@@ -428,13 +430,6 @@ static __device__ __forceinline__ void tc_imma(int (&d)[4], uint32_t a0, uint32_
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// TC_I8 = 1: the Q2_K matvec takes its main sums with the integer mma (tc_imma) against the
-// activations' int8 digits (common.cuh, TC_XD_OFFSET) instead of the bf16 mma against the exact
-// bf16 pieces; its offsets (mins) stay a bf16 mma of the exact group sums.
-#ifndef TC_I8
-#define TC_I8 1
-#endif
-
 // Tc<F>: OK (has a decoder); SB = bytes of one 256-element super-block of a row; GPS = 16-groups
 // per scale group; HAS_MIN = b ≠ 0; Row = what one thread loads of one row's super-block;
 // load(blk, t, R); pairs(R, G, p0, p1): the bf16 integer pairs of 16-group G (0..15) for this
@@ -533,12 +528,13 @@ template <> struct Tc<FmtQ6_K> { enum { OK = 1, SB = 210, GPS = 1, HAS_MIN = 0, 
 };
 
 // §3.4 Q2_K: W = (d·(s & 15))·q − dmin·(s >> 4), q 2 bits; 16-element scale groups.
-// Folded (FOLD = 1): the 4-bit scale is multiplied into the integer (sc·q ≤ 45), so a super-block
-// is one mma sum P = Σ (sc·q)·x scaled once by d, and the offsets Σ_G dmin·m_G·S_G are one more
-// mma of the 4-bit mins against the group sums' bf16 pieces. SUB = 1: the integers (sc·q, m)
-// enter the mma as bf16 subnormals, a 16-bit lane n being n·2^-133 exactly (the epilogue's
-// factors undo 2^-133, TcOut), so a decoded byte needs no exponent bits and no bias.
-// (Only the folded decoders exist: the per-group `pairs`/`scale` path is never taken for it.)
+// Folded (FOLD = 1) and integer (TcI8): the 4-bit scale is multiplied into the integer
+// (sc·q ≤ 45, an s8), so a super-block is one integer-mma sum P = Σ (sc·q)·D scaled once per
+// 128-element half (quad8), and the offsets Σ_G dmin·m_G·S_G are one bf16 mma of the 4-bit mins
+// against the group sums' bf16 pieces. SUB = 1: the mins enter that mma as bf16 subnormals, a
+// 16-bit lane n being n·2^-133 exactly (the epilogue's factors undo 2^-133, TcOut), so a decoded
+// nibble needs no exponent bits and no bias. (Only these decoders exist: the per-group
+// `pairs`/`scale` and bf16 `pairs_fold` paths are never taken for it.)
 template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, FOLD = 1, SUB = 1 };
     struct Row { uint32_t sc[4]; uint32_t q[4]; uint32_t dd; };
     static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
@@ -550,21 +546,10 @@ template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, F
         R.dd = sm_u32_a4(b + 80);
     }
     // Scale bytes 4k … 4k + 3 with the mins masked off (byte i = sc of group 4k + i).
-    // Folded pairs: (sc_G·q) for the thread's elements of group G (sc_G = byte G & 3 of
-    // s4 = scale4(R, G >> 2), picked by one PRMT), as bf16 subnormal pairs.
     static __device__ __forceinline__ uint32_t scale4(const Row& R, int k) { return R.sc[k] & 0x0F0F0F0Fu; }
-    static __device__ __forceinline__ void pairs_fold(const Row& R, int G, uint32_t s4, uint32_t& p0, uint32_t& p1) {
-        const int h = G >> 3, j = (G >> 1) & 3, gh = G & 1;
-        const uint32_t w = R.q[2 * h + gh];
-        const uint32_t sc = prmt(s4, 0u, 0x4440u | (uint32_t)(G & 3));
-        // Each byte q·sc ≤ 45 (no carry between bytes); bytes 0, 2 → p0 and 1, 3 → p1, each a
-        // bf16 subnormal pair (sc·q)·2^-133.
-        const uint32_t v = ((w >> (2 * j)) & 0x03030303u) * sc;
-        p0 = prmt(v, 0u, 0x4240u);
-        p1 = prmt(v, 0u, 0x4341u);
-    }
-    // The integer-mma A word of group G (I8): (sc_G·q) of the thread's elements 4t … 4t+3 of
-    // the group, one byte each (≤ 45, so an s8).
+    // The integer-mma A word of group G: (sc_G·q) of the thread's elements 4t … 4t+3 of the
+    // group, one byte each (≤ 45, so an s8, and no carry between bytes); sc_G = byte G & 3 of
+    // s4 = scale4(R, G >> 2), picked by one PRMT.
     static __device__ __forceinline__ uint32_t quad8(const Row& R, int G, uint32_t s4) {
         const int h = G >> 3, j = (G >> 1) & 3, gh = G & 1;
         const uint32_t sc = prmt(s4, 0u, 0x4440u | (uint32_t)(G & 3));
@@ -583,9 +568,10 @@ template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, F
     static __device__ __forceinline__ float dmin(const Row& R) { return f16_to_f32(R.dd >> 16); }
 };
 
-// Formats whose main sums take the integer mma (TC_I8, Tc<F>::quad8): Q2_K.
+// Formats whose main sums take the integer mma (Tc<F>::quad8): Q2_K (kernels::tc_int8_digits,
+// which tells the producers to write its digits — the two must agree).
 template <typename F> struct TcI8 { enum { V = 0 }; };
-template <> struct TcI8<FmtQ2_K> { enum { V = TC_I8 }; };
+template <> struct TcI8<FmtQ2_K> { enum { V = 1 }; };
 
 // §3.4 Q3_K: W = (d·S_G)·(low2 + 4·hbit − 4); 16-element scale groups.
 // Folded (FOLD = 1): S_G ∈ [−32, 31] times q ∈ [−4, 3] is an integer of magnitude ≤ 128, exact
@@ -742,17 +728,15 @@ template <> struct TcMinB<FmtQ3_K, 1> { enum { V = 2 }; };
 template <> struct TcMinB<FmtQ3_K, 2> { enum { V = 2 }; };
 // Wide variants `mvtc_<fmt>_<NG>w` (NG = 1, 3): the same arithmetic (same sums, bit for bit)
 // compiled for more resident blocks per SM — NG = 1 at 4 blocks (≤ 64 registers), NG = 3 at 3
-// (≤ 85 registers: Q2_K's NG = 3 fits with XB = 2 and one mma chain, TcChains). Which launch
+// (≤ 85 registers: Q2_K's NG = 3 fits with XB = 2). Which launch
 // takes which is the host's measured rule (kernels::mvtc_wide).
 //
 // TcChains: how many independent mma accumulation chains a folded super-block's 16 groups are
 // summed in (group G into chain G % CH, then P0 + P1) — part of the summation order, so the same
 // in every NG kernel of a format. Q3_K keeps 2: at NG = 1 it has one mma per group, and one chain
-// of 16 dependent mma took ffn_down from 20.2 to 25.7 µs (n = 1, mv-bench, H200). Q2_K takes 1:
-// its NG = 3 wide kernel needs the registers (attn_q+attn_k at n = 8: 11.28 → 9.02 µs, ffn_gate+
-// ffn_up 45.6 → 40.4, with one chain at XB = 2; with two chains it spills 64 B and runs 48.4),
-// and its NG = 1 launches cost the same either way (attn_q+attn_k 6.07 → 5.81, ffn_gate+ffn_up
-// 24.66 → 25.05, attn_output 4.27 → 4.32 µs).
+// of 16 dependent mma took ffn_down from 20.2 to 25.7 µs (n = 1, mv-bench, H200). (Q2_K's
+// former bf16 path took 1 for its NG = 3 wide kernel's registers; its integer sums are exact,
+// so their order is free.)
 #ifndef TC_MINBW_1
 #define TC_MINBW_1 4
 #endif
@@ -763,7 +747,6 @@ template <> struct TcMinB<FmtQ3_K, 2> { enum { V = 2 }; };
 #define TC_XBW_3 2
 #endif
 template <typename F> struct TcChains { enum { V = 2 }; };
-template <> struct TcChains<FmtQ2_K> { enum { V = 1 }; };
 // (XB at least the format's groups per scale group: the unfolded path loads whole scale groups.)
 template <typename F, int NG> struct TcWide {
     enum {

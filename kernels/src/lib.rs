@@ -88,7 +88,7 @@ pub fn matvec_rows_per_block(fmt: &str, nc: usize) -> u32 {
 /// integer `mma.sync` s8 → s32 against three int8 digits per activation, [`tc_int8_digits`]).
 pub const TC_FORMATS: [&str; 6] = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_0"];
 /// Whether the tensor-core matvec of format `fmt` (a [`FORMATS`] suffix) takes its main sums
-/// with the integer mma against the activations' int8 digits (`matvec.cu`, `TC_I8`: Q2_K)
+/// with the integer mma against the activations' int8 digits (`matvec.cu`, `TcI8`: Q2_K; the two lists must agree)
 /// instead of the bf16 mma against their exact bf16 pieces. Those digits round each input to
 /// 22 significant bits of its 128-element block's largest magnitude (`common.cuh`,
 /// `TC_XD_OFFSET`), so such a matvec is not exact in its activations, unlike the others.

@@ -32,7 +32,7 @@ use cudarc::driver::CudaSlice;
 use reference::quant::{dequantize, dequantize_f32, GgmlType, SUPPORTED_TYPES};
 use serde_json::{json, Value};
 
-use crate::ops::{rope_inv_freq_default, rope_inv_freq_proportional, row_bytes};
+use crate::ops::{format_suffix, rope_inv_freq_default, rope_inv_freq_proportional, row_bytes};
 use crate::Gpu;
 
 const U: f64 = 1.0 / (1u64 << 24) as f64;
@@ -355,7 +355,7 @@ fn matvec_case(
     )?;
     let y = gpu.stream.clone_dtoh(&yd)?;
     let depth = matvec_tol_units(k, tc);
-    let digits = tc && kernels::tc_int8_digits(ty.name());
+    let digits = tc && format_suffix(ty, "check").is_ok_and(kernels::tc_int8_digits);
     let (mut pass, mut worst_units, mut worst_rel, mut bad) = (true, 0f64, 0f64, 0usize);
     for c in 0..nc {
         let xc = &x[c * k..(c + 1) * k];

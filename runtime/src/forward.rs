@@ -1034,11 +1034,11 @@ impl Forward<'_> {
         crate::device::tc_serves(w.fmt, w.cols, w.rows * w.row_bytes, self.gpu.cc)
     }
 
-    /// The `prep_kinds` argument of a fused prep producer whose output `readers` read through
-    /// [`Forward::mvs_pre`] ([`kernels::tc_prep_kinds`] of those taking the tensor-core matvec):
-    /// every reader must be listed, or it would read stale prep buffers.
-    fn prep_kinds(&self, readers: &[&Mat]) -> i32 {
-        kernels::tc_prep_kinds(readers.iter().filter(|w| self.tc_ok(w)).map(|w| w.fmt))
+    /// The `prep_kinds` argument of a fused prep producer whose output the matvecs `outs` read
+    /// through [`Forward::mvs_pre`] (the same list: [`kernels::tc_prep_kinds`] of those taking
+    /// the tensor-core matvec).
+    fn prep_kinds(&self, outs: &[(&Mat, u64)]) -> i32 {
+        kernels::tc_prep_kinds(outs.iter().filter(|o| self.tc_ok(o.0)).map(|o| o.0.fmt))
     }
 
     /// `mvtc_prep`: splits `nc ≤ 8` columns of `k` f32 at `x` into the GPU's tensor-core scratch
@@ -1255,8 +1255,8 @@ impl Forward<'_> {
     /// `x[r] = (x[r] + RMSNorm_wy(y[r]))·s` (when `y = Some((y, wy, s))`: a residual step and,
     /// at a layer's end, its `layer_scalar`), then `h[r] = RMSNorm_w(x[r])`
     /// over `t` rows of `n`, in one `add_norm_prep_f32` launch that also fills the tensor-core
-    /// prep buffers with `h` when `t ≤ 8`; returns `Some(n)` when it did (for
-    /// [`Forward::mvs_pre`]). Rows the fused kernel does not serve (`n % 16 ≠ 0`, `n > 16384`)
+    /// prep buffers with `h` when `t ≤ 8` — what the matvecs `outs` (the list then given to
+    /// [`Forward::mvs_pre`]) read; returns `Some(n)` when it did. Rows the fused kernel does not serve (`n % 16 ≠ 0`, `n > 16384`)
     /// take `rmsnorm_add_f32` + `rmsnorm_f32`.
     #[allow(clippy::too_many_arguments)]
     fn add_norm_prep(
@@ -1267,7 +1267,7 @@ impl Forward<'_> {
         h: u64,
         t: usize,
         n: usize,
-        readers: &[&Mat],
+        outs: &[(&Mat, u64)],
     ) -> Result<Option<usize>, RuntimeError> {
         let gpu = self.gpu;
         let eps = self.model.config.rms_eps as f32;
@@ -1298,7 +1298,7 @@ impl Forward<'_> {
                 Arg::P(ptr(gpu, &gpu.tc_xs)),
                 Arg::I(prep_rows as i32),
                 Arg::F(post_scale),
-                Arg::I(self.prep_kinds(readers)),
+                Arg::I(self.prep_kinds(outs)),
             ],
         )?;
         Ok((prep_rows > 0).then_some(n))
@@ -1320,7 +1320,8 @@ impl Forward<'_> {
     }
 
     /// `g[r] = gelu(g[r]) ⊙ u[r]` over `t` rows of `n` (`geglu_prep_f32`, which also fills the
-    /// tensor-core prep buffers with the result when `t ≤ 8`; returns `Some(n)` then), or
+    /// tensor-core prep buffers with the result for the matvecs `outs` when `t ≤ 8`; returns
+    /// `Some(n)` then), or
     /// `geglu_f32` when `n % 16 ≠ 0`.
     fn geglu_prep(
         &self,
@@ -1328,7 +1329,7 @@ impl Forward<'_> {
         u: u64,
         t: usize,
         n: usize,
-        readers: &[&Mat],
+        outs: &[(&Mat, u64)],
     ) -> Result<Option<usize>, RuntimeError> {
         let gpu = self.gpu;
         if !n.is_multiple_of(16) {
@@ -1360,7 +1361,7 @@ impl Forward<'_> {
                 Arg::P(ptr(gpu, &gpu.tc_xp)),
                 Arg::P(ptr(gpu, &gpu.tc_xs)),
                 Arg::I(prep_rows as i32),
-                Arg::I(self.prep_kinds(readers)),
+                Arg::I(self.prep_kinds(outs)),
             ],
         )?;
         Ok((prep_rows > 0).then_some(n))
@@ -1627,22 +1628,14 @@ impl Forward<'_> {
             let (nh, nkv, d) = (l.n_head, l.n_kv, l.head_dim);
             let inv = ptr(gpu, &l.inv_freq);
             // §4 attention.
-            let outs: Vec<(&Mat, u64)> = match &l.kv {
-                Some((wk, _, Some(wv))) => vec![(&l.attn_q, q), (wk, k), (wv, v)],
-                Some((wk, _, None)) => vec![(&l.attn_q, q), (wk, k)],
-                None => vec![(&l.attn_q, q)],
+            let outs: &[(&Mat, u64)] = match &l.kv {
+                Some((wk, _, Some(wv))) => &[(&l.attn_q, q), (wk, k), (wv, v)],
+                Some((wk, _, None)) => &[(&l.attn_q, q), (wk, k)],
+                None => &[(&l.attn_q, q)],
             };
-            let readers: Vec<&Mat> = outs.iter().map(|o| o.0).collect();
-            let pre = self.add_norm_prep(
-                pending.take(),
-                x,
-                ptr(gpu, &l.attn_norm),
-                h,
-                t,
-                hh,
-                &readers,
-            )?;
-            self.mvs_pre(&outs, h, t, pre)?;
+            let pre =
+                self.add_norm_prep(pending.take(), x, ptr(gpu, &l.attn_norm), h, t, hh, outs)?;
+            self.mvs_pre(outs, h, t, pre)?;
             // §4.2–§4.4 q/k/v norms and RoPE, §4.8 KV store: one launch (`qkv_post_f32`).
             let (nkv_post, kc, vc, kn, k_eq_v, rows) = match &l.kv {
                 Some((_, kn, wv)) => {
@@ -1715,6 +1708,7 @@ impl Forward<'_> {
             // The o projection's tensor-core prep is written by the attention's combining
             // blocks when it can be (≤ 8 rows, whole 16-groups per head).
             let o_prep = t <= MATVEC_MAX_COLS && d % 16 == 0 && self.tc_ok(&l.attn_output);
+            let o_outs: &[(&Mat, u64)] = &[(&l.attn_output, a)];
             let prep_rows = if o_prep { t } else { 0 };
             self.call(
                 "attention_f32",
@@ -1738,11 +1732,12 @@ impl Forward<'_> {
                     Arg::P(ptr(gpu, &gpu.tc_xp)),
                     Arg::P(ptr(gpu, &gpu.tc_xs)),
                     Arg::I(prep_rows as i32),
-                    Arg::I(self.prep_kinds(&[&l.attn_output])),
+                    Arg::I(self.prep_kinds(o_outs)),
                 ],
             )?;
-            self.mvs_pre(&[(&l.attn_output, a)], att, t, o_prep.then_some(nh * d))?;
+            self.mvs_pre(o_outs, att, t, o_prep.then_some(nh * d))?;
             // §8 residual, then §5 dense MLP (one launch for the add and the next norm).
+            let gate_up: &[(&Mat, u64)] = &[(&l.ffn_gate, g), (&l.ffn_up, u)];
             let pre = self.add_norm_prep(
                 Some((a, ptr(gpu, &l.post_attention_norm), 1.0)),
                 x,
@@ -1750,11 +1745,12 @@ impl Forward<'_> {
                 h,
                 t,
                 hh,
-                &[&l.ffn_gate, &l.ffn_up],
+                gate_up,
             )?;
-            self.mvs_pre(&[(&l.ffn_gate, g), (&l.ffn_up, u)], h, t, pre)?;
-            let pre = self.geglu_prep(g, u, t, l.n_ff, &[&l.ffn_down])?;
-            self.mvs_pre(&[(&l.ffn_down, f)], g, t, pre)?;
+            self.mvs_pre(gate_up, h, t, pre)?;
+            let down: &[(&Mat, u64)] = &[(&l.ffn_down, f)];
+            let pre = self.geglu_prep(g, u, t, l.n_ff, down)?;
+            self.mvs_pre(down, g, t, pre)?;
 
             // §6 MoE.
             if let Some(me) = &l.moe {

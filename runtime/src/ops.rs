@@ -643,6 +643,17 @@ pub fn rope_inv_freq_proportional(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The Rust-side format rules take the kernel suffixes (`"q2_k"`), not ggml names
+    /// (`"Q2_K"`): only Q2_K's tensor-core matvec reads the int8 digits (`matvec.cu` `TcI8`).
+    #[test]
+    fn int8_digit_formats_by_suffix() {
+        let digits: Vec<GgmlType> = reference::quant::SUPPORTED_TYPES
+            .into_iter()
+            .filter(|&t| format_suffix(t, "test").is_ok_and(kernels::tc_int8_digits))
+            .collect();
+        assert_eq!(digits, vec![GgmlType::Q2_K]);
+    }
     use reference::quant::SUPPORTED_TYPES;
 
     /// Hand derivation (spec/gemma4-text.md §4.4): d = 512, θ = 1e6, factor 0.25 → n_rot =
