@@ -271,21 +271,21 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 // pairwise sum of the runs, then the three pieces; no dependence on the number of columns (a
 // column's mma, loads and sums are the same in every NG kernel, so 1..8 columns give the same
 // bits: decode, verify and batch rows agree bitwise). Folded formats (Q2_K, Q3_K: FOLD = 1
-// below) multiply the group's integer scale into the integer (|sc·q| ≤ 128), so a whole
-// super-block is one sum P = Σ (sc·q)·x scaled once by d (Q3_K: bf16 mma, f32 accumulations
-// across its 16 mma in two chains — TcChains; Q2_K: the integer mma below); Q2_K takes its
-// offsets Σ_G b_G·S_G as one more bf16 mma per super-block of the sums' pieces (packed the same
+// below) multiply the group's integer scale into the integer (an s8: Q2_K sc·q ≤ 45, Q3_K
+// −S·q ∈ [−128, 124]), so a whole super-block is one sum P = Σ (sc·q)·x scaled once per
+// 128-element half (the integer mma below); Q2_K takes its offsets Σ_G b_G·S_G as one more bf16 mma per super-block of the sums' pieces (packed the same
 // way). Scales: the prep stores hi·2^40, mid·2^48, lo·2^56 (and S·2^40), exact powers of two
 // undone in the epilogue (TcOut). Q2_K (SUB = 1) reads its mins as bf16 subnormals (the bit
 // pattern n is n·2^-133, so a decoded nibble is an mma operand as it is) and multiplies dmin by
 // 2^69; its epilogue factors are those of TcOut<1>.
 //
-// Integer mma (TcI8: Q2_K): the main sums P = Σ (sc·q)·x take the int8 mma
+// Integer mma (TcI8: Q2_K, Q3_K): the main sums P = Σ (sc·q)·x take the int8 mma
 // (m16n8k32 s8·s8 → s32, tc_imma) against the activations' int8 digits instead of the bf16
 // pieces: x ≈ N·2^(e − 21) per 128-element block (2^e ≤ the block's largest |x| < 2^(e+1),
 // N = D0·2^16 + D1·2^8 + D2, common.cuh TC_XD_OFFSET), digit p in mma column 3c + p as the pieces
 // are. The A word of a (row, group) is the decoded `((w >> 2j) & 0x03030303)·sc` itself (4 bytes
-// = 4 consecutive k), so neither the two byte-splitting PRMTs per word nor half of the mma remain.
+// = 4 consecutive k), so neither the two byte-splitting PRMTs per word nor half of the mma remain
+// (Q3_K: one multiply-add per word gives its four −S·q bytes, Tc<FmtQ3_K>::quad8).
 // Per 128-element half of a super-block the 4 mma sum exactly in s32, then acc += (d·2^-29·2^e)·P
 // (one f32 rounding; the epilogue's TcOut<1> factors 2^(24 − 8p) give digit p its weight
 // 2^(16 − 8p)·2^(e − 21)); the offsets stay the bf16 mma of the exact group sums. Error: the
@@ -399,13 +399,6 @@ static __device__ __forceinline__ uint32_t lop3(uint32_t a, uint32_t b, uint32_t
 static __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
     uint32_t r;
     asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
-    return r;
-}
-
-// a·b of two bf16 pairs whose products are exact (fma with −0, so an exact zero stays +0).
-static __device__ __forceinline__ uint32_t tc_mul(uint32_t a, uint32_t b) {
-    uint32_t r;
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u));
     return r;
 }
 
@@ -565,18 +558,32 @@ template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, F
         m1 = ((hi >> 4) & 15u) | (((hi >> 12) & 15u) << 16);
     }
     static __device__ __forceinline__ float d(const Row& R) { return f16_to_f32(R.dd); }
+    // The integer sums' scale (quad8 holds sc·q).
+    static __device__ __forceinline__ float d8(const Row& R) { return f16_to_f32(R.dd); }
     static __device__ __forceinline__ float dmin(const Row& R) { return f16_to_f32(R.dd >> 16); }
 };
 
-// Formats whose main sums take the integer mma (Tc<F>::quad8): Q2_K (kernels::tc_int8_digits,
+// Formats whose main sums take the integer mma (Tc<F>::quad8): Q2_K, Q3_K (kernels::tc_int8_digits,
 // which tells the producers to write its digits — the two must agree).
 template <typename F> struct TcI8 { enum { V = 0 }; };
 template <> struct TcI8<FmtQ2_K> { enum { V = 1 }; };
+template <> struct TcI8<FmtQ3_K> { enum { V = 1 }; };
 
-// §3.4 Q3_K: W = (d·S_G)·(low2 + 4·hbit − 4); 16-element scale groups.
-// Folded (FOLD = 1): S_G ∈ [−32, 31] times q ∈ [−4, 3] is an integer of magnitude ≤ 128, exact
-// in bf16, so a super-block is one mma sum P = Σ (S·q)·x scaled once by d (no offsets).
-template <> struct Tc<FmtQ3_K> { enum { OK = 1, SB = 110, GPS = 1, HAS_MIN = 0, FOLD = 1, SUB = 0 };
+// §3.4 Q3_K: W = (d·S_G)·q, q = low2 + 4·hbit − 4 ∈ [−4, 3], S_G = a_G − 32 ∈ [−32, 31] (a_G the
+// 6-bit scale); 16-element scale groups.
+// Folded (FOLD = 1) and integer (TcI8): s·q with s = −S_G ∈ [−31, 32] always fits an s8
+// ([−128, 124]; S·q itself reaches +128 at S = −32, q = −4), so a super-block is one integer-mma
+// sum P = Σ (s·q)·D scaled once per 128-element half by −d (quad8, d8) — the same path as Q2_K,
+// without offsets. SUB = 1: the epilogue's factors are the digits' (TcOut<1>). (Only these
+// decoders exist: the per-group `pairs`/`scale` and bf16 `pairs_fold` paths are never taken.)
+// Against the former bf16 path (exact bf16 pieces, two bf16 pairs of S·q per word): the loop of
+// mvtc_q3_k_1 818 → 620 SASS instructions per super-block, 120 → 96 registers
+// (`scripts/gpu/run.sh sass`); 12B Q2_K-mix decode (`runtime bench`, H200, 2026-12-03, old and
+// new binaries alternating in one call, two runs each): 254.4 / 252.2 → 262.4 / 262.5 tok/s,
+// batch 8 1447 / 1438 → 1474 / 1477; the graph attribution's Q3_K matvecs 916 / 904 → 780 / 786 µs
+// per step at batch 1; model-check maxima on the UD-Q2_K_XL models 4.4e-6 / 2.12e-5 / 3.58e-5 →
+// 5.6e-6 / 3.10e-5 / 4.33e-5 (the other models unchanged), every row still bitwise invariant.
+template <> struct Tc<FmtQ3_K> { enum { OK = 1, SB = 110, GPS = 1, HAS_MIN = 0, FOLD = 1, SUB = 1 };
     struct Row { uint32_t hm[2]; uint32_t q[4]; uint32_t sc[3]; uint32_t dd; };
     static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
         R.hm[0] = sm_u32_a2(b + 4 * t);
@@ -587,30 +594,35 @@ template <> struct Tc<FmtQ3_K> { enum { OK = 1, SB = 110, GPS = 1, HAS_MIN = 0, 
         for (int i = 0; i < 3; ++i) R.sc[i] = sm_u32_a2(b + 96 + 4 * i);
         R.dd = sm_u16(b + 108);
     }
-    // The 6-bit scale bytes S_G + 32 of groups 4k … 4k + 3 (byte i = group 4k + i): low
+    // The 6-bit scale bytes a_G = S_G + 32 of groups 4k … 4k + 3 (byte i = group 4k + i): low
     // nibbles from scale bytes 0–7 (groups ≥ 8: high nibbles), bits 4–5 from bytes 8–11.
     static __device__ __forceinline__ uint32_t scale4(const Row& R, int k) {
         const uint32_t lo = (k & 2) ? (R.sc[k & 1] >> 4) : R.sc[k & 1];
         const uint32_t hi = k == 0 ? (R.sc[2] << 4) : k == 1 ? (R.sc[2] << 2) : k == 2 ? R.sc[2] : (R.sc[2] >> 2);
         return lop3<0xE4>(lo, hi, 0x0F0F0F0Fu) & 0x3F3F3F3Fu;
     }
-    // Folded pairs: (S_G·q) for the thread's elements of group G: the exact bf16 pair of q
-    // (tc_pair) times the pair (S_G, S_G) (one bf16 fma with −0: the product is exact).
-    // `s4` = scale4(R, G >> 2).
-    static __device__ __forceinline__ void pairs_fold(const Row& R, int G, uint32_t s4, uint32_t& p0, uint32_t& p1) {
-        const int sb = G >> 1, h = sb >> 2, j = sb & 3, gh = G & 1;
+    // The integer-mma A word of group G: s·q_e (s = 32 − a_G = −S_G) of the thread's elements
+    // e = 4t … 4t+3 of the group, one s8 each. With u_e = low2 + 4·hbit ∈ [0, 7] (q = u − 4) in
+    // the bytes of U, the integer s·U + 4a·0x01010101 = Σ_e (s·(u_e − 4) + 128)·2^(8e) has every
+    // "digit" s·q + 128 in [0, 252], so one 32-bit multiply-add (mod 2^32, s may be negative)
+    // gives those bytes with no carry between them; XOR 0x80 per byte makes each the s8 s·q.
+    // `s4` = scale4(R, G >> 2); s comes sign-extended out of the bytes (32 − a) mod 256
+    // (PRMT's sign mode), 4a replicated by a second PRMT.
+    static __device__ __forceinline__ uint32_t quad8(const Row& R, int G, uint32_t s4) {
+        const int sb = G >> 1, h = sb >> 2, j = sb & 3, gh = G & 1, i = G & 3;
         const uint32_t w = R.q[2 * h + gh], m = R.hm[gh];
         const int hs = 4 * h + j;
-        // (S_G + 32) in the low byte of both 16-bit lanes under the exponent byte 0x43, minus 160.
-        const uint32_t s = tc_pair_m<160>(prmt(s4, 0x43u, 0x4040u | (uint32_t)(G & 3) | ((uint32_t)(G & 3) << 8)));
-        // Per byte: bits 0–1 = low2 (qs >> 2j), bit 2 = hbit (hmask bit hs moved to bit 2),
-        // higher bits garbage; the pairs take bytes 0, 2 (p0) and 1, 3 (p1), 3 bits each.
+        // Per byte: bits 0–1 = low2 (qs >> 2j), bit 2 = hbit (hmask bit hs moved to bit 2).
         const uint32_t hb = hs >= 2 ? (m >> (hs - 2)) : (m << (2 - hs));
-        const uint32_t X = lop3<0xE4>(w >> (2 * j), hb, 0x03030303u);
-        p0 = tc_mul(tc_pair_m<132>(lop3<0xEA>(X, 0x00070007u, 0x43004300u)), s);
-        p1 = tc_mul(tc_pair_m<132>(lop3<0xEA>(X >> 8, 0x00070007u, 0x43004300u)), s);
+        const uint32_t U = lop3<0xE4>(w >> (2 * j), hb, 0x03030303u) & 0x07070707u;
+        const uint32_t sv = (0xA0A0A0A0u - s4) ^ 0x80808080u;  // bytes (32 − a) mod 256 (a ≤ 63)
+        const uint32_t s = prmt(sv, 0u, (uint32_t)(i | ((i | 8) << 4) | ((i | 8) << 8) | ((i | 8) << 12)));
+        const uint32_t c4 = prmt(s4 << 2, 0u, (uint32_t)(i | (i << 4) | (i << 8) | (i << 12)));
+        return (U * s + c4) ^ 0x80808080u;
     }
     static __device__ __forceinline__ float d(const Row& R) { return f16_to_f32(R.dd); }
+    // The integer sums' scale: −d, as A holds −S·q.
+    static __device__ __forceinline__ float d8(const Row& R) { return -f16_to_f32(R.dd); }
 };
 
 // §3.3 Q4_0: W = d·(nib − 8); a 256-element super-block is 8 blocks of 18 bytes; block i =
@@ -731,12 +743,6 @@ template <> struct TcMinB<FmtQ3_K, 2> { enum { V = 2 }; };
 // (≤ 85 registers: Q2_K's NG = 3 fits with XB = 2). Which launch
 // takes which is the host's measured rule (kernels::mvtc_wide).
 //
-// TcChains: how many independent mma accumulation chains a folded super-block's 16 groups are
-// summed in (group G into chain G % CH, then P0 + P1) — part of the summation order, so the same
-// in every NG kernel of a format. Q3_K keeps 2: at NG = 1 it has one mma per group, and one chain
-// of 16 dependent mma took ffn_down from 20.2 to 25.7 µs (n = 1, mv-bench, H200). (Q2_K's
-// former bf16 path took 1 for its NG = 3 wide kernel's registers; its integer sums are exact,
-// so their order is free.)
 #ifndef TC_MINBW_1
 #define TC_MINBW_1 4
 #endif
@@ -746,7 +752,6 @@ template <> struct TcMinB<FmtQ3_K, 2> { enum { V = 2 }; };
 #ifndef TC_XBW_3
 #define TC_XBW_3 2
 #endif
-template <typename F> struct TcChains { enum { V = 2 }; };
 // (XB at least the format's groups per scale group: the unfolded path loads whole scale groups.)
 template <typename F, int NG> struct TcWide {
     enum {
@@ -1056,12 +1061,13 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 sB[k] = T::scale4(B, k);
             }
             constexpr float SF = TcOut<T::SUB>::SF;
-            if constexpr (TcI8<F>::V) {
+            static_assert(TcI8<F>::V, "the folded formats (Q2_K, Q3_K) take the integer mma");
+            {
                 // Integer mma: per 128-element half h (one exponent 2^e per input column, xf) the
                 // exact sums P = Σ (sc·q)·D of each digit column over the half's 4 mma (groups
                 // 2i, 2i + 1 per mma), then acc += (d·2^−29·2^e)·P (the epilogue's TcOut<1>
                 // column scales 2^(24 − 8p) complete digit p's weight 2^(16 − 8p)·2^(e − 21)).
-                const float da8 = T::d(A) * 0x1p-29f, db8 = T::d(B) * 0x1p-29f;
+                const float da8 = T::d8(A) * 0x1p-29f, db8 = T::d8(B) * 0x1p-29f;
                 constexpr int XP = XB >= 2 ? XB / 2 : 1;  // 32-blocks per activation batch
                 const uint2* xdq[NG];  // the lane's fragment of the super-block's 32-block 0
 #pragma unroll
@@ -1097,41 +1103,6 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                         acc[m][3] = fmaf(db8 * f1, (float)P[m][3], acc[m][3]);
                     }
                 }
-            } else {
-            // The super-block's mma sums in CH chains (TcChains): group G into chain G % CH.
-            constexpr int CH = TcChains<F>::V;
-            float P[CH][NG][4];
-#pragma unroll
-            for (int a = 0; a < CH; ++a)
-#pragma unroll
-                for (int m = 0; m < NG; ++m)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) P[a][m][i] = 0.0f;
-#pragma unroll
-            for (int hf = 0; hf < 16 / XB; ++hf) {
-                uint2 xv[XB][NG];
-                tc_load_x<XB, NG>(xv, xq, XB * hf);
-#pragma unroll
-                for (int u = 0; u < XB; ++u) {
-                    const int G = XB * hf + u;
-                    uint32_t a0, a1, a2, a3;
-                    T::pairs_fold(A, G, sA[G >> 2], a0, a2);
-                    T::pairs_fold(B, G, sB[G >> 2], a1, a3);
-#pragma unroll
-                    for (int m = 0; m < NG; ++m)
-                        tc_mma(P[G % CH][m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
-                }
-            }
-            // With SUB, P = Σ (integer · 2^-133) · piece: d · 2^69 keeps the partial sums
-            // in range; the epilogue's column scales take the rest (TcOut). The offset mma
-            // below reads its integers the same way, so dmin takes the same factor.
-            const float da = T::d(A) * SF, db = T::d(B) * SF;
-#pragma unroll
-            for (int m = 0; m < NG; ++m)
-#pragma unroll
-                for (int i = 0; i < 4; ++i)
-                    acc[m][i] = fmaf(i < 2 ? da : db,
-                                     CH == 2 ? P[0][m][i] + P[1][m][i] : P[0][m][i], acc[m][i]);
             }
             if constexpr (T::HAS_MIN) {
                 // Offsets: M = Σ_G m_G · S_G over the super-block's 16 groups (k = group),
