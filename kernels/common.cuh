@@ -179,7 +179,7 @@ static __device__ __forceinline__ void tc_split3(float v, uint32_t& h, uint32_t&
 // groups, piece p of input c for column 8m + g = 3c + p. (Rust: runtime::device::TC_MAX_K / 16 · 8.)
 #define TC_XSF_OFFSET 32768
 
-// int8 digits of the activations, for the Q2_K and Q3_K integer tensor-core matvecs (matvec.cu, TcI8):
+// int8 digits of the activations, for the Q2_K, Q3_K and Q6_K integer tensor-core matvecs (matvec.cu, TcI8):
 // every 128-element block b of input column c has a shared power of two 2^e (e = the exponent
 // of its largest |x|, max|x| ∈ [2^e, 2^(e+1))), and each element is the integer
 // N = rint(x · 2^(21 − e)) (|N| ≤ 2^22: the block's largest element keeps 22 significant bits,

@@ -279,13 +279,14 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 // pattern n is n·2^-133, so a decoded nibble is an mma operand as it is) and multiplies dmin by
 // 2^69; its epilogue factors are those of TcOut<1>.
 //
-// Integer mma (TcI8: Q2_K, Q3_K): the main sums P = Σ (sc·q)·x take the int8 mma
+// Integer mma (TcI8: Q2_K, Q3_K, Q6_K): the main sums P = Σ (sc·q)·x take the int8 mma
 // (m16n8k32 s8·s8 → s32, tc_imma) against the activations' int8 digits instead of the bf16
 // pieces: x ≈ N·2^(e − 21) per 128-element block (2^e ≤ the block's largest |x| < 2^(e+1),
 // N = D0·2^16 + D1·2^8 + D2, common.cuh TC_XD_OFFSET), digit p in mma column 3c + p as the pieces
 // are. The A word of a (row, group) is the decoded `((w >> 2j) & 0x03030303)·sc` itself (4 bytes
 // = 4 consecutive k), so neither the two byte-splitting PRMTs per word nor half of the mma remain
-// (Q3_K: one multiply-add per word gives its four −S·q bytes, Tc<FmtQ3_K>::quad8).
+// (Q3_K: one multiply-add per word gives its four −S·q bytes, Tc<FmtQ3_K>::quad8; Q6_K, whose
+// scales do not fold into an s8, takes one m16n8k16 mma per group and scales it in s32).
 // Per 128-element half of a super-block the 4 mma sum exactly in s32, then acc += (d·2^-29·2^e)·P
 // (one f32 rounding; the epilogue's TcOut<1> factors 2^(24 − 8p) give digit p its weight
 // 2^(16 − 8p)·2^(e − 21)); the offsets stay the bf16 mma of the exact group sums. Error: the
@@ -422,6 +423,15 @@ static __device__ __forceinline__ void tc_imma(int (&d)[4], uint32_t a0, uint32_
         : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
+// d += A·B, m16n8k16 s8·s8 → s32: a0 = row g, a1 = row g + 8 (k 4t … 4t+3 each), b0 = k 4t … 4t+3 of
+// column g (the .x or .y half of an m16n8k32 B fragment).
+static __device__ __forceinline__ void tc_imma16(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+        "{%0,%1,%2,%3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(b0));
+}
 
 // Tc<F>: OK (has a decoder); SB = bytes of one 256-element super-block of a row; GPS = 16-groups
 // per scale group; HAS_MIN = b ≠ 0; Row = what one thread loads of one row's super-block;
@@ -495,7 +505,22 @@ template <> struct Tc<FmtQ5_K> { enum { OK = 1, SB = 176, GPS = 2, HAS_MIN = 1, 
 };
 
 // §3.4 Q6_K: W = (d·sc_G)·(q − 32), q = ql nibble | qh 2 bits · 16; 16-element scale groups.
-template <> struct Tc<FmtQ6_K> { enum { OK = 1, SB = 210, GPS = 1, HAS_MIN = 0, FOLD = 0, SUB = 0 };
+// Integer (TcI8, not folded: sc_G ∈ [−128, 127] times q − 32 does not fit an s8): per 16-group one
+// m16n8k16 mma of the words q (quad8, bytes 0…63, an s8 as they are) and one of the constant
+// −32 (I8OFF) against the same digits give Σ (q − 32)·D exactly, and sc_G (sc8) multiplies it
+// into the 128-element half's s32 sum. SUB = 1: the epilogue's factors are the digits'
+// (TcOut<1>). (The per-group bf16 `pairs`/`scale` path is never taken for it.)
+// Against that former bf16 path (exact bf16 pieces, per-group f32 scaling): the loop of
+// mvtc_q6_k_1 920 → 643 SASS instructions per super-block (`scripts/gpu/run.sh sass`; the wide
+// mvtc_q6_k_1w at 64 registers now spills 36 B); the tied 12B head (262144 × 3840, `runtime
+// mv-bench`, H200, 2026-12-03) 339.6 → 258.1 µs at n = 1 (54 → 71 % of B_read), 508 → 492 µs at
+// n = 8; with the wide variant off (GEMMA4_TC_WIDE=0) 352.9 µs, so the head keeps it. 12B
+// Q2_K-mix decode (`runtime bench`, alternating binaries, two runs each) 263.6 / 263.4 → 269.2 /
+// 269.4 tok/s, batch 8 1491 / 1491 → 1489 / 1489; graph attribution of the head 340 / 343 →
+// 261 / 262 µs per step. model-check maximum of dense-target.Q4_K_M (Q6_K tensors, tied head)
+// 2.20e-5 → 4.89e-5; the UD-Q2_K_XL models 5.6e-6 / 3.22e-5 / 4.39e-5.
+template <> struct Tc<FmtQ6_K> { enum { OK = 1, SB = 210, GPS = 1, HAS_MIN = 0, FOLD = 0, SUB = 1 };
+    static constexpr uint32_t I8OFF = 0xE0E0E0E0u;  // −32 in each s8
     struct Row { uint32_t ql[8]; uint32_t qh[4]; uint32_t sc[4]; float d; };
     static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
         // ql word i = (h, j&1, gh) = (i >> 2, (i >> 1) & 1, i & 1); qh word i = (h, gh).
@@ -507,17 +532,23 @@ template <> struct Tc<FmtQ6_K> { enum { OK = 1, SB = 210, GPS = 1, HAS_MIN = 0, 
         for (int i = 0; i < 4; ++i) R.sc[i] = sm_u32_a2(b + 192 + 4 * i);
         R.d = f16_to_f32(sm_u16(b + 208));
     }
-    static __device__ __forceinline__ void pairs(const Row& R, int G, uint32_t& p0, uint32_t& p1) {
+    // The int8 scales of groups 4k … 4k + 3 (byte i = group 4k + i).
+    static __device__ __forceinline__ uint32_t scale4(const Row& R, int k) { return R.sc[k]; }
+    // sc_G sign-extended out of s4 = scale4(R, G >> 2) (PRMT's sign mode).
+    static __device__ __forceinline__ int sc8(uint32_t s4, int G) {
+        const uint32_t i = (uint32_t)(G & 3);
+        return (int)prmt(s4, 0u, i | ((i | 8) << 4) | ((i | 8) << 8) | ((i | 8) << 12));
+    }
+    // The integer-mma A word of group G: q ∈ [0, 63] of the thread's elements 4t … 4t+3 (one
+    // byte each): the ql nibble | the qh 2 bits · 16.
+    static __device__ __forceinline__ uint32_t quad8(const Row& R, int G, uint32_t) {
         const int sb = G >> 1, h = sb >> 2, j = sb & 3, gh = G & 1;
         const uint32_t l = R.ql[4 * h + 2 * (j & 1) + gh], q = R.qh[2 * h + gh];
         const int lsh = 4 * (j >> 1), hsh = 2 * j;
-        p0 = tc_pair<160>(((l >> lsh) & 0x000F000Fu) | (((q >> hsh) & 0x00030003u) << 4));
-        p1 = tc_pair<160>(((l >> (lsh + 8)) & 0x000F000Fu) | (((q >> (hsh + 8)) & 0x00030003u) << 4));
+        const uint32_t hq = hsh <= 4 ? (q << (4 - hsh)) : (q >> (hsh - 4));  // 2 bits → bits 4–5
+        return lop3<0xE4>(l >> lsh, hq, 0x0F0F0F0Fu) & 0x3F3F3F3Fu;
     }
-    static __device__ __forceinline__ void scale(const Row& R, int G, float& a, float& b) {
-        a = R.d * s8f(R.sc[G >> 2] >> (8 * (G & 3)));
-        b = 0.0f;
-    }
+    static __device__ __forceinline__ float d8(const Row& R) { return R.d; }
 };
 
 // §3.4 Q2_K: W = (d·(s & 15))·q − dmin·(s >> 4), q 2 bits; 16-element scale groups.
@@ -563,11 +594,12 @@ template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, F
     static __device__ __forceinline__ float dmin(const Row& R) { return f16_to_f32(R.dd >> 16); }
 };
 
-// Formats whose main sums take the integer mma (Tc<F>::quad8): Q2_K, Q3_K (kernels::tc_int8_digits,
+// Formats whose main sums take the integer mma (Tc<F>::quad8): Q2_K, Q3_K, Q6_K (kernels::tc_int8_digits,
 // which tells the producers to write its digits — the two must agree).
 template <typename F> struct TcI8 { enum { V = 0 }; };
 template <> struct TcI8<FmtQ2_K> { enum { V = 1 }; };
 template <> struct TcI8<FmtQ3_K> { enum { V = 1 }; };
+template <> struct TcI8<FmtQ6_K> { enum { V = 1 }; };
 
 // §3.4 Q3_K: W = (d·S_G)·q, q = low2 + 4·hbit − 4 ∈ [−4, 3], S_G = a_G − 32 ∈ [−32, 31] (a_G the
 // 6-bit scale); 16-element scale groups.
@@ -584,6 +616,10 @@ template <> struct TcI8<FmtQ3_K> { enum { V = 1 }; };
 // per step at batch 1; model-check maxima on the UD-Q2_K_XL models 4.4e-6 / 2.12e-5 / 3.58e-5 →
 // 5.6e-6 / 3.10e-5 / 4.33e-5 (the other models unchanged), every row still bitwise invariant.
 template <> struct Tc<FmtQ3_K> { enum { OK = 1, SB = 110, GPS = 1, HAS_MIN = 0, FOLD = 1, SUB = 1 };
+    // Measured, not kept (H200, 2026-12-03, `runtime mv-bench` ffn_down, same call): quad8
+    // returning the u8 bytes s·q + 128 for a u8·s8 mma plus one mma of the constant −128 per
+    // 32-block instead of the XOR — loop 620 → 605 SASS instructions, yet 17.58 / 22.79 µs at
+    // n = 1 / 8 against 17.60 / 22.39 with the XOR.
     struct Row { uint32_t hm[2]; uint32_t q[4]; uint32_t sc[3]; uint32_t dd; };
     static __device__ __forceinline__ void load(const uint8_t* b, int t, Row& R) {
         R.hm[0] = sm_u32_a2(b + 4 * t);
@@ -752,11 +788,16 @@ template <> struct TcMinB<FmtQ3_K, 2> { enum { V = 2 }; };
 #ifndef TC_XBW_3
 #define TC_XBW_3 2
 #endif
+#ifndef TC_XBW_Q6K_1
+#define TC_XBW_Q6K_1 8
+#endif
+template <typename F> struct TcXbW1 { enum { V = TcXb<F, 1>::V }; };
+template <> struct TcXbW1<FmtQ6_K> { enum { V = TC_XBW_Q6K_1 }; };
 // (XB at least the format's groups per scale group: the unfolded path loads whole scale groups.)
 template <typename F, int NG> struct TcWide {
     enum {
         MINB = NG == 1 ? TC_MINBW_1 : TC_MINBW_3,
-        XB = NG == 1 ? (int)TcXb<F, 1>::V
+        XB = NG == 1 ? (int)TcXbW1<F>::V
                      : (TC_XBW_3 > (int)Tc<F>::GPS ? TC_XBW_3 : (int)Tc<F>::GPS)
     };
 };
@@ -1052,7 +1093,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         const uint2* xq[NG];
 #pragma unroll
         for (int m = 0; m < NG; ++m) xq[m] = (const uint2*)xp + xo[m] + 512 * sb;
-        if constexpr (T::FOLD) {
+        if constexpr (TcI8<F>::V) {
             // Per-row words the decoder derives once per super-block (Tc<F>::scale4).
             uint32_t sA[4], sB[4];
 #pragma unroll
@@ -1061,12 +1102,15 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 sB[k] = T::scale4(B, k);
             }
             constexpr float SF = TcOut<T::SUB>::SF;
-            static_assert(TcI8<F>::V, "the folded formats (Q2_K, Q3_K) take the integer mma");
             {
                 // Integer mma: per 128-element half h (one exponent 2^e per input column, xf) the
-                // exact sums P = Σ (sc·q)·D of each digit column over the half's 4 mma (groups
-                // 2i, 2i + 1 per mma), then acc += (d·2^−29·2^e)·P (the epilogue's TcOut<1>
-                // column scales 2^(24 − 8p) complete digit p's weight 2^(16 − 8p)·2^(e − 21)).
+                // exact sums P = Σ (sc·q)·D of each digit column over the half's groups, then
+                // acc += (d·2^−29·2^e)·P (the epilogue's TcOut<1> column scales 2^(24 − 8p)
+                // complete digit p's weight 2^(16 − 8p)·2^(e − 21)). Folded (Q2_K, Q3_K): 4 m16n8k32
+                // mma per half (groups 2i, 2i + 1 per mma, the scale inside A). Unfolded (Q6_K):
+                // per group one m16n8k16 mma of quad8 plus one of the constant word I8OFF, and
+                // the group's scale (sc8) times their sum, in s32 (|P| < 2^26: the conversion to
+                // f32 below may round, once per half).
                 const float da8 = T::d8(A) * 0x1p-29f, db8 = T::d8(B) * 0x1p-29f;
                 constexpr int XP = XB >= 2 ? XB / 2 : 1;  // 32-blocks per activation batch
                 const uint2* xdq[NG];  // the lane's fragment of the super-block's 32-block 0
@@ -1087,10 +1131,30 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 #pragma unroll
                         for (int u = 0; u < XP; ++u) {
                             const int G = 8 * h + 2 * (XP * hp + u);
-                            const uint32_t a0 = T::quad8(A, G, sA[G >> 2]), a1 = T::quad8(B, G, sB[G >> 2]);
-                            const uint32_t a2 = T::quad8(A, G + 1, sA[G >> 2]), a3 = T::quad8(B, G + 1, sB[G >> 2]);
+                            if constexpr (T::FOLD) {
+                                const uint32_t a0 = T::quad8(A, G, sA[G >> 2]), a1 = T::quad8(B, G, sB[G >> 2]);
+                                const uint32_t a2 = T::quad8(A, G + 1, sA[G >> 2]), a3 = T::quad8(B, G + 1, sB[G >> 2]);
 #pragma unroll
-                            for (int m = 0; m < NG; ++m) tc_imma(P[m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
+                                for (int m = 0; m < NG; ++m) tc_imma(P[m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
+                            } else {
+#pragma unroll
+                                for (int gg = 0; gg < 2; ++gg) {
+                                    const int G2 = G + gg;
+                                    const uint32_t a0 = T::quad8(A, G2, sA[G2 >> 2]), a1 = T::quad8(B, G2, sB[G2 >> 2]);
+                                    const int ka = T::sc8(sA[G2 >> 2], G2), kb = T::sc8(sB[G2 >> 2], G2);
+#pragma unroll
+                                    for (int m = 0; m < NG; ++m) {
+                                        const uint32_t bx = gg ? xv[u][m].y : xv[u][m].x;
+                                        int Q[4] = {0, 0, 0, 0};
+                                        tc_imma16(Q, a0, a1, bx);
+                                        tc_imma16(Q, T::I8OFF, T::I8OFF, bx);
+                                        P[m][0] += ka * Q[0];
+                                        P[m][1] += ka * Q[1];
+                                        P[m][2] += kb * Q[2];
+                                        P[m][3] += kb * Q[3];
+                                    }
+                                }
+                            }
                         }
                     }
                     const float* xfb = xfq + 8 * h;
@@ -1122,6 +1186,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 }
             }
         } else {
+            static_assert(!T::FOLD, "the folded formats (Q2_K, Q3_K) take the integer mma");
 #pragma unroll
             for (int hf = 0; hf < 16 / XB; ++hf) {
                 uint2 xv[XB][NG];

@@ -85,15 +85,15 @@ pub fn matvec_rows_per_block(fmt: &str, nc: usize) -> u32 {
 
 /// Formats with a tensor-core matvec `mvtc_<fmt>_<NG>` (`matvec.cu`: weights decoded to exact bf16
 /// integers, activations split exactly into three bf16 pieces, `mma.sync` bf16 → f32; Q2_K:
-/// Q3_K: integer `mma.sync` s8 → s32 against three int8 digits per activation, [`tc_int8_digits`]).
+/// Q3_K, Q6_K: integer `mma.sync` s8 → s32 against three int8 digits per activation, [`tc_int8_digits`]).
 pub const TC_FORMATS: [&str; 6] = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_0"];
 /// Whether the tensor-core matvec of format `fmt` (a [`FORMATS`] suffix) takes its main sums
-/// with the integer mma against the activations' int8 digits (`matvec.cu`, `TcI8`: Q2_K and Q3_K; the two lists must agree)
+/// with the integer mma against the activations' int8 digits (`matvec.cu`, `TcI8`: Q2_K, Q3_K and Q6_K; the two lists must agree)
 /// instead of the bf16 mma against their exact bf16 pieces. Those digits round each input to
 /// 22 significant bits of its 128-element block's largest magnitude (`common.cuh`,
 /// `TC_XD_OFFSET`), so such a matvec is not exact in its activations, unlike the others.
 pub fn tc_int8_digits(fmt: &str) -> bool {
-    matches!(fmt, "q2_k" | "q3_k")
+    matches!(fmt, "q2_k" | "q3_k" | "q6_k")
 }
 
 /// `prep_kinds` bit of the fused prep producers (`add_norm_prep_f32`, `geglu_prep_f32`,
@@ -771,14 +771,14 @@ mod tests {
 
     #[test]
     fn prep_kinds_follow_the_readers_formats() {
-        // Hand-derived from tc_int8_digits (Q2_K and Q3_K read digits): Q2_K q/k with a Q3_K v
-        // (the 12B mix's attention input) digits only; Q3_K alone digits; Q2_K with a Q6_K
-        // reader both; the other formats pieces.
+        // Hand-derived from tc_int8_digits (Q2_K, Q3_K and Q6_K read digits): Q2_K q/k with a
+        // Q3_K v (the 12B mix's attention input) digits only; Q6_K alone (the tied head) digits;
+        // Q4_K q/k with a Q6_K v both; Q4_K/Q5_K pieces.
         use super::{tc_prep_kinds, TC_PREP_DIGITS, TC_PREP_PIECES};
         assert_eq!(tc_prep_kinds(["q2_k", "q2_k", "q3_k"]), TC_PREP_DIGITS);
-        assert_eq!(tc_prep_kinds(["q3_k"]), TC_PREP_DIGITS);
-        assert_eq!(tc_prep_kinds(["q2_k", "q6_k"]), 3);
-        assert_eq!(tc_prep_kinds(["q4_k", "q6_k"]), TC_PREP_PIECES);
+        assert_eq!(tc_prep_kinds(["q6_k"]), TC_PREP_DIGITS);
+        assert_eq!(tc_prep_kinds(["q4_k", "q4_k", "q6_k"]), 3);
+        assert_eq!(tc_prep_kinds(["q4_k", "q5_k"]), TC_PREP_PIECES);
         assert_eq!(tc_prep_kinds([]), 0);
     }
 

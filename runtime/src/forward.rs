@@ -5,12 +5,13 @@
 //! Precision: f32 activations, f32 accumulation everywhere (matvec, norms, attention softmax);
 //! RoPE angles and rotation in f64 rounded once to f32; weights decoded bit-exactly from their
 //! GGUF blocks. The tensor-core matvec (`mvtc`, `kernels/matvec.cu`) keeps that for Q4_K,
-//! Q5_K, Q6_K and Q4_0: weights as exact bf16 integers, activations split exactly into three
+//! Q5_K and Q4_0: weights as exact bf16 integers, activations split exactly into three
 //! bf16 pieces (each its own mma column), every product exact and summed in f32 by `mma.sync`.
-//! Q2_K and Q3_K take the integer mma instead: their activations are rounded to 22 significant bits of
+//! Q2_K, Q3_K and Q6_K take the integer mma instead: their activations are rounded to 22 significant bits of
 //! their 128-element block's largest magnitude (three int8 digits per element,
-//! [`kernels::tc_int8_digits`]), every integer product and sum exact. Measured on the H200
-//! (`runtime model-check`, 120–130 rows per model): logits within 2.2e-5 of the f64 oracle on the
+//! [`kernels::tc_int8_digits`]), every integer product and sum exact (Q6_K's per-half sums,
+//! up to 2^26, are rounded once to f32). Measured on the H200
+//! (`runtime model-check`, 120–130 rows per model): logits within 4.9e-5 of the f64 oracle on the
 //! real fixture models, 4.4e-5 on the synthetic UD-Q2_K_XL ones; calibrated τ 2⁻¹³–2⁻¹⁴. Every
 //! row's numbers are independent of the other rows of the call and of the chunking (each output
 //! element is one fixed-order sum), so prefill rows, decode rows and batch rows of the same

@@ -265,7 +265,7 @@ impl Gpu {
     /// [`Gpu::matvec`] for a format of [`kernels::TC_FORMATS`] with `k % 256 == 0`, `k ≤`
     /// [`crate::device::TC_MAX_K`]; weights as exact bf16 integers times their group scale,
     /// activations split exactly into three bf16 pieces, products summed in f32 by the tensor
-    /// cores — for Q2_K and Q3_K, integer mma against the activations rounded to three int8 digits per
+    /// cores — for Q2_K, Q3_K and Q6_K, integer mma against the activations rounded to three int8 digits per
     /// 128-element block ([`kernels::tc_int8_digits`]; error statement in `matvec.cu`); base or wide kernel as [`crate::forward::tc_kernel`]
     /// picks (the same bits). Same shapes and errors as [`Gpu::matvec`], plus
     /// [`RuntimeError::Shape`] for a format or `k` the tensor-core path does not serve.
@@ -645,14 +645,14 @@ mod tests {
     use super::*;
 
     /// The Rust-side format rules take the kernel suffixes (`"q2_k"`), not ggml names
-    /// (`"Q2_K"`): only Q2_K's and Q3_K's tensor-core matvecs read the int8 digits (`matvec.cu` `TcI8`).
+    /// (`"Q2_K"`): only Q2_K's, Q3_K's and Q6_K's tensor-core matvecs read the int8 digits (`matvec.cu` `TcI8`).
     #[test]
     fn int8_digit_formats_by_suffix() {
         let digits: Vec<GgmlType> = reference::quant::SUPPORTED_TYPES
             .into_iter()
             .filter(|&t| format_suffix(t, "test").is_ok_and(kernels::tc_int8_digits))
             .collect();
-        assert_eq!(digits, vec![GgmlType::Q2_K, GgmlType::Q3_K]);
+        assert_eq!(digits, vec![GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q6_K]);
     }
     use reference::quant::SUPPORTED_TYPES;
 
