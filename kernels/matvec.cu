@@ -788,16 +788,14 @@ template <> struct TcMinB<FmtQ3_K, 2> { enum { V = 2 }; };
 #ifndef TC_XBW_3
 #define TC_XBW_3 2
 #endif
-#ifndef TC_XBW_Q6K_1
-#define TC_XBW_Q6K_1 8
-#endif
-template <typename F> struct TcXbW1 { enum { V = TcXb<F, 1>::V }; };
-template <> struct TcXbW1<FmtQ6_K> { enum { V = TC_XBW_Q6K_1 }; };
 // (XB at least the format's groups per scale group: the unfolded path loads whole scale groups.)
+// Measured, not kept (H200, 2026-12-03, `runtime mv-bench`, the tied 12B head, same call): XB 4
+// or 2 for Q6_K's integer mvtc_q6_k_1w (spills 4 B instead of 36) — 258.62 / 256.47 µs at n = 1
+// against 254.23 with XB = 8.
 template <typename F, int NG> struct TcWide {
     enum {
         MINB = NG == 1 ? TC_MINBW_1 : TC_MINBW_3,
-        XB = NG == 1 ? (int)TcXbW1<F>::V
+        XB = NG == 1 ? (int)TcXb<F, 1>::V
                      : (TC_XBW_3 > (int)Tc<F>::GPS ? TC_XBW_3 : (int)Tc<F>::GPS)
     };
 };
