@@ -273,9 +273,9 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 // bits: decode, verify and batch rows agree bitwise). Folded formats (Q2_K, Q3_K: FOLD = 1
 // below) multiply the group's integer scale into the integer (an s8: Q2_K sc·q ≤ 45, Q3_K
 // −S·q ∈ [−128, 124]), so a whole super-block is one sum P = Σ (sc·q)·x scaled once per
-// 128-element half (the integer mma below); Q2_K takes its offsets Σ_G b_G·S_G as one more bf16 mma per super-block of the sums' pieces (packed the same
-// way). Scales: the prep stores hi·2^40, mid·2^48, lo·2^56 (and S·2^40), exact powers of two
-// undone in the epilogue (TcOut). Q2_K (SUB = 1) reads its mins as bf16 subnormals (the bit
+// 128-element half (the integer mma below); Q2_K takes its offsets Σ_G b_G·S_G as one more bf16
+// mma per super-block of the sums' pieces (packed the same way). Scales: the prep stores
+// hi·2^40, mid·2^48, lo·2^56 (and S·2^40), exact powers of two undone in the epilogue (TcOut). Q2_K (SUB = 1) reads its mins as bf16 subnormals (the bit
 // pattern n is n·2^-133, so a decoded nibble is an mma operand as it is) and multiplies dmin by
 // 2^69; its epilogue factors are those of TcOut<1>.
 //
@@ -688,7 +688,9 @@ template <> struct Tc<FmtQ4_0> { enum { OK = 1, SB = 144, GPS = 2, HAS_MIN = 0, 
 // lo·2^56) and the decoder's own: SF multiplies a folded super-block's d (and dmin) and HS, MS,
 // LS a column total. SUB (integers as bf16 subnormals v·2^-133): SF = 2^69 keeps the partial
 // sums in range, leaving 2^-64 for the epilogue. (Exact powers of two: the sums are those of
-// unscaled pieces.)
+// unscaled pieces.) The integer-mma formats (TcI8: Q2_K, Q3_K, Q6_K) set SUB = 1 as well: their
+// sums come out of the main loop as d·2^-29·2^e·P, and TcOut<1>'s column factors 2^(24 − 8p)
+// give digit p its weight (matvec.cu's integer-mma note above).
 template <int SUB> struct TcOut {
     static constexpr float SF = 1.0f, HS = 0x1p-40f, MS = 0x1p-48f, LS = 0x1p-56f;
 };
