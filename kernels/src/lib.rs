@@ -84,7 +84,7 @@ pub fn matvec_rows_per_block(fmt: &str, nc: usize) -> u32 {
 }
 
 /// Formats with a tensor-core matvec `mvtc_<fmt>_<NG>` (`matvec.cu`: weights decoded to exact bf16
-/// integers, activations split exactly into three bf16 pieces, `mma.sync` bf16 → f32; Q2_K:
+/// integers, activations split exactly into three bf16 pieces, `mma.sync` bf16 → f32; Q2_K,
 /// Q3_K, Q6_K: integer `mma.sync` s8 → s32 against three int8 digits per activation, [`tc_int8_digits`]).
 pub const TC_FORMATS: [&str; 6] = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_0"];
 /// Whether the tensor-core matvec of format `fmt` (a [`FORMATS`] suffix) takes its main sums
