@@ -299,29 +299,32 @@ static __device__ __forceinline__ float gelu_tanh(float g) {
 }
 static __device__ __forceinline__ float geglu_mul(float g, float u) { return gelu_tanh(g) * u; }
 
+// `kinds` of the prep writers (uniform over the launch; kernels::TC_PREP_PIECES |
+// kernels::TC_PREP_DIGITS): which of the bf16 pieces (xp) and the int8 digits (TC_XD_OFFSET) to
+// write — the ones the matvecs that read this input take; the group sums and their fragments are
+// always written.
+#define TC_PREP_PIECES 1
+#define TC_PREP_DIGITS 2
+
 // Writes 16-group G of column c into the prep buffers: its four quads and, at xs[8G + c], its
 // sum (tc_quad_sum order).
 // M: the largest |x| of the group's 128-element block, +inf if it holds a non-finite value
-// (tc_quad_absmax over its 32 quads), for the int8 digits.
+// (tc_quad_absmax over its 32 quads), for the int8 digits. `kinds`: see TC_PREP_PIECES above.
 static __device__ __forceinline__ void tc_prep_group(const float (&v)[16], int c, int G, int ng,
                                                      float M, uint32_t* __restrict__ xp,
-                                                     float* __restrict__ xs) {
+                                                     float* __restrict__ xs, int kinds) {
     const float s = (tc_quad_sum(v) + tc_quad_sum(v + 4)) + (tc_quad_sum(v + 8) + tc_quad_sum(v + 12));
     tc_prep_sum(s, c, G, ng, xs);
 #pragma unroll
     for (int t = 0; t < 4; ++t) {
-        tc_prep_quad(v + 4 * t, c, G, t, ng, xp);
-        tc_prep_digits(v + 4 * t, c, G, t, ng, M, xs);
+        if (kinds & TC_PREP_PIECES) tc_prep_quad(v + 4 * t, c, G, t, ng, xp);
+        if (kinds & TC_PREP_DIGITS) tc_prep_digits(v + 4 * t, c, G, t, ng, M, xs);
     }
 }
 
 // The quad form for kernels where 4 consecutive lanes hold the 4 quads of one group (lane & 3 =
 // t): writes this lane's quad and, from lane t = 0, the group sum (same order as tc_prep_group).
-// `kinds` (uniform over the launch; kernels::TC_PREP_PIECES | kernels::TC_PREP_DIGITS): which of
-// the bf16 pieces (xp) and the int8 digits (TC_XD_OFFSET) to write — the ones the matvecs that
-// read this input take; the group sums and their fragments are always written.
-#define TC_PREP_PIECES 1
-#define TC_PREP_DIGITS 2
+// `kinds`: see TC_PREP_PIECES above.
 // All 32 lanes of the warp must call it (shuffles), and the warp's 32 quads must be one
 // 128-element block (8 consecutive groups from a multiple of 8: the int8 digits' shared
 // exponent is the warp's largest |x|); lanes that are not `live` hold zeros.

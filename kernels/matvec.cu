@@ -330,47 +330,54 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 // the same x.
 // =============================================================================================
 
-// mvtc_prep(x, nc, K, xp, xs): x f32 [nc, K] (column c at x + c·K), 1 ≤ nc ≤ 8, K % 16 == 0.
-//   xp u32 [3][K/16][32][2] in mma B-fragment order (common.cuh, tc_prep_quad): piece p of
+// mvtc_prep(x, nc, K, xp, xs, kinds): x f32 [nc, K] (column c at x + c·K), 1 ≤ nc ≤ 8,
+// K % 16 == 0; kinds: which of the bf16 pieces (xp) and the int8 digits to write (common.cuh
+// TC_PREP_PIECES / TC_PREP_DIGITS, kernels::tc_prep_kinds of the matvecs that read them).
+//   xp u32 [3][K/16][32][2] (TC_PREP_PIECES) in mma B-fragment order (common.cuh, tc_prep_quad): piece p of
 //      input c is mma column cc = 3c + p of column group cc / 8; lane 4g + t of (group m, 16-group
 //      G) holds column 8m + g's bf16 pairs (e 4t, 4t+2), (4t+1, 4t+3) of elements 16G + e.
 //      Columns past 3·nc are not written (the matvec does not read them).
 //   xs f32 [K/16][8]: S_{c,G} at xs[8G + c] (sequential f32 sum of the 16 elements; 0 for c ≥ nc),
 //      then the sums' fragments (common.cuh, TC_XSF_OFFSET), the int8 digits of the inputs
-//      (TC_XD_OFFSET) and their per-128-element exponents (TC_XF_OFFSET).
+//      (TC_XD_OFFSET) and their per-128-element exponents (TC_XF_OFFSET) (TC_PREP_DIGITS).
 // Launch: one thread per (c < 8, G): grid ceil(8·K/16 / 128), block 128.
 extern "C" __global__ void __launch_bounds__(128) mvtc_prep(const float* __restrict__ x, int nc,
                                                           int K, uint32_t* __restrict__ xp,
-                                                          float* __restrict__ xs) {
+                                                          float* __restrict__ xs, int kinds) {
     GRIDDEP_ENTRY();
     const int ng = K >> 4;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= 8 * ng) return;
-    const int c = i / ng, G = i - c * ng;
+    // No return before the shuffles below: every lane of the warp takes part in them.
+    const bool in = i < 8 * ng;
+    const int c = in ? i / ng : 0, G = in ? i - c * ng : 0;
+    float v[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) v[j] = 0.0f;
+    if (in && c < nc) {
+        const float4* p = (const float4*)(x + (uint64_t)c * K + 16 * G);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const float4 a = p[j];
+            v[4 * j] = a.x; v[4 * j + 1] = a.y; v[4 * j + 2] = a.z; v[4 * j + 3] = a.w;
+        }
+    }
+    // The largest |x| of the group's 128-element block (the int8 digits' shared exponent), over
+    // the 8 lanes holding its groups: lanes 8a … 8a + 7 are threads of one input c and groups
+    // 8b … 8b + 7 whenever ng % 8 == 0 (the matvecs need K % 256 == 0, so digits of any other K
+    // are never read).
+    float M = 0.0f;
+    if (kinds & TC_PREP_DIGITS) {
+        M = fmaxf(fmaxf(tc_quad_absmax(v), tc_quad_absmax(v + 4)),
+                  fmaxf(tc_quad_absmax(v + 8), tc_quad_absmax(v + 12)));
+#pragma unroll
+        for (int o = 1; o < 8; o <<= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    }
+    if (!in) return;
     if (c >= nc) {
         xs[8 * G + c] = 0.0f;
         return;
     }
-    const float4* p = (const float4*)(x + (uint64_t)c * K + 16 * G);
-    float v[16];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        const float4 a = p[j];
-        v[4 * j] = a.x; v[4 * j + 1] = a.y; v[4 * j + 2] = a.z; v[4 * j + 3] = a.w;
-    }
-    // The largest |x| of the group's 128-element block (the int8 digits' shared exponent).
-    const float4* pb = (const float4*)(x + (uint64_t)c * K + 128 * (G >> 3));
-    // (Only whole blocks are read: the matvecs need K % 256 == 0; a partial block's digits are
-    // never used.)
-    const int nq = min(32, (K - 128 * (G >> 3)) >> 2);
-    float M = 0.0f;
-#pragma unroll 4
-    for (int j = 0; j < nq; ++j) {
-        const float4 a = pb[j];
-        const float q[4] = {a.x, a.y, a.z, a.w};
-        M = fmaxf(M, tc_quad_absmax(q));
-    }
-    tc_prep_group(v, c, G, ng, M, xp, xs);
+    tc_prep_group(v, c, G, ng, M, xp, xs, kinds);
 }
 
 // tc_pair for a value that already carries the 0x43004300 exponent bits: each bf16 lane

@@ -96,7 +96,7 @@ pub fn tc_int8_digits(fmt: &str) -> bool {
     matches!(fmt, "q2_k" | "q3_k" | "q6_k")
 }
 
-/// `prep_kinds` bit of the fused prep producers (`add_norm_prep_f32`, `geglu_prep_f32`,
+/// `prep_kinds` bit of the prep producers (`mvtc_prep`, `add_norm_prep_f32`, `geglu_prep_f32`,
 /// `attention_f32`; `TC_PREP_PIECES` in `common.cuh`): write the exact bf16 pieces, which the
 /// tensor-core matvecs of every format but the [`tc_int8_digits`] ones read.
 pub const TC_PREP_PIECES: i32 = 1;
@@ -104,7 +104,7 @@ pub const TC_PREP_PIECES: i32 = 1;
 /// formats read (`TC_PREP_DIGITS` in `common.cuh`). The group sums are always written.
 pub const TC_PREP_DIGITS: i32 = 2;
 
-/// The `prep_kinds` a fused producer must write for tensor-core matvecs of formats `fmts` (the
+/// The `prep_kinds` a prep producer must write for tensor-core matvecs of formats `fmts` (the
 /// [`FORMATS`] suffixes of the matrices that read its output through the prep buffers).
 pub fn tc_prep_kinds<'a>(fmts: impl IntoIterator<Item = &'a str>) -> i32 {
     fmts.into_iter().fold(0, |k, f| {

@@ -1003,7 +1003,7 @@ impl Forward<'_> {
                     continue;
                 }
                 if prepped != Some(w.cols) {
-                    self.tc_prep(w.fmt, xc, nc, w.cols)?;
+                    self.tc_prep(w.fmt, xc, nc, w.cols, self.prep_kinds(outs))?;
                     prepped = Some(w.cols);
                 }
                 // Two matrices of one format and row length share a launch, and a third one of
@@ -1035,21 +1035,23 @@ impl Forward<'_> {
         crate::device::tc_serves(w.fmt, w.cols, w.rows * w.row_bytes, self.gpu.cc)
     }
 
-    /// The `prep_kinds` argument of a fused prep producer whose output the matvecs `outs` read
-    /// through [`Forward::mvs_pre`] (the same list: [`kernels::tc_prep_kinds`] of those taking
-    /// the tensor-core matvec).
+    /// The `prep_kinds` argument of a prep producer (fused, or `mvtc_prep` in
+    /// [`Forward::mvs_pre`]) whose output the matvecs `outs` read through [`Forward::mvs_pre`]
+    /// (the same list: [`kernels::tc_prep_kinds`] of those taking the tensor-core matvec).
     fn prep_kinds(&self, outs: &[(&Mat, u64)]) -> i32 {
         kernels::tc_prep_kinds(outs.iter().filter(|o| self.tc_ok(o.0)).map(|o| o.0.fmt))
     }
 
     /// `mvtc_prep`: splits `nc ≤ 8` columns of `k` f32 at `x` into the GPU's tensor-core scratch
-    /// (the kernel from `fmt`'s per-format module, which every format's module carries).
+    /// (the kernel from `fmt`'s per-format module, which every format's module carries), writing
+    /// the bf16 pieces and/or int8 digits of `kinds` ([`kernels::tc_prep_kinds`]).
     pub(crate) fn tc_prep(
         &self,
         fmt: &str,
         x: u64,
         nc: usize,
         k: usize,
+        kinds: i32,
     ) -> Result<(), RuntimeError> {
         let gpu = self.gpu;
         let f = gpu.modules.function_fmt(Family::Matvec, fmt, "mvtc_prep")?;
@@ -1065,6 +1067,7 @@ impl Forward<'_> {
                 Arg::I(k as i32),
                 Arg::P(ptr(gpu, &gpu.tc_xp)),
                 Arg::P(ptr(gpu, &gpu.tc_xs)),
+                Arg::I(kinds),
             ],
         )
     }

@@ -146,7 +146,9 @@ pub fn run(gpu: &Gpu, iters: usize, only: Option<&str>) -> Result<Value, Runtime
         // The three-matrix launch against the same matrices launched as in a forward without it.
         let mut same_as_separate = true;
         for nc in [1usize, 2, 4, 8] {
-            fw.tc_prep(fmt, ptr(gpu, &xd), nc, case.k)?;
+            // The pieces or digits every matrix of the case reads.
+            let kinds = kernels::tc_prep_kinds(m1.iter().chain(&m3).map(|m| m.fmt));
+            fw.tc_prep(fmt, ptr(gpu, &xd), nc, case.k, kinds)?;
             let launch = |i: usize| {
                 let c = i % m1.len();
                 let second = m2.get(c).map(|w2| (w2, ptr(gpu, &y2)));

@@ -309,13 +309,15 @@ impl Gpu {
         let (null, zero) = (0u64, 0i32);
         let prep = self.func(Family::Matvec, "mvtc_prep")?;
         let n = 8 * (k / 16);
+        let kinds = kernels::tc_prep_kinds([fmt]);
         let mut b = self.stream.launch_builder(&prep);
         b.arg(x)
             .arg(&nc_i)
             .arg(&k_i)
             .arg(&self.tc_xp)
-            .arg(&self.tc_xs);
-        // SAFETY: matches `mvtc_prep(const float*, int, int, uint32_t*, float*)`; x holds
+            .arg(&self.tc_xs)
+            .arg(&kinds);
+        // SAFETY: matches `mvtc_prep(const float*, int, int, uint32_t*, float*, int)`; x holds
         // ncols·k floats (checked), the scratch holds 8 columns of TC_MAX_K ≥ k elements.
         unsafe { b.launch(blocks_1d(n as u64, 128)) }.map_err(drv("mvtc_prep"))?;
         let name = crate::forward::tc_kernel(fmt, ncols, rows, 0, self.sm_count);
