@@ -586,19 +586,31 @@ template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, F
         const uint32_t sc = prmt(s4, 0u, 0x4440u | (uint32_t)(G & 3));
         return ((R.q[2 * h + gh] >> (2 * j)) & 0x03030303u) * sc;
     }
-    // The mins as mma A pairs over k = group (bf16 subnormals, like the folded pairs):
-    // m0 = (m_{2t}, m_{2t+1}), m1 = (m_{2t+8}, m_{2t+9}).
-    // (Selects, not R.sc[t >> 1]: a lane-dependent index would put the row in local memory.)
-    static __device__ __forceinline__ void mins(const Row& R, int t, uint32_t& m0, uint32_t& m1) {
-        const uint32_t lo = ((t & 2) ? R.sc[1] : R.sc[0]) >> (16 * (t & 1));
-        const uint32_t hi = ((t & 2) ? R.sc[3] : R.sc[2]) >> (16 * (t & 1));
-        m0 = ((lo >> 4) & 15u) | (((lo >> 12) & 15u) << 16);
-        m1 = ((hi >> 4) & 15u) | (((hi >> 12) & 15u) << 16);
+    // The mins as mma A pairs over k = group, times 16: m0 = (16·m_{2t}, 16·m_{2t+1}),
+    // m1 = (16·m_{2t+8}, 16·m_{2t+9}), each a bf16 lane whose bit pattern n ∈ [0, 240] is
+    // n·2^-133 exactly (subnormal below 128, exponent field 1 from 128 on: (128 + mantissa)·2^-133),
+    // so a min nibble needs no shift: one PRMT (lane-constant selector `msel`, bytes 2t and
+    // 2t + 1 of sc[0..1] or sc[2..3] into bytes 0 and 2) and one mask; dmin below carries the
+    // 1/16. (Before: selects on t, shifts and masks. With the staging fast path (TcPlan) and
+    // NG = 1's offsets below, mvtc_q2_k_1w's loop went 448 → 397 static SASS instructions and
+    // ffn_gate+ffn_up 21.2 → 19.9 µs at n = 1, `runtime mv-bench`, H200, 2026-12-04.)
+    // The ×16 changes the last bits of a few outputs (mv-bench's output hashes of the Q2_K cases
+    // at n ≥ 2 differ, n = 1 and every column-0 invariance unchanged; model-check vs the f64
+    // oracle: 2 of 350 figures moved, 5.23e-6 → 4.51e-6 and 3.735e-5 → 3.782e-5, on synthetic
+    // UD-Q2_K_XL models): the mma's sums of these operands, some subnormal and now fewer, are
+    // apparently not exactly invariant under a power-of-two scale.
+    static __device__ __forceinline__ uint32_t min_sel(int t) {
+        return (uint32_t)(2 * t) * 0x0011u + (uint32_t)(2 * t + 1) * 0x1100u;
+    }
+    static __device__ __forceinline__ void mins(const Row& R, uint32_t msel, uint32_t& m0, uint32_t& m1) {
+        m0 = prmt(R.sc[0], R.sc[1], msel) & 0x00F000F0u;
+        m1 = prmt(R.sc[2], R.sc[3], msel) & 0x00F000F0u;
     }
     static __device__ __forceinline__ float d(const Row& R) { return f16_to_f32(R.dd); }
     // The integer sums' scale (quad8 holds sc·q).
     static __device__ __forceinline__ float d8(const Row& R) { return f16_to_f32(R.dd); }
-    static __device__ __forceinline__ float dmin(const Row& R) { return f16_to_f32(R.dd >> 16); }
+    // dmin / 16 (exact: an f16 times 2^-4 stays an f32 normal), the factor of mins' 16·m.
+    static __device__ __forceinline__ float dmin(const Row& R) { return f16_to_f32(R.dd >> 16) * 0.0625f; }
 };
 
 // Formats whose main sums take the integer mma (Tc<F>::quad8): Q2_K, Q3_K, Q6_K (kernels::tc_int8_digits,
@@ -870,9 +882,11 @@ static __device__ __forceinline__ uint32_t tc_keep(uint32_t v) {
 }
 
 // 16 bytes global → shared (asynchronous; 16-byte aligned both sides).
-static __device__ __forceinline__ void tc_cp16(void* dst, const void* src) {
-    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+static __device__ __forceinline__ void tc_cp16s(uint32_t d, const void* src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src));
+}
+static __device__ __forceinline__ void tc_cp16(void* dst, const void* src) {
+    tc_cp16s((uint32_t)__cvta_generic_to_shared(dst), src);
 }
 static __device__ __forceinline__ void tc_cp_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N>
@@ -890,25 +904,52 @@ template <typename F> struct TcPlan {
     static_assert(STRIDE % 16 == 0, "a stage must advance by whole 16-byte chunks");
     uint32_t base;  // offset of chunk col l of the thread's row in stage 0
     uint32_t last;  // the last offset at which a whole 16-byte chunk lies inside the matrix
-    __device__ __forceinline__ void init(int rows, uint64_t row_bytes, int row0) {
+    // Stages whose offset o0 = base + j·STRIDE is below `fast` have every chunk of the thread
+    // inside the matrix (its last at o0 + 256·(n − 1), n = its chunk count; 0: none such).
+    uint32_t fast;
+    uint32_t sdst;  // shared address of the thread's first chunk in stage buffer 0
+    template <int NG>
+    __device__ __forceinline__ void init(int rows, uint64_t row_bytes, int row0, const uint4* sm) {
         const int r = threadIdx.x >> 4, l = threadIdx.x & 15;
         last = (uint32_t)((uint64_t)rows * row_bytes - 16);
         base = (uint32_t)((((uint64_t)min(row0 + r, rows - 1) * row_bytes) & ~15ull) + 16 * l);
+        const int n = (TcStage<F>::CPR - l + 15) / 16;  // chunks l, l + 16, … below CPR
+        const uint32_t span = 256u * (uint32_t)(n - 1);
+        fast = last >= span ? last - span + 1 : 0u;
+        sdst = (uint32_t)__cvta_generic_to_shared(sm + r * TcStage<F>::CPR + l);
+        // Kept in registers (tc_keep, NG = 1) rather than recomputed from the parameters at every
+        // stage (NG = 3's wide kernels spill with it: left to the compiler).
+        base = tc_keep<NG>(base);
+        fast = tc_keep<NG>(fast);
+        sdst = tc_keep<NG>(sdst);
     }
     // Queues stage j (super-blocks 8j … 8j + 7 of rows row0 … row0 + 15, rows past the end
-    // clamped to the last one) into buffer `sm`; bytes past the matrix end are not read.
-    __device__ __forceinline__ void stage(uint4* __restrict__ sm, const uint8_t* __restrict__ W, int j) const {
-        const int r = threadIdx.x >> 4, l = threadIdx.x & 15;
+    // clamped to the last one) into stage buffer `buf` (of the `sm` given to init); bytes past
+    // the matrix end are not read. The usual case (every chunk of the thread inside the matrix)
+    // is one compare and the copies from one address pair with immediate steps, instead of a
+    // bounds check and an address per chunk (the other case, stages that reach the matrix end).
+    __device__ __forceinline__ void stage(uint4* __restrict__ sm, int buf, const uint8_t* __restrict__ W, int j) const {
+        const int l = threadIdx.x & 15;
         const uint32_t o0 = base + (uint32_t)j * STRIDE;
-        uint4* d = sm + r * TcStage<F>::CPR + l;
+        if (o0 < fast) {
+            const uint32_t d = sdst + (uint32_t)buf * TcStage<F>::BYTES;
+            const uint8_t* src = W + o0;
 #pragma unroll
-        for (int i = 0; i < NCH; ++i) {
-            if (16 * i + 15 < TcStage<F>::CPR || 16 * i + l < TcStage<F>::CPR) {
-                const uint32_t o = o0 + 256 * i;
-                if (o <= last)
-                    tc_cp16(d + 16 * i, W + o);
-                else
-                    tail(d + 16 * i, W, o);
+            for (int i = 0; i < NCH; ++i)
+                if (16 * i + 15 < TcStage<F>::CPR || 16 * i + l < TcStage<F>::CPR)
+                    tc_cp16s(d + 256 * i, src + 256 * i);
+        } else {
+            const int r = threadIdx.x >> 4;
+            uint4* dg = sm + buf * (TcStage<F>::BYTES / 16) + r * TcStage<F>::CPR + l;
+#pragma unroll
+            for (int i = 0; i < NCH; ++i) {
+                if (16 * i + 15 < TcStage<F>::CPR || 16 * i + l < TcStage<F>::CPR) {
+                    const uint32_t o = o0 + 256 * i;
+                    if (o <= last)
+                        tc_cp16(dg + 16 * i, W + o);
+                    else
+                        tail(dg + 16 * i, W, o);
+                }
             }
         }
     }
@@ -971,30 +1012,69 @@ template <typename F> struct TcWarpStage {
 // (w + 8j) is 8j·SB bytes further on.
 template <typename F> struct TcWarpPlan {
     typedef TcWarpStage<F> WS;
+    // Slot i's row is lane / CH + (32 / CH)·i (CH divides 32), so its buffer chunk is the lane's
+    // slot-0 chunk plus i·SSTEP chunks: one shared address and immediate steps.
+    static_assert(32 % WS::CH == 0, "a warp slot row of 32 chunks covers whole stage rows");
+    enum { SSTEP = 32 + (32 / WS::CH) * (WS::PITCH - WS::CH) };
     uint32_t goff[WS::SLOTS];
     uint32_t last;  // the last offset at which a whole 16-byte chunk lies inside the matrix
-    __device__ __forceinline__ void init(int rows, uint64_t row_bytes, int row0, int wid, int lane) {
+    // Super-blocks j whose largest copied offset gmax + j·8·SB is below `fast` have every chunk of
+    // the lane inside the matrix (0: none such; also when the lane copies nothing).
+    uint32_t fast;
+    uint32_t sdst;  // shared address of the lane's slot-0 chunk in the warp's stage buffer 0
+    template <int NG>
+    __device__ __forceinline__ void init(int rows, uint64_t row_bytes, int row0, int wid, int lane,
+                                         const uint4* wsm) {
         last = (uint32_t)((uint64_t)rows * row_bytes - 16);
+        uint32_t gmax = 0;
+        bool any = false;
 #pragma unroll
         for (int i = 0; i < WS::SLOTS; ++i) {
             const int slot = lane + 32 * i, r = slot / WS::CH, k = slot - r * WS::CH;
             const uint64_t st = (uint64_t)min(row0 + r, rows - 1) * row_bytes + (uint64_t)wid * Tc<F>::SB;
             const int nk = (int)(((st & 15) + Tc<F>::SB + 15) >> 4);
-            goff[i] = (slot < 16 * WS::CH && k < nk) ? (uint32_t)((st & ~15ull) + 16 * k) : 0xFFFFFFFFu;
+            const bool live = slot < 16 * WS::CH && k < nk;
+            goff[i] = live ? (uint32_t)((st & ~15ull) + 16 * k) : 0xFFFFFFFFu;
+            if (live) {
+                gmax = max(gmax, goff[i]);
+                any = true;
+            }
+        }
+        // (Only NG = 1 takes the fast path, stage<true>.)
+        fast = 0u;
+        sdst = 0u;
+        if constexpr (NG == 1) {
+            fast = tc_keep<NG>((any && gmax <= last) ? last - gmax + 1 : 0u);
+            sdst = tc_keep<NG>((uint32_t)__cvta_generic_to_shared(wsm + lane + (lane / WS::CH) * (WS::PITCH - WS::CH)));
         }
     }
-    // Queues the warp's j-th super-block (w + 8j) into its stage buffer `sm` (uint4 units).
-    __device__ __forceinline__ void stage(uint4* __restrict__ sm, const uint8_t* __restrict__ W, int j, int lane) const {
+    // Queues the warp's j-th super-block (w + 8j) into its stage buffer `buf` (of the `wsm` given
+    // to init). The usual case (every chunk of the lane inside the matrix) is one compare, then
+    // per live slot an add and the copy, instead of a bounds check and an address per slot
+    // (with NG = 1's offsets in mvtc_body: ffn_down, mvtc_q3_k_1, 17.5 → 16.6 µs at n = 1).
+    // FAST = false (NG > 1) leaves only the checked path: both paths (and reordered offsets)
+    // made mvtc_q3_k_3's loop 798 → 966 static SASS instructions, ffn_down at n = 8
+    // 22.3 → 24.1 µs; the fast path alone there, 798 → 823.
+    template <bool FAST>
+    __device__ __forceinline__ void stage(uint4* __restrict__ wsm, int buf, const uint8_t* __restrict__ W, int j, int lane) const {
+        const uint32_t js = (uint32_t)j * (uint32_t)(TC_WARPS * Tc<F>::SB);
+        if (FAST && js < fast) {
+            const uint32_t d = sdst + (uint32_t)buf * WS::BYTES;
 #pragma unroll
-        for (int i = 0; i < WS::SLOTS; ++i) {
-            if (goff[i] != 0xFFFFFFFFu) {
-                const int slot = lane + 32 * i, r = slot / WS::CH;
-                uint4* d = sm + slot + r * (WS::PITCH - WS::CH);
-                const uint32_t o = goff[i] + (uint32_t)j * (uint32_t)(TC_WARPS * Tc<F>::SB);
-                if (o <= last)
-                    tc_cp16(d, W + o);
-                else
-                    TcPlan<F>::tail_at(d, W, o, last);
+            for (int i = 0; i < WS::SLOTS; ++i)
+                if (goff[i] != 0xFFFFFFFFu) tc_cp16s(d + 16u * SSTEP * i, W + (goff[i] + js));
+        } else {
+#pragma unroll
+            for (int i = 0; i < WS::SLOTS; ++i) {
+                if (goff[i] != 0xFFFFFFFFu) {
+                    const int slot = lane + 32 * i, r = slot / WS::CH;
+                    uint4* d = wsm + buf * (WS::BYTES / 16) + slot + r * (WS::PITCH - WS::CH);
+                    const uint32_t o = goff[i] + js;
+                    if (o <= last)
+                        tc_cp16(d, W + o);
+                    else
+                        TcPlan<F>::tail_at(d, W, o, last);
+                }
             }
         }
     }
@@ -1075,18 +1155,29 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     // 32-block), and the input columns of its accumulator columns 8m + 2t, 8m + 2t + 1 (their
     // exponents 2^e in xf; columns past the last input read a stale or zero exponent: their
     // outputs are never written).
-    const uint2* xd[NG];
-    int xc[NG][2];
+    // At NG = 1 the loads' offsets are unsigned 32-bit from the buffers' starts (xdb, xfb0), so
+    // an address is one multiply-add and a zero-extending add (the buffers are < 4 GiB), not a
+    // sign-extended 64-bit product per load: mvtc_q2_k_1's loop 399 → 393 SASS instructions.
+    // NG > 1 keeps the former signed expressions as they were (NG = 3's wide kernels spilled
+    // 16 → 252 B with the unsigned ones; reordered signed ones grew mvtc_q3_k_3's loop by 26).
+    const uint2* const xdb = (const uint2*)((const uint32_t*)xs + TC_XD_OFFSET);
+    const float* const xfb0 = xs + TC_XF_OFFSET;
+    uint32_t xd[NG];
+    const uint2* xdp[NG];  // NG > 1: xdb + xd[m], formed once
+    uint32_t xc[NG][2];
     if constexpr (TcI8<F>::V) {
 #pragma unroll
         for (int m = 0; m < NG; ++m) {
             const int cc = min(8 * m + g, 3 * nc - 1);
-            xd[m] = (const uint2*)((const uint32_t*)xs + TC_XD_OFFSET) +
-                    tc_keep<NG>((uint32_t)((cc >> 3) * (ng >> 1) * 32 + 4 * (cc & 7) + t));
-            xc[m][0] = (8 * m + 2 * t) / 3;
-            xc[m][1] = (8 * m + 2 * t + 1) / 3;
+            xd[m] = tc_keep<NG>((uint32_t)((cc >> 3) * (ng >> 1) * 32 + 4 * (cc & 7) + t));
+            xdp[m] = xdb + xd[m];
+            xc[m][0] = (uint32_t)(8 * m + 2 * t) / 3u;
+            xc[m][1] = (uint32_t)(8 * m + 2 * t + 1) / 3u;
         }
     }
+    // The lane's PRMT selector of its mins (Tc<F>::min_sel; integer-mma formats with offsets).
+    uint32_t msel = 0;
+    if constexpr (TcI8<F>::V && T::HAS_MIN) msel = tc_keep<NG>(T::min_sel(t));
     float acc[NG][4];
 #pragma unroll
     for (int m = 0; m < NG; ++m)
@@ -1122,8 +1213,8 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 constexpr int XP = XB >= 2 ? XB / 2 : 1;  // 32-blocks per activation batch
                 const uint2* xdq[NG];  // the lane's fragment of the super-block's 32-block 0
 #pragma unroll
-                for (int m = 0; m < NG; ++m) xdq[m] = xd[m] + 256 * sb;
-                const float* xfq = xs + TC_XF_OFFSET + 16 * sb;
+                for (int m = 0; m < NG; ++m)
+                    xdq[m] = NG == 1 ? xdb + (xd[m] + 256u * (uint32_t)sb) : xdp[m] + 256 * sb;
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     int P[NG][4];
@@ -1164,10 +1255,13 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                             }
                         }
                     }
-                    const float* xfb = xfq + 8 * h;
 #pragma unroll
                     for (int m = 0; m < NG; ++m) {
-                        const float f0 = __ldg(xfb + xc[m][0]), f1 = __ldg(xfb + xc[m][1]);
+                        const uint32_t xfo = 16u * (uint32_t)sb + 8u * h;
+                        const float* const xfb = xs + TC_XF_OFFSET + 16 * sb + 8 * h;
+                        const float* const xf0 = NG == 1 ? xfb0 + (xfo + xc[m][0]) : xfb + (int)xc[m][0];
+                        const float* const xf1 = NG == 1 ? xfb0 + (xfo + xc[m][1]) : xfb + (int)xc[m][1];
+                        const float f0 = __ldg(xf0), f1 = __ldg(xf1);
                         acc[m][0] = fmaf(da8 * f0, (float)P[m][0], acc[m][0]);
                         acc[m][1] = fmaf(da8 * f1, (float)P[m][1], acc[m][1]);
                         acc[m][2] = fmaf(db8 * f0, (float)P[m][2], acc[m][2]);
@@ -1179,14 +1273,15 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 // Offsets: M = Σ_G m_G · S_G over the super-block's 16 groups (k = group),
                 // the sums' pieces packed into columns like the activations.
                 uint32_t a0, a1, a2, a3;
-                T::mins(A, t, a0, a2);
-                T::mins(B, t, a1, a3);
+                T::mins(A, msel, a0, a2);
+                T::mins(B, msel, a1, a3);
                 const float ma = -T::dmin(A) * SF, mb = -T::dmin(B) * SF;
 #pragma unroll
                 for (int m = 0; m < NG; ++m) {
                     float M[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                     const uint2 s = __ldg((const uint2*)((const uint32_t*)(xs + TC_XSF_OFFSET)) +
-                                          xso[m] + 32 * sb);
+                                          (NG == 1 ? (uint64_t)(xso[m] + 32u * (uint32_t)sb)
+                                                   : (int64_t)(xso[m] + 32 * sb)));
                     tc_mma(M, a0, a1, a2, a3, s.x, s.y);
 #pragma unroll
                     for (int i = 0; i < 4; ++i) acc[m][i] = fmaf(i < 2 ? ma : mb, M[i], acc[m][i]);
@@ -1258,10 +1353,10 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         const uint32_t wb = tc_keep<NG>((g + 8) * (WS::PITCH * 16) +
             (uint32_t)(((uint64_t)min(row0 + g + 8, rows - 1) * row_bytes + (uint64_t)wid * T::SB) & 15));
         TcWarpPlan<F> plan;
-        plan.init(rows, row_bytes, row0, wid, lane);
+        plan.template init<NG>(rows, row_bytes, row0, wid, lane, wsm);
 #pragma unroll
         for (int j = 0; j < WAHEAD; ++j) {
-            if (j < nrun) plan.stage(wsm + j * (WS::BYTES / 16), W, j, lane);
+            if (j < nrun) plan.template stage<NG == 1>(wsm, j, W, j, lane);
             tc_cp_commit();
         }
         griddep_wait();
@@ -1269,7 +1364,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         for (int j = 0; j < nrun; ++j) {
             if constexpr (WAHEAD < WS::NST) {
                 const int jn = j + WS::NST - 1;
-                if (jn < nrun) plan.stage(wsm + (jn % WS::NST) * (WS::BYTES / 16), W, jn, lane);
+                if (jn < nrun) plan.template stage<NG == 1>(wsm, jn % WS::NST, W, jn, lane);
                 tc_cp_commit();
             }
             tc_cp_wait<WS::NST - 1>();
@@ -1280,7 +1375,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
             __syncwarp();
             if constexpr (WAHEAD == WS::NST) {
                 // The buffer just read takes stage j + NST.
-                if (j + WS::NST < nrun) plan.stage(wsm + (j % WS::NST) * (WS::BYTES / 16), W, j + WS::NST, lane);
+                if (j + WS::NST < nrun) plan.template stage<NG == 1>(wsm, j % WS::NST, W, j + WS::NST, lane);
                 tc_cp_commit();
             }
         }
@@ -1290,10 +1385,10 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         // Block stages (TcStage, TcPlan): the whole block copies each stage; a barrier per stage.
         // Prologue: stages 0 … NST − 2 in flight (empty groups keep the group count uniform).
         TcPlan<F> plan;
-        plan.init(rows, row_bytes, row0);
+        plan.template init<NG>(rows, row_bytes, row0, sm);
 #pragma unroll
         for (int j = 0; j < St::AHEAD; ++j) {
-            if (j < nstage) plan.stage(sm + j * (St::BYTES / 16), W, j);
+            if (j < nstage) plan.stage(sm, j, W, j);
             tc_cp_commit();
         }
         // The weights are immutable: their first stages are in flight before waiting for the
@@ -1305,7 +1400,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
             if constexpr (St::AHEAD < St::NST) {
                 const int jn = j + St::NST - 1;
                 if (jn < nstage)
-                    plan.stage(sm + (jn % St::NST) * (St::BYTES / 16), W, jn);
+                    plan.stage(sm, jn % St::NST, W, jn);
                 tc_cp_commit();
             }
             tc_cp_wait<St::NST - 1>();
@@ -1323,7 +1418,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 // need no barrier here.
                 if (j + St::NST < nstage) {
                     __syncthreads();
-                    plan.stage(sm + (j % St::NST) * (St::BYTES / 16), W, j + St::NST);
+                    plan.stage(sm, j % St::NST, W, j + St::NST);
                 }
                 tc_cp_commit();
             } else {
@@ -1333,7 +1428,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 if constexpr (St::AHEAD == St::NST) {
                     // The buffer just read takes stage j + NST.
                     if (j + St::NST < nstage)
-                        plan.stage(sm + (j % St::NST) * (St::BYTES / 16), W, j + St::NST);
+                        plan.stage(sm, j % St::NST, W, j + St::NST);
                     tc_cp_commit();
                 }
             }
