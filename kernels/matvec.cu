@@ -430,6 +430,15 @@ static __device__ __forceinline__ void tc_imma(int (&d)[4], uint32_t a0, uint32_
         : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
+// tc_imma with unsigned A bytes (u8·s8 → s32; Q2_K's split chains, TcOdd4).
+static __device__ __forceinline__ void tc_imma_u8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                  uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
 // d += A·B, m16n8k16 s8·s8 → s32: a0 = row g, a1 = row g + 8 (k 4t … 4t+3 each), b0 = k 4t … 4t+3 of
 // column g (the .x or .y half of an m16n8k32 B fragment).
 static __device__ __forceinline__ void tc_imma16(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
@@ -586,6 +595,14 @@ template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, F
         const uint32_t sc = prmt(s4, 0u, 0x4440u | (uint32_t)(G & 3));
         return ((R.q[2 * h + gh] >> (2 * j)) & 0x03030303u) * sc;
     }
+    // quad8 times 4 for an odd j (TcOdd4): the 2-bit fields of j = 1, 3 masked in place
+    // (bits 2–3 of w or of w >> 4), so the bytes are 4·sc·q ≤ 180 (u8 A) and of the three
+    // shifts per q word one remains.
+    static __device__ __forceinline__ uint32_t quad8x4(const Row& R, int G, uint32_t s4) {
+        const int h = G >> 3, j = (G >> 1) & 3, gh = G & 1;
+        const uint32_t sc = prmt(s4, 0u, 0x4440u | (uint32_t)(G & 3));
+        return ((R.q[2 * h + gh] >> (2 * j - 2)) & 0x0C0C0C0Cu) * sc;
+    }
     // The mins as mma A pairs over k = group, times 16: m0 = (16·m_{2t}, 16·m_{2t+1}),
     // m1 = (16·m_{2t+8}, 16·m_{2t+9}), each a bf16 lane whose bit pattern n ∈ [0, 240] is
     // n·2^-133 exactly (subnormal below 128, exponent field 1 from 128 on: (128 + mantissa)·2^-133),
@@ -619,6 +636,17 @@ template <typename F> struct TcI8 { enum { V = 0 }; };
 template <> struct TcI8<FmtQ2_K> { enum { V = 1 }; };
 template <> struct TcI8<FmtQ3_K> { enum { V = 1 }; };
 template <> struct TcI8<FmtQ6_K> { enum { V = 1 }; };
+// TcOdd4<F>::V: the folded decoder's odd-j words come 4× larger from Tc<F>::quad8x4 (Q2_K): per
+// half, the even-j and odd-j mma sum into two s32 chains, P = 4·P_even + P_odd (exact, |P| < 2^28),
+// and the half's scale carries the 1/4 (d·2^-31): (float)(4·P) = 4·(float)P, so the same bits
+// (every `runtime mv-bench` output hash unchanged; blocks whose largest |x| is below ~2^-98, not
+// 2^-100, now leave the f32 normal range in d·2^-31·2^e). NG = 1 only: at NG = 2 the loop grew
+// 551 → 566 static SASS instructions and NG = 3's wide kernel spilled 168 B. Measured (H200,
+// 2026-12-04, same call): attn_q+attn_k (mvtc_q2_k_1) 6.07 / 6.10 → 5.74 / 5.75 µs and
+// ffn_gate+ffn_up (mvtc_q2_k_1w, 64 registers: its loop 397 → 408 static, ALU 173 → 171)
+// 20.04 / 19.96 → 19.80 / 19.81 µs at n = 1; decode 279.7 / 279.7 → 283.5 / 282.4 tok/s.
+template <typename F> struct TcOdd4 { enum { V = 0 }; };
+template <> struct TcOdd4<FmtQ2_K> { enum { V = 1 }; };
 
 // §3.4 Q3_K: W = (d·S_G)·q, q = low2 + 4·hbit − 4 ∈ [−4, 3], S_G = a_G − 32 ∈ [−32, 31] (a_G the
 // 6-bit scale); 16-element scale groups.
@@ -1209,7 +1237,9 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 // per group one m16n8k16 mma of quad8 plus one of the constant word I8OFF, and
                 // the group's scale (sc8) times their sum, in s32 (|P| < 2^26: the conversion to
                 // f32 below may round, once per half).
-                const float da8 = T::d8(A) * 0x1p-29f, db8 = T::d8(B) * 0x1p-29f;
+                constexpr bool ODD4 = TcOdd4<F>::V && NG == 1;
+                constexpr float DS = ODD4 ? 0x1p-31f : 0x1p-29f;
+                const float da8 = T::d8(A) * DS, db8 = T::d8(B) * DS;
                 constexpr int XP = XB >= 2 ? XB / 2 : 1;  // 32-blocks per activation batch
                 const uint2* xdq[NG];  // the lane's fragment of the super-block's 32-block 0
 #pragma unroll
@@ -1217,11 +1247,11 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                     xdq[m] = NG == 1 ? xdb + (xd[m] + 256u * (uint32_t)sb) : xdp[m] + 256 * sb;
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    int P[NG][4];
+                    int P[NG][4], P4[NG][4];  // P4: the odd-j chain (ODD4)
 #pragma unroll
                     for (int m = 0; m < NG; ++m)
 #pragma unroll
-                        for (int i = 0; i < 4; ++i) P[m][i] = 0;
+                        for (int i = 0; i < 4; ++i) P[m][i] = P4[m][i] = 0;
 #pragma unroll
                     for (int hp = 0; hp < 4 / XP; ++hp) {
                         uint2 xv[XP][NG];  // (32 uint2 per 32-block, as per 16-group)
@@ -1229,7 +1259,20 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 #pragma unroll
                         for (int u = 0; u < XP; ++u) {
                             const int G = 8 * h + 2 * (XP * hp + u);
-                            if constexpr (T::FOLD) {
+                            if constexpr (ODD4) {
+                                const bool odd = (XP * hp + u) & 1;  // j, compile-time
+                                const uint32_t a0 = odd ? T::quad8x4(A, G, sA[G >> 2]) : T::quad8(A, G, sA[G >> 2]);
+                                const uint32_t a1 = odd ? T::quad8x4(B, G, sB[G >> 2]) : T::quad8(B, G, sB[G >> 2]);
+                                const uint32_t a2 = odd ? T::quad8x4(A, G + 1, sA[G >> 2]) : T::quad8(A, G + 1, sA[G >> 2]);
+                                const uint32_t a3 = odd ? T::quad8x4(B, G + 1, sB[G >> 2]) : T::quad8(B, G + 1, sB[G >> 2]);
+#pragma unroll
+                                for (int m = 0; m < NG; ++m) {
+                                    if (odd)
+                                        tc_imma_u8(P4[m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
+                                    else
+                                        tc_imma_u8(P[m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
+                                }
+                            } else if constexpr (T::FOLD) {
                                 const uint32_t a0 = T::quad8(A, G, sA[G >> 2]), a1 = T::quad8(B, G, sB[G >> 2]);
                                 const uint32_t a2 = T::quad8(A, G + 1, sA[G >> 2]), a3 = T::quad8(B, G + 1, sB[G >> 2]);
 #pragma unroll
@@ -1254,6 +1297,12 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                                 }
                             }
                         }
+                    }
+                    if constexpr (ODD4) {
+#pragma unroll
+                        for (int m = 0; m < NG; ++m)
+#pragma unroll
+                            for (int i = 0; i < 4; ++i) P[m][i] = 4 * P[m][i] + P4[m][i];
                     }
 #pragma unroll
                     for (int m = 0; m < NG; ++m) {
