@@ -759,7 +759,13 @@ static_assert(TC_XE_HI == 40, "TcOut assumes the pieces hi·2^40, mid·2^48, lo�
 // 53–54 % busy, integer ALU pipe 60 % of its peak against 11 % for the FMA pipe, 27.5 of 64
 // warps resident; per issued instruction the warps wait 2.57 cycles not selected, 2.01 on the
 // math pipe (the ALU: PRMT/LOP3/SHF of the decoders), 1.77 on fixed latencies, 1.5 at barriers,
-// 0.7 on memory. Measured and not kept, the same day (`runtime mv-bench`/`bench`, H200):
+// 0.7 on memory. Again after TcOdd4 and the staging fast paths (2026-12-04, same launch, 26.5–27.0
+// µs at ncu's locked clocks): issue slots 52–53 % busy over the elapsed time (326 instructions
+// per cycle summed over the SMs while active, 274–279 over the elapsed time: ramp and tail), integer ALU
+// pipe 50 %, FMA 21 %, tensor 9.7 %; occupancy limited to 4 blocks (32 warps) by both registers
+// and shared memory; per issued instruction 2.07 cycles not selected, 1.48 fixed-latency wait,
+// 1.42–1.51 long scoreboard, 1.41 barrier, 1.11 math pipe (`scripts/gpu/run.sh ncu`).
+// Measured and not kept, 2026-12-03 (`runtime mv-bench`/`bench`, H200):
 //  - The decoders' right shifts as multiply-highs (`mul.hi.u32` by 2^(32 − n): IMAD.HI on the
 //    FMA pipe, ALU instructions of mvtc_q2_k_1w's loop 194 → 140), for Q2_K, Q3_K and Q6_K, in
 //    five Q2_K arrangements; the same bits, every one slower: ffn_gate+ffn_up 25.10 → 25.5–27.4
