@@ -189,6 +189,18 @@ static __device__ __forceinline__ void attend_block(const float* __restrict__ qh
 // Key splits of a query row that sees n keys (flash-decoding): Z = min(ceil(n / 16), 32) blocks
 // of CH = ceil(n / Z) consecutive keys (host: kernels::att_splits / att_chunk). A function of n
 // only, so a row's sums never depend on the other rows of the launch.
+// Measured and not kept (H200, 2026-12-04, `runtime bench --draft-format none`, one binary per
+// variant, same call; decode tok/s at batch 1 / batch 8, and the graph attribution's attention µs
+// per step at batch 1 / 8):
+//   prompt 32:   16 keys 280.9–282.3 / 1527–1535 (attention 453–489 / 496–518); 8 keys
+//                284.1–284.8 / 1505–1518; 32 keys 271.8–272.6 / 1489–1495; at most 16 splits
+//                279.1–280.4 / 1523–1529.
+//   prompt 512:  16 keys 249.2–249.7 / 1019–1021 (attention 918–938 / 3116–3129); 8 keys
+//                248.3 / 1018; 32 keys 249.8 / 1096 (914 / 2568); at most 16 splits 243.7 / 991
+//                (past 512 keys its chunks of 33–34 keys take the block-wide softmax below).
+//   prompt 2048: 16 keys 225.0 / 785 (attention 1377 / 5487); at most 16 splits 205.9 / 673.
+// At long contexts attention is the largest cost at batch 8; each query head's block reads its
+// KV head's rows itself (2 query heads per KV head on the 12B shapes).
 #define ATT_SPLIT_KEYS 16
 #define ATT_MAX_D 512  // head_dim bound (kernels::ATTENTION_MAX_HEAD_DIM)
 #define ATT_SPLIT_MAX 32
