@@ -421,23 +421,21 @@ static __device__ __forceinline__ void tc_mma(float (&d)[4], uint32_t a0, uint32
 
 // Integer mma: d += a·b over k = 32 (A 16×32 s8 row-major: a0/a2 row g, a1/a3 row g + 8, k 4t …
 // 4t+3 in a0/a1 and 16 + 4t … in a2/a3; B 32×8 s8: b0 k 4t … 4t+3, b1 16 + 4t …, column g;
-// D s32 as tc_mma's). Exact (int32 sums).
+// D s32 as tc_mma's). Exact (int32 sums). AU8: unsigned A bytes (u8·s8; Q2_K's split chains,
+// TcOdd4).
+template <bool AU8 = false>
 static __device__ __forceinline__ void tc_imma(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                                uint32_t a3, uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-// tc_imma with unsigned A bytes (u8·s8 → s32; Q2_K's split chains, TcOdd4).
-static __device__ __forceinline__ void tc_imma_u8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                                  uint32_t a3, uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#define TC_IMMA_K32(AT)                                                                            \
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32." AT ".s8.s32 {%0,%1,%2,%3}, "            \
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"                                          \
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])                                  \
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+    if constexpr (AU8)
+        TC_IMMA_K32("u8");
+    else
+        TC_IMMA_K32("s8");
+#undef TC_IMMA_K32
 }
 // d += A·B, m16n8k16 s8·s8 → s32: a0 = row g, a1 = row g + 8 (k 4t … 4t+3 each), b0 = k 4t … 4t+3 of
 // column g (the .x or .y half of an m16n8k32 B fragment).
@@ -1274,9 +1272,9 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 #pragma unroll
                                 for (int m = 0; m < NG; ++m) {
                                     if (odd)
-                                        tc_imma_u8(P4[m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
+                                        tc_imma<true>(P4[m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
                                     else
-                                        tc_imma_u8(P[m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
+                                        tc_imma<true>(P[m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
                                 }
                             } else if constexpr (T::FOLD) {
                                 const uint32_t a0 = T::quad8(A, G, sA[G >> 2]), a1 = T::quad8(B, G, sB[G >> 2]);
