@@ -15,6 +15,9 @@
 # `ncu` (GPU machine): Nsight Compute stall reasons of the ffn matvecs and the durations of the
 # decode step's small kernels, see the mode's comment.
 #
+# `ab` (GPU machine): kernel source variants (GEMMA4_KERNEL_SRC) timed against each other with
+# the same binary, mv-bench and bench alternating, output hashes compared; see the mode's comment.
+#
 # `sass` (here, no GPU): registers, spills and SASS instruction counts of the kernels (see the
 # mode's comment) — how a kernel change's instruction count is checked before device time.
 #
@@ -253,6 +256,69 @@ ncu)
     tar czf "$OUT/ncu.tgz" -C /tmp ncu-out
     cat "$OUT/ncu-summary.txt"
     ;;
+ab)
+    # On the GPU machine (binaries from `build` or `build-engine`, carry ["local/gpu"]): kernel
+    # source variants timed against each other in one call, alternating, with the same binary.
+    # VARS="name:DIR ..." (DIR relative to the checkout, read through GEMMA4_KERNEL_SRC; an empty
+    # DIR is the embedded sources), e.g. VARS="old:local/gpu/oldsrc new:" after
+    # `git archive HEAD kernels | tar x -C /tmp && cp /tmp/kernels/*.cu /tmp/kernels/*.cuh
+    # local/gpu/oldsrc/`. `runtime mv-bench` (CASE: a case-name filter) ROUNDS times per variant,
+    # then `runtime bench` twice per variant of BENCH_VARS (default: VARS; "none" skips). Writes
+    # $OUT/ab-summary.txt (per case and column count the µs of every run, the kernel, and whether
+    # the output hash equals the first variant's) and every log and JSON in $OUT/ab.tgz (the
+    # device tool returns at most 8 files).
+    : "${OUT:?OUT must name the output folder}"
+    : "${VARS:?VARS must name the variants, e.g. VARS=\"old:local/gpu/oldsrc new:\"}"
+    export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+    o=/tmp/ab-out
+    rm -rf "$o" && mkdir -p "$o"
+    s="$o/ab-summary.txt"
+    src() { if [ -n "$1" ]; then export GEMMA4_KERNEL_SRC="$PWD/$1"; else unset GEMMA4_KERNEL_SRC; fi; }
+    rounds="${ROUNDS:-2}"
+    for i in $(seq 1 "$rounds"); do
+        for v in $VARS; do
+            src "${v#*:}"
+            timeout "${MV_TIMEOUT:-100}" local/gpu/runtime mv-bench ${CASE:+--case "$CASE"} \
+                --out "$o/mv-${v%%:*}-$i.json" > "$o/mv-${v%%:*}-$i.txt" 2>&1 || echo "mv-bench ${v%%:*} $i exit $?" >> "$s"
+        done
+    done
+    python3 - "$o" "$VARS" "$rounds" >> "$s" <<'PY'
+import json, sys
+o, names, rounds = sys.argv[1], [v.split(":")[0] for v in sys.argv[2].split()], int(sys.argv[3])
+runs = {(n, i): json.load(open(f"{o}/mv-{n}-{i}.json"))["cases"] for n in names for i in range(1, rounds + 1)}
+first = runs[(names[0], 1)]
+for j, e in enumerate(first):
+    if "us" not in e:
+        continue
+    line = f"{e['case'][:24]:24} n={e['ncols']}"
+    for n in names:
+        us = "/".join(f"{runs[(n, i)][j]['us']:.2f}" for i in range(1, rounds + 1))
+        same = runs[(n, 1)][j]["y_hash"] == e["y_hash"]
+        line += f"  {n} {us} {runs[(n, 1)][j]['kernel']} {'same' if same else 'DIFF'}"
+    print(line)
+PY
+    bvars="${BENCH_VARS:-$VARS}"
+    if [ "$bvars" != none ]; then
+        for i in 1 2; do
+            for v in $bvars; do
+                src "${v#*:}"
+                n="${v%%:*}"
+                timeout "${BENCH_TIMEOUT:-120}" local/gpu/runtime bench --out "$o/bench-$n-$i" > "$o/bench-$n-$i.txt" 2>&1 || true
+                python3 - "$o/bench-$n-$i.txt" "$n" "$i" >> "$s" <<'PY' || echo "bench $n $i: no JSON" >> "$s"
+import json, sys
+d = json.load(open(sys.argv[1]))
+b = {x["batch"]: x for x in d["batch"]}
+print(f"bench {sys.argv[2]} {sys.argv[3]}: decode {d['decode_tok_per_s']:.1f} tok/s, "
+      f"fraction_of_roofline {d['fraction_of_roofline']:.4f}, batch 8 {b[8]['tok_per_s']:.1f} tok/s "
+      f"(x{b[8]['speedup_vs_batch1']:.2f})")
+PY
+            done
+        done
+    fi
+    cp "$s" "$OUT/ab-summary.txt"
+    tar czf "$OUT/ab.tgz" -C /tmp ab-out
+    cat "$s"
+    ;;
 sass)
     # Here (no GPU): registers, spills and SASS instruction counts of every kernel for sm_90, from
     # the NVRTC PTX (kernels/examples/dump_ptx.rs, GEMMA4_KERNEL_SRC honoured) through ptxas and
@@ -280,7 +346,7 @@ sass)
     python3 scripts/gpu/sass_stats.py "$out" "${2:-.}"
     ;;
 *)
-    echo "usage: $0 [build|device|build-engine|engine|extras|ncu|sass]" >&2
+    echo "usage: $0 [build|device|build-engine|engine|extras|ncu|ab|sass]" >&2
     exit 2
     ;;
 esac
