@@ -324,7 +324,10 @@ sass)
     # the NVRTC PTX (kernels/examples/dump_ptx.rs, GEMMA4_KERNEL_SRC honoured) through ptxas and
     # cuobjdump of pinned PyPI wheels (ptxas of CUDA 13.0.88 as on the GPU machine; cuobjdump and
     # nvdisasm 13.2.51, the oldest 13.x on PyPI) in target/cuda-tools. Optional 2nd argument: a
-    # kernel-name regex, e.g. `scripts/gpu/run.sh sass '^mvtc_q[23]_k_1'`. Output in target/sass.
+    # kernel-name regex, e.g. `scripts/gpu/run.sh sass '^mvtc_q[23]_k_1'`. Output in target/sass
+    # (replaced every run): with SASS_AGAINST=DIR, a copy of an earlier run's (`cp -r target/sass
+    # target/sass-old`), each kernel also gets the old figures and the main-loop opcode counts
+    # that changed.
     tools="$PWD/target/cuda-tools"
     if [ ! -x "$tools/nvidia/cu13/bin/ptxas" ] || [ ! -x "$tools/nvidia/cu13/bin/nvdisasm" ]; then
         python3 -m pip install --quiet --disable-pip-version-check --target "$tools" \
@@ -343,7 +346,7 @@ sass)
         ptxas -arch=sm_90 -O3 -v "$p" -o "$b.cubin" 2> "$b.ptxas"
         cuobjdump -sass "$b.cubin" > "$b.sass"
     done
-    python3 scripts/gpu/sass_stats.py "$out" "${2:-.}"
+    python3 scripts/gpu/sass_stats.py "$out" "${2:-.}" ${SASS_AGAINST:+--against "$SASS_AGAINST"}
     ;;
 *)
     echo "usage: $0 [build|device|build-engine|engine|extras|ncu|ab|sass]" >&2

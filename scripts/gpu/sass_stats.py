@@ -2,7 +2,7 @@
 """Register, spill and SASS instruction counts of NVRTC-compiled kernels, without a GPU.
 
 Used by `scripts/gpu/run.sh sass` (which writes the PTX, runs ptxas -v and cuobjdump -sass):
-    sass_stats.py DIR [REGEX]
+    sass_stats.py DIR [REGEX] [--against OLD_DIR]
 reads DIR/*.ptxas (ptxas -v output) and DIR/*.sass (cuobjdump -sass output) and prints, per
 kernel whose name matches REGEX (default: every kernel), its registers, spill bytes (stores /
 loads), SASS instruction count, mma count (HMMA/IMMA), the instructions between its first two
@@ -10,11 +10,15 @@ BAR.SYNC, and of its main loop (the backward branch's span holding the most mma,
 longest): its length and how many of its instructions issue to the integer ALU pipe and to the
 FMA pipe (opcode lists ALU_OPS, FMA_OPS below). For the `mvtc_*` kernels the loop is one pass
 over a super-block (matvec.cu's tile loop), and its ALU count is what bounds them (Nsight Compute
-of mvtc_q2_k_1w: ALU pipe 60 % of peak, FMA 11 %; matvec.cu beside TC_WARPS).
+of mvtc_q2_k_1w: ALU pipe 60 % of peak, FMA 11 %; matvec.cu beside TC_WARPS). With --against
+OLD_DIR (a copy of an earlier run's output folder) each kernel found in both also gets the old
+figures and the main-loop opcodes whose counts differ (old → new): where a change's instructions
+went.
 """
 import pathlib
 import re
 import sys
+from collections import Counter
 
 
 def ptxas_info(text):
@@ -76,21 +80,49 @@ def main_loop(ins, addrs):
     return best
 
 
-def main():
-    if len(sys.argv) < 2:
-        sys.exit("usage: sass_stats.py DIR [REGEX]")
-    d = pathlib.Path(sys.argv[1])
-    pick = re.compile(sys.argv[2] if len(sys.argv) > 2 else ".")
-    # A kernel compiled in several modules (the `mvtcx_*` pairs have a body only in the module
-    # of their first format, an empty stub elsewhere) is reported from the module where it has
-    # the most instructions.
+def load(d):
+    """({kernel: (registers, spill stores, spill loads)}, {kernel: (instructions, addresses)}) of
+    the .sass/.ptxas files in folder d. A kernel compiled in several modules (the `mvtcx_*` pairs
+    have a body only in the module of their first format, an empty stub elsewhere) is taken from
+    the module where it has the most instructions."""
     info, funcs = {}, {}
-    for p in sorted(d.glob("*.sass")):
+    for p in sorted(pathlib.Path(d).glob("*.sass")):
         pinfo = ptxas_info(p.with_suffix(".ptxas").read_text()) if p.with_suffix(".ptxas").exists() else {}
         for name, (ins, addrs) in sass_functions(p.read_text()).items():
             if len(ins) > len(funcs.get(name, ([], []))[0]):
                 funcs[name] = (ins, addrs)
                 info[name] = pinfo.get(name, (0, 0, 0))
+    return info, funcs
+
+
+def loop_diff(old, new):
+    """Lines `OPCODE old → new` for the full opcodes (modifiers kept) whose count differs between
+    two instruction lists (main loops), largest change first."""
+    def full(i):
+        words = i.split()
+        return words[1] if words[0].startswith("@") and len(words) > 1 else words[0]
+    a, b = Counter(full(i) for i in old), Counter(full(i) for i in new)
+    ops = sorted(set(a) | set(b), key=lambda o: (-abs(b[o] - a[o]), o))
+    return [f"    {o:28} {a[o]:4} → {b[o]:4}" for o in ops if a[o] != b[o]]
+
+
+USAGE = "usage: sass_stats.py DIR [REGEX] [--against OLD_DIR]"
+
+
+def main():
+    args = sys.argv[1:]
+    against = None
+    if "--against" in args:
+        k = args.index("--against")
+        if k + 1 >= len(args):
+            sys.exit(USAGE)
+        against = args[k + 1]
+        del args[k:k + 2]
+    if not args:
+        sys.exit(USAGE)
+    pick = re.compile(args[1] if len(args) > 1 else ".")
+    info, funcs = load(args[0])
+    old_info, old_funcs = load(against) if against else ({}, {})
     print(f"{'kernel':28} {'regs':>4} {'spill st/ld':>11} {'SASS':>6} {'mma':>4} {'bar1→bar2':>9}"
           f" {'loop':>5} {'ALU':>4} {'FMA':>4}")
     for name in sorted(funcs):
@@ -105,6 +137,14 @@ def main():
         alu = sum(1 for i in body if opcode(i) in ALU_OPS)
         fma = sum(1 for i in body if opcode(i) in FMA_OPS)
         print(f"{name:28} {regs:4} {st:5}/{ld:<5} {len(ins):6} {mma:4} {loop:>9} {len(body):5} {alu:4} {fma:4}")
+        if against and name in old_funcs:
+            oins, oaddrs = old_funcs[name]
+            oregs, ost, old_ = old_info.get(name, (0, 0, 0))
+            obody = main_loop(oins, oaddrs)
+            print(f"  against {against}: regs {oregs} → {regs}, spill {ost}/{old_} → {st}/{ld}, "
+                  f"SASS {len(oins)} → {len(ins)}, loop {len(obody)} → {len(body)}")
+            for line in loop_diff(obody, body):
+                print(line)
 
 
 if __name__ == "__main__":
