@@ -587,19 +587,15 @@ template <> struct Tc<FmtQ2_K> { enum { OK = 1, SB = 84, GPS = 1, HAS_MIN = 1, F
     static __device__ __forceinline__ uint32_t scale4(const Row& R, int k) { return R.sc[k] & 0x0F0F0F0Fu; }
     // The integer-mma A word of group G: (sc_G·q) of the thread's elements 4t … 4t+3 of the
     // group, one byte each (≤ 45, so an s8, and no carry between bytes); sc_G = byte G & 3 of
-    // s4 = scale4(R, G >> 2), picked by one PRMT.
+    // s4 = scale4(R, G >> 2), picked by one PRMT. X4 (TcOdd4, odd j only): the word times 4, the
+    // 2-bit fields of j = 1, 3 masked in place (bits 2–3 of w or of w >> 4), so the bytes are
+    // 4·sc·q ≤ 180 (a u8 A) and of the three shifts per q word one remains.
+    template <bool X4 = false>
     static __device__ __forceinline__ uint32_t quad8(const Row& R, int G, uint32_t s4) {
         const int h = G >> 3, j = (G >> 1) & 3, gh = G & 1;
         const uint32_t sc = prmt(s4, 0u, 0x4440u | (uint32_t)(G & 3));
-        return ((R.q[2 * h + gh] >> (2 * j)) & 0x03030303u) * sc;
-    }
-    // quad8 times 4 for an odd j (TcOdd4): the 2-bit fields of j = 1, 3 masked in place
-    // (bits 2–3 of w or of w >> 4), so the bytes are 4·sc·q ≤ 180 (u8 A) and of the three
-    // shifts per q word one remains.
-    static __device__ __forceinline__ uint32_t quad8x4(const Row& R, int G, uint32_t s4) {
-        const int h = G >> 3, j = (G >> 1) & 3, gh = G & 1;
-        const uint32_t sc = prmt(s4, 0u, 0x4440u | (uint32_t)(G & 3));
-        return ((R.q[2 * h + gh] >> (2 * j - 2)) & 0x0C0C0C0Cu) * sc;
+        return X4 ? ((R.q[2 * h + gh] >> (2 * j - 2)) & 0x0C0C0C0Cu) * sc
+                  : ((R.q[2 * h + gh] >> (2 * j)) & 0x03030303u) * sc;
     }
     // The mins as mma A pairs over k = group, times 16: m0 = (16·m_{2t}, 16·m_{2t+1}),
     // m1 = (16·m_{2t+8}, 16·m_{2t+9}), each a bf16 lane whose bit pattern n ∈ [0, 240] is
@@ -634,7 +630,7 @@ template <typename F> struct TcI8 { enum { V = 0 }; };
 template <> struct TcI8<FmtQ2_K> { enum { V = 1 }; };
 template <> struct TcI8<FmtQ3_K> { enum { V = 1 }; };
 template <> struct TcI8<FmtQ6_K> { enum { V = 1 }; };
-// TcOdd4<F>::V: the folded decoder's odd-j words come 4× larger from Tc<F>::quad8x4 (Q2_K): per
+// TcOdd4<F>::V: the folded decoder's odd-j words come 4× larger from Tc<F>::quad8<true> (Q2_K): per
 // half, the even-j and odd-j mma sum into two s32 chains, P = 4·P_even + P_odd (exact, |P| < 2^28),
 // and the half's scale carries the 1/4 (d·2^-31): (float)(4·P) = 4·(float)P, so the same bits
 // (every `runtime mv-bench` output hash unchanged; blocks whose largest |x| is below ~2^-98, not
@@ -1264,18 +1260,16 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                         for (int u = 0; u < XP; ++u) {
                             const int G = 8 * h + 2 * (XP * hp + u);
                             if constexpr (ODD4) {
-                                const bool odd = (XP * hp + u) & 1;  // j, compile-time
-                                const uint32_t a0 = odd ? T::quad8x4(A, G, sA[G >> 2]) : T::quad8(A, G, sA[G >> 2]);
-                                const uint32_t a1 = odd ? T::quad8x4(B, G, sB[G >> 2]) : T::quad8(B, G, sB[G >> 2]);
-                                const uint32_t a2 = odd ? T::quad8x4(A, G + 1, sA[G >> 2]) : T::quad8(A, G + 1, sA[G >> 2]);
-                                const uint32_t a3 = odd ? T::quad8x4(B, G + 1, sB[G >> 2]) : T::quad8(B, G + 1, sB[G >> 2]);
+                                // j = XP·hp + u (compile-time once unrolled): odd j's words 4×, in P4.
+                                const bool odd = (XP * hp + u) & 1;
+                                auto q8 = [&](const typename T::Row& R, int GG, uint32_t s4) {
+                                    return odd ? T::template quad8<true>(R, GG, s4) : T::quad8(R, GG, s4);
+                                };
+                                const uint32_t a0 = q8(A, G, sA[G >> 2]), a1 = q8(B, G, sB[G >> 2]);
+                                const uint32_t a2 = q8(A, G + 1, sA[G >> 2]), a3 = q8(B, G + 1, sB[G >> 2]);
+                                int (&Pj)[NG][4] = odd ? P4 : P;
 #pragma unroll
-                                for (int m = 0; m < NG; ++m) {
-                                    if (odd)
-                                        tc_imma<true>(P4[m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
-                                    else
-                                        tc_imma<true>(P[m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
-                                }
+                                for (int m = 0; m < NG; ++m) tc_imma<true>(Pj[m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
                             } else if constexpr (T::FOLD) {
                                 const uint32_t a0 = T::quad8(A, G, sA[G >> 2]), a1 = T::quad8(B, G, sB[G >> 2]);
                                 const uint32_t a2 = T::quad8(A, G + 1, sA[G >> 2]), a3 = T::quad8(B, G + 1, sB[G >> 2]);
