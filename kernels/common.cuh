@@ -186,14 +186,32 @@ static __device__ __forceinline__ void tc_split3(float v, uint32_t& h, uint32_t&
 // every element an absolute rounding error ≤ 2^(e−22)), written as three signed base-256
 // digits N = D0·2^16 + D1·2^8 + D2 (D2, D1 ∈ [−128, 127], |D0| ≤ 65). Digit p of input c is
 // mma column cc = 3c + p, as the bf16 pieces are.
-// TC_XD_OFFSET (words of xs): u32 [m = cc/8][K/32][32 lanes][2] in m16n8k32 B-fragment order:
-// lane 4g + t of (m, 32-block i) holds column 8m + g's digits of elements 4t … 4t+3 of 16-groups
-// 2i (word 0) and 2i + 1 (word 1), byte j = element 4t + j.
-// TC_XF_OFFSET (words of xs): f32 [K/128][8]: 2^e of block b of input c at 8b + c; 0 for a block
-// of zeros, NaN for a block holding a NaN or an infinity (its digits are 0), so a non-finite
-// input never gives a finite output. (Rust: kernels::TC_XD_OFFSET, TC_XF_OFFSET.)
+// Two layouts of the digits and exponents, TC_XLAYOUT (the same values and sums in both, so the
+// same output bits; the writer below and the reader, matvec.cu mvtc_body, follow the one macro):
+// TC_XLAYOUT 1 (the default):
+//   TC_XD_OFFSET (words of xs): u32 [m = cc/8][K/32][32 lanes][2] in m16n8k32 B-fragment order:
+//   lane 4g + t of (m, 32-block i) holds column 8m + g's digits of elements 4t … 4t+3 of
+//   16-groups 2i (word 0) and 2i + 1 (word 1), byte j = element 4t + j.
+//   TC_XF_OFFSET (words of xs): f32 [K/128][8]: 2^e of block b of input c at 8b + c.
+// TC_XLAYOUT 2 (fewer load instructions in the matvec; not yet run on a GPU — define it, e.g.
+// through `scripts/gpu/run.sh variant`, to time and check it):
+//   TC_XD_OFFSET: u32 [m][K/64][32 lanes][4], the B fragments of two 32-blocks per lane (one
+//   128-bit load): lane 4g + t of (m, 64-block i) holds column 8m + g's digits of elements
+//   4t … 4t+3 of 16-groups 4i … 4i + 3 (words 0 … 3: words 0, 1 are 32-block 2i's fragment,
+//   2, 3 32-block 2i + 1's).
+//   TC_XF_OFFSET: f32 [K/256][4 t][16], in the order the matvec's lanes read them (one 64-bit
+//   load per column group and 128-element half): slot 4m + 2h + i of (super-block s, t) is 2^e
+//   of 128-element block 2s + h of the input of mma column cc = 8m + 2t + i (input cc / 3: each
+//   input's 2^e is written in its three digit columns' slots; slots of columns past the last
+//   input are not written).
+// In both, 2^e is 0 for a block of zeros and NaN for a block holding a NaN or an infinity (its
+// digits are 0), so a non-finite input never gives a finite output.
+// (Rust: kernels::TC_XD_OFFSET, TC_XF_OFFSET; the runtime's buffer holds either layout.)
 #define TC_XD_OFFSET 81920
 #define TC_XF_OFFSET 475136
+#ifndef TC_XLAYOUT
+#define TC_XLAYOUT 1
+#endif
 
 // max |v[j]| of a quad, +inf when one of them is not finite (NaN included).
 static __device__ __forceinline__ float tc_quad_absmax(const float* v) {
@@ -239,12 +257,24 @@ static __device__ __forceinline__ void tc_prep_digits(const float* v, int c, int
         f = mb >= 0x00800000u ? __uint_as_float(mb & 0x7f800000u) : ldexpf(1.0f, e);
     }
     uint32_t* xd = (uint32_t*)xs + TC_XD_OFFSET;
+#if TC_XLAYOUT == 2
+    const int n64 = (ng + 3) >> 2;  // 64-element blocks per column group (K % 256 == 0 when read)
+#pragma unroll
+    for (int p = 0; p < 3; ++p) {
+        const int cc = 3 * c + p;
+        xd[(((uint64_t)(cc >> 3) * n64 + (G >> 2)) * 32 + 4 * (cc & 7) + t) * 4 + (G & 3)] = dw[p];
+        if (t == 0 && (G & 7) == 0)
+            xs[TC_XF_OFFSET + ((G >> 4) * 4 + ((cc & 7) >> 1)) * 16 + 4 * (cc >> 3) + 2 * ((G >> 3) & 1) +
+               (cc & 1)] = f;
+    }
+#else
 #pragma unroll
     for (int p = 0; p < 3; ++p) {
         const int cc = 3 * c + p;
         xd[(((uint64_t)(cc >> 3) * (ng >> 1) + (G >> 1)) * 32 + 4 * (cc & 7) + t) * 2 + (G & 1)] = dw[p];
     }
     if (t == 0 && (G & 7) == 0) xs[TC_XF_OFFSET + 8 * (G >> 3) + c] = f;
+#endif
 }
 
 // Records the sum s of 16-group G of column c (K = 16·ng): xs[8G + c] and its bf16 pieces in

@@ -885,12 +885,13 @@ template <typename F> struct TcStage {
     };
 };
 
-// The activation fragments of XB consecutive 16-groups from group G0 of the current super-block
-// on: for each group and column group m, this lane's uint2 at xq[m] + 32·G (xq[m] = the lane's
-// fragment of the super-block's group 0; 32 uint2 per (column group, 16-group)), immediate
-// offsets.
-template <int XB, int NG>
-static __device__ __forceinline__ void tc_load_x(uint2 (&xv)[XB][NG], const uint2* const (&xq)[NG], int G0) {
+// The activation fragments of XB consecutive blocks from block G0 of the current super-block
+// on: for each block and column group m, this lane's V at xq[m] + 32·G (xq[m] = the lane's
+// fragment of the super-block's block 0; 32 V per (column group, block)), immediate offsets.
+// Blocks: 16-groups of the bf16 pieces and 32-blocks of the int8 digits (V = uint2), or
+// 64-element blocks of the digits in TC_XLAYOUT 2 (V = uint4, two 32-blocks' fragments).
+template <int XB, int NG, typename V>
+static __device__ __forceinline__ void tc_load_x(V (&xv)[XB][NG], const V* const (&xq)[NG], int G0) {
 #pragma unroll
     for (int u = 0; u < XB; ++u)
 #pragma unroll
@@ -1188,6 +1189,32 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     // sign-extended 64-bit product per load: mvtc_q2_k_1's loop 399 → 393 SASS instructions.
     // NG > 1 keeps the former signed expressions as they were (NG = 3's wide kernels spilled
     // 16 → 252 B with the unsigned ones; reordered signed ones grew mvtc_q3_k_3's loop by 26).
+#if TC_XLAYOUT == 2
+    // TC_XLAYOUT 2 (common.cuh): the lane's digit fragments of 64-block 0 in uint4 units (32 per
+    // 64-block, two 32-blocks' fragments per lane) — at NG = 1 at xd[m] (clamped as above), at
+    // NG > 1 column group m's at xdl + m·(K/64)·32, not clamped: lanes of columns past the last
+    // input read unwritten words of the buffer (their outputs are never written), and one base
+    // pointer replaces NG (with NG pointers mvtc_q2_k_3w spilled 228 B; `scripts/gpu/run.sh
+    // sass`). Exponents: one float2 per column group and half h at xfb0 + 32·sb + 8t + 2m + h,
+    // those of the lane's accumulator columns 8m + 2t, 8m + 2t + 1 (stale or zero past the last
+    // input), instead of two scalar loads from per-lane column indices. Static SASS of the main
+    // loop against layout 1 (sass, 2026-12-04): mvtc_q2_k_1w 408 → 393, mvtc_q2_k_3w 668 → 563,
+    // mvtc_q2_k_3 563 → 511, mvtc_q3_k_1 622 → 614, mvtc_q3_k_3 797 → 732, mvtc_q6_k_1w 724 → 731,
+    // mvtc_q6_k_3w 1193 → 1067; spills 0 → 4 B (mvtc_q3_k_3w, mvtcx_q2_k_q3_k_3w), 32 → 112 B
+    // (mvtc_q6_k_2), 8 → 0 (mvtc_q6_k_1w), 96 → 88 (mvtc_q6_k_3w). Not yet timed or checked on a GPU.
+    const uint4* const xdb = (const uint4*)((const uint32_t*)xs + TC_XD_OFFSET);
+    const float2* const xfb0 = (const float2*)(xs + TC_XF_OFFSET);
+    const uint32_t xft = tc_keep<NG>(8u * (uint32_t)t);
+    uint32_t xd[NG];
+    const uint4* const xdl = xdb + (4 * g + t);  // NG > 1
+    if constexpr (TcI8<F>::V) {
+#pragma unroll
+        for (int m = 0; m < NG; ++m) {
+            const int cc = min(8 * m + g, 3 * nc - 1);
+            xd[m] = tc_keep<NG>((uint32_t)((cc >> 3) * (ng >> 2) * 32 + 4 * (cc & 7) + t));
+        }
+    }
+#else
     const uint2* const xdb = (const uint2*)((const uint32_t*)xs + TC_XD_OFFSET);
     const float* const xfb0 = xs + TC_XF_OFFSET;
     uint32_t xd[NG];
@@ -1203,6 +1230,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
             xc[m][1] = (uint32_t)(8 * m + 2 * t + 1) / 3u;
         }
     }
+#endif
     // The lane's PRMT selector of its mins (Tc<F>::min_sel; integer-mma formats with offsets).
     uint32_t msel = 0;
     if constexpr (TcI8<F>::V && T::HAS_MIN) msel = tc_keep<NG>(T::min_sel(t));
@@ -1241,10 +1269,19 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 constexpr float DS = ODD4 ? 0x1p-31f : 0x1p-29f;
                 const float da8 = T::d8(A) * DS, db8 = T::d8(B) * DS;
                 constexpr int XP = XB >= 2 ? XB / 2 : 1;  // 32-blocks per activation batch
+#if TC_XLAYOUT == 2
+                // XP ≥ 2 loads whole 64-blocks (one uint4 per lane and group), XP = 1 (XB = 2: the
+                // NG = 3 kernels) half a uint4 per 32-block.
+                const uint4* xdq[NG];  // the lane's fragment of the super-block's 64-block 0
+#pragma unroll
+                for (int m = 0; m < NG; ++m)
+                    xdq[m] = NG == 1 ? xdb + (xd[m] + 128u * (uint32_t)sb) : xdl + (128 * sb + m * (ng >> 2) * 32);
+#else
                 const uint2* xdq[NG];  // the lane's fragment of the super-block's 32-block 0
 #pragma unroll
                 for (int m = 0; m < NG; ++m)
                     xdq[m] = NG == 1 ? xdb + (xd[m] + 256u * (uint32_t)sb) : xdp[m] + 256 * sb;
+#endif
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     int P[NG][4], P4[NG][4];  // P4: the odd-j chain (ODD4)
@@ -1255,7 +1292,25 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 #pragma unroll
                     for (int hp = 0; hp < 4 / XP; ++hp) {
                         uint2 xv[XP][NG];  // (32 uint2 per 32-block, as per 16-group)
+#if TC_XLAYOUT == 2
+                        if constexpr (XP >= 2) {
+                            uint4 xw[XP / 2][NG];  // (32 uint4 per 64-block)
+                            tc_load_x<XP / 2, NG>(xw, xdq, 2 * h + (XP / 2) * hp);
+#pragma unroll
+                            for (int u = 0; u < XP; ++u)
+#pragma unroll
+                                for (int m = 0; m < NG; ++m)
+                                    xv[u][m] = (u & 1) ? make_uint2(xw[u >> 1][m].z, xw[u >> 1][m].w)
+                                                       : make_uint2(xw[u >> 1][m].x, xw[u >> 1][m].y);
+                        } else {
+                            const int j = 4 * h + hp;  // the 32-block: half j & 1 of 64-block j >> 1
+#pragma unroll
+                            for (int m = 0; m < NG; ++m)
+                                xv[0][m] = __ldg((const uint2*)(xdq[m] + 32 * (j >> 1)) + (j & 1));
+                        }
+#else
                         tc_load_x<XP, NG>(xv, xdq, 4 * h + XP * hp);
+#endif
 #pragma unroll
                         for (int u = 0; u < XP; ++u) {
                             const int G = 8 * h + 2 * (XP * hp + u);
@@ -1304,11 +1359,18 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                     }
 #pragma unroll
                     for (int m = 0; m < NG; ++m) {
+#if TC_XLAYOUT == 2
+                        const float2* const xfu = xfb0 + (32 * sb + h);  // NG > 1
+                        const float2 ef = __ldg(NG == 1 ? xfb0 + (32u * (uint32_t)sb + xft + (2 * m + h))
+                                                        : xfu + (int)(xft + 2 * m));
+                        const float f0 = ef.x, f1 = ef.y;
+#else
                         const uint32_t xfo = 16u * (uint32_t)sb + 8u * h;
                         const float* const xfb = xs + TC_XF_OFFSET + 16 * sb + 8 * h;
                         const float* const xf0 = NG == 1 ? xfb0 + (xfo + xc[m][0]) : xfb + (int)xc[m][0];
                         const float* const xf1 = NG == 1 ? xfb0 + (xfo + xc[m][1]) : xfb + (int)xc[m][1];
                         const float f0 = __ldg(xf0), f1 = __ldg(xf1);
+#endif
                         acc[m][0] = fmaf(da8 * f0, (float)P[m][0], acc[m][0]);
                         acc[m][1] = fmaf(da8 * f1, (float)P[m][1], acc[m][1]);
                         acc[m][2] = fmaf(db8 * f0, (float)P[m][2], acc[m][2]);
@@ -1328,7 +1390,12 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                     float M[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                     const uint2 s = __ldg((const uint2*)((const uint32_t*)(xs + TC_XSF_OFFSET)) +
                                           (NG == 1 ? (uint64_t)(xso[m] + 32u * (uint32_t)sb)
+#if TC_XLAYOUT == 2
+                                                   // not clamped at NG > 1, as the digits
+                                                   : (int64_t)(4 * g + t + m * nsb * 32 + 32 * sb)));
+#else
                                                    : (int64_t)(xso[m] + 32 * sb)));
+#endif
                     tc_mma(M, a0, a1, a2, a3, s.x, s.y);
 #pragma unroll
                     for (int i = 0; i < 4; ++i) acc[m][i] = fmaf(i < 2 ? ma : mb, M[i], acc[m][i]);

@@ -121,13 +121,19 @@ pub fn tc_prep_kinds<'a>(fmts: impl IntoIterator<Item = &'a str>) -> i32 {
 pub const TC_XSF_OFFSET: usize = 32768;
 /// Word offset of the activations' int8 digit fragments inside the `mvtc` sums buffer
 /// (`TC_XD_OFFSET` in `common.cuh`: `u32 [TC_MAX_GROUPS][K / 32][32 lanes][2]`, the integer
-/// tensor-core matvec's B fragments), right after the group sums' fragments
+/// tensor-core matvec's B fragments; `[TC_MAX_GROUPS][K / 64][32 lanes][4]` in the
+/// `TC_XLAYOUT 2` variant), right after the group sums' fragments
 /// (`TC_XSF_OFFSET + TC_MAX_K / 256 · TC_PREP_WORDS_PER_GROUP` of the runtime's scratch).
 pub const TC_XD_OFFSET: usize = 81920;
 /// Word offset of the digits' per-128-element exponents `f32 [K / 128][8]` (`TC_XF_OFFSET` in
-/// `common.cuh`), right after the digit fragments (`TC_XD_OFFSET + TC_MAX_K / 32 · 64 ·
-/// TC_MAX_GROUPS` words).
+/// `common.cuh`; `f32 [K / 256][4][16]`, in the order the matvec's lanes read them, in the
+/// `TC_XLAYOUT 2` variant), right after the digit fragments (`TC_XD_OFFSET + TC_MAX_K / 32 · 64 ·
+/// TC_MAX_GROUPS` words). The runtime's buffer has room for [`TC_XF_WORDS_PER_SUPER_BLOCK`]
+/// words per super-block of `TC_MAX_K`, the larger of the two layouts.
 pub const TC_XF_OFFSET: usize = 475136;
+/// Exponent words per 256-element super-block the `mvtc` sums buffer must hold past
+/// [`TC_XF_OFFSET`]: 64 (`TC_XLAYOUT 2`: 4 lane quads × 16 slots; the default layout takes 16).
+pub const TC_XF_WORDS_PER_SUPER_BLOCK: usize = 64;
 /// Elements of one `mvtc` super-block: `K` must be a multiple of this.
 pub const TC_SUPER_BLOCK: usize = 256;
 /// Rows of one `mvtc_<fmt>_<NG>` thread block (grid `ceil(rows / TC_ROWS)`, block [`TC_THREADS`]).

@@ -35,7 +35,7 @@ pub struct Gpu {
     /// 16-element sums `[TC_MAX_K / 16, 8]` of the same columns, followed by their bf16
     /// fragments for the folded formats' offset mma (`common.cuh`, `TC_XSF_OFFSET`), the
     /// columns' int8 digits for the integer mma (`TC_XD_OFFSET`) and their per-128-element
-    /// exponents (`TC_XF_OFFSET`).
+    /// exponents (`TC_XF_OFFSET`; room for either `TC_XLAYOUT`).
     pub(crate) tc_xs: CudaSlice<f32>,
     /// Kernel profile being recorded ([`Gpu::profile_start`]): per launch of the forward, the
     /// kernel name and an event recorded right after it. `None` when not profiling.
@@ -55,7 +55,8 @@ const _: () = assert!(
 );
 /// `f32` words of the `mvtc` sums buffer: group sums, their fragments, the int8 digit fragments
 /// and the digits' exponents (`common.cuh`).
-const TC_XS_WORDS: usize = kernels::TC_XF_OFFSET + TC_MAX_K / 128 * 8;
+const TC_XS_WORDS: usize =
+    kernels::TC_XF_OFFSET + TC_MAX_K / 256 * kernels::TC_XF_WORDS_PER_SUPER_BLOCK;
 
 /// Whether the tensor-core matvec serves a matrix of format `fmt` (a [`kernels::FORMATS`]
 /// suffix), row length `k` and `bytes` bytes on a device of compute capability `cc`: a

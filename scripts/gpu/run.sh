@@ -18,6 +18,9 @@
 # `ab` (GPU machine): kernel source variants (GEMMA4_KERNEL_SRC) timed against each other with
 # the same binary, mv-bench and bench alternating, output hashes compared; see the mode's comment.
 #
+# `variant` (either machine): a copy of the kernel sources with #defines first in common.cuh,
+# for GEMMA4_KERNEL_SRC (ab, sass); see the mode's comment.
+#
 # `sass` (here, no GPU): registers, spills and SASS instruction counts of the kernels (see the
 # mode's comment) — how a kernel change's instruction count is checked before device time.
 #
@@ -319,14 +322,38 @@ PY
     tar czf "$OUT/ab.tgz" -C /tmp ab-out
     cat "$s"
     ;;
+variant)
+    # Here or on the GPU machine: a kernel source folder for GEMMA4_KERNEL_SRC (the ab mode's VARS,
+    # or the sass mode) that differs from kernels/ only by `#define NAME VALUE` lines put first in
+    # common.cuh — the prelude of every family, so each `#ifndef` default there and in the
+    # families (TC_XLAYOUT, TC_XB_1, TC_MINB_3, …) gives way. Usage: run.sh variant DIR NAME=VALUE…,
+    # e.g. on the GPU machine (carry ["local/gpu"]): `bash scripts/gpu/run.sh variant
+    # local/gpu/xl2 TC_XLAYOUT=2 && VARS="old: new:local/gpu/xl2" bash scripts/gpu/run.sh ab`,
+    # or here: `bash scripts/gpu/run.sh variant local/gpu/xl2 TC_XLAYOUT=2 &&
+    # GEMMA4_KERNEL_SRC=$PWD/local/gpu/xl2 bash scripts/gpu/run.sh sass '^mvtc_q2'`.
+    dir="${2:?usage: $0 variant DIR NAME=VALUE ...}"
+    shift 2
+    rm -rf "$dir" && mkdir -p "$dir"
+    cp kernels/*.cu kernels/*.cuh "$dir"/
+    {
+        for d in "$@"; do
+            case "$d" in
+            [A-Za-z_]*=*) echo "#define ${d%%=*} ${d#*=}" ;;
+            *) echo "variant: '$d' is not NAME=VALUE" >&2; exit 2 ;;
+            esac
+        done
+        cat kernels/common.cuh
+    } > "$dir/common.cuh"
+    echo "kernel sources with $* in $dir"
+    ;;
 sass)
     # Here (no GPU): registers, spills and SASS instruction counts of every kernel for sm_90, from
     # the NVRTC PTX (kernels/examples/dump_ptx.rs, GEMMA4_KERNEL_SRC honoured) through ptxas and
     # cuobjdump of pinned PyPI wheels (ptxas of CUDA 13.0.88 as on the GPU machine; cuobjdump and
     # nvdisasm 13.2.51, the oldest 13.x on PyPI) in target/cuda-tools. Optional 2nd argument: a
     # kernel-name regex, e.g. `scripts/gpu/run.sh sass '^mvtc_q[23]_k_1'`. Output in target/sass
-    # (replaced every run): with SASS_AGAINST=DIR, a copy of an earlier run's (`cp -r target/sass
-    # target/sass-old`), each kernel also gets the old figures and the main-loop opcode counts
+    # (replaced every run): with SASS_AGAINST=DIR, a copy of an earlier run's (`rm -rf
+    # target/sass-old && cp -r target/sass target/sass-old`), each kernel also gets the old figures and the main-loop opcode counts
     # that changed.
     tools="$PWD/target/cuda-tools"
     if [ ! -x "$tools/nvidia/cu13/bin/ptxas" ] || [ ! -x "$tools/nvidia/cu13/bin/nvdisasm" ]; then
@@ -349,7 +376,7 @@ sass)
     python3 scripts/gpu/sass_stats.py "$out" "${2:-.}" ${SASS_AGAINST:+--against "$SASS_AGAINST"}
     ;;
 *)
-    echo "usage: $0 [build|device|build-engine|engine|extras|ncu|ab|sass]" >&2
+    echo "usage: $0 [build|device|build-engine|engine|extras|ncu|ab|variant|sass]" >&2
     exit 2
     ;;
 esac

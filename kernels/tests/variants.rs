@@ -1,0 +1,49 @@
+//! Kernel source variants chosen by a `#define` compile for `sm_90` too (NVRTC, no GPU), so a
+//! variant kept for timing on the GPU machine (`scripts/gpu/run.sh variant`) does not rot.
+//!
+//! Its own test binary: it points `GEMMA4_KERNEL_SRC` at a variant folder for the whole process
+//! (the PTX cache is per process and keyed by family, not by source). NVRTC as in `compile.rs`;
+//! without it the test prints `skipped: …` and passes.
+
+use kernels::{compile_ptx, compile_ptx_format, nvrtc_available, Family, SOURCE_DIR_ENV};
+
+/// `TC_XLAYOUT 2` (`common.cuh`): the int8 digits two 32-blocks per lane and the exponents in
+/// the lanes' read order. The families that write (`mvtc_prep` in matvec.cu, layer.cu's and
+/// attention.cu's fused producers) and read (the integer-mma `mvtc_*` of Q2_K, Q3_K, Q6_K) them
+/// compile, and the variant took effect: its matvecs load the exponents as `float2` pairs
+/// (`ld.global.nc.v2.f32`), which the default layout's scalar loads never are (checked in the
+/// default PTX of `scripts/gpu/run.sh sass`, 2026-12-04: no such load in matvec_q2_k or layer).
+#[test]
+fn tc_xlayout_2_compiles_sm90() {
+    if let Err(why) = nvrtc_available() {
+        println!("skipped: {why}");
+        return;
+    }
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel-variant-xlayout2");
+    std::fs::create_dir_all(&dir).unwrap();
+    let common = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/common.cuh"))
+        .expect("kernels/common.cuh");
+    std::fs::write(
+        dir.join("common.cuh"),
+        format!("#define TC_XLAYOUT 2\n{common}"),
+    )
+    .unwrap();
+    std::env::set_var(SOURCE_DIR_ENV, &dir);
+    for fmt in ["q2_k", "q3_k", "q6_k"] {
+        let ptx = compile_ptx_format(Family::Matvec, fmt, (9, 0))
+            .unwrap_or_else(|e| panic!("matvec.cu ({fmt}), TC_XLAYOUT 2: {e}"));
+        for ng in [1, 2, 3] {
+            let entry = format!(".entry mvtc_{fmt}_{ng}(");
+            assert!(ptx.contains(&entry), "TC_XLAYOUT 2: {entry} missing");
+        }
+        assert!(
+            ptx.contains("ld.global.nc.v2.f32"),
+            "matvec.cu ({fmt}): TC_XLAYOUT 2 did not take effect"
+        );
+    }
+    for family in [Family::Layer, Family::Attention] {
+        let ptx = compile_ptx(family, (9, 0))
+            .unwrap_or_else(|e| panic!("{}, TC_XLAYOUT 2: {e}", family.file()));
+        assert!(ptx.contains(".target sm_90"), "{}", family.file());
+    }
+}
