@@ -239,6 +239,9 @@ ncu)
     #       prefill's ~700 unfused preps used up a first run's 900 launches before any decode.)
     # ncu locks the clocks to base (1.35 GHz on the H200), so durations are longer than in
     # `bench`; compare them with each other. NCU_COUNT: launches of (ii) (default 1500).
+    # (i) of other kernels: NCU_KERNELS (a kernel-name regex), NCU_CASE (mv-bench --case) and
+    # NCU_MV_COUNT (launches), e.g. NCU_KERNELS='^mvtc_q2_k_3w$' for ffn_gate+ffn_up at n = 8;
+    # with GEMMA4_KERNEL_SRC set, of that variant.
     : "${OUT:?OUT must name the output folder}"
     export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
     ncu="${NCU:-/usr/local/cuda/bin/ncu}"
@@ -246,7 +249,8 @@ ncu)
     rm -rf "$o" && mkdir -p "$o"
     timeout "${NCU_TIMEOUT:-150}" "$ncu" --section WarpStateStats --section ComputeWorkloadAnalysis \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --page raw \
-        -k regex:'^mvtc_q(2_k_1w|3_k_1)$' -c 2 local/gpu/runtime mv-bench --iters 2 --case ffn \
+        -k regex:"${NCU_KERNELS:-^mvtc_q(2_k_1w|3_k_1)\$}" -c "${NCU_MV_COUNT:-2}" \
+        local/gpu/runtime mv-bench --iters 2 --case "${NCU_CASE:-ffn}" \
         > "$o/ncu-matvec.txt" 2>&1 || echo "ncu matvec exit $?" | tee -a "$o/status.txt"
     timeout "${NCU_TIMEOUT:-150}" "$ncu" --metrics gpu__time_duration.sum \
         --csv --page raw -k regex:'^(attention_f32|add_norm_prep_f32|qkv_post_f32|geglu_prep_f32)$' \
