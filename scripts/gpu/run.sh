@@ -337,8 +337,14 @@ variant)
     # GEMMA4_KERNEL_SRC=$PWD/local/gpu/xl2 bash scripts/gpu/run.sh sass '^mvtc_q2'`.
     dir="${2:?usage: $0 variant DIR NAME=VALUE ...}"
     shift 2
+    # Replaces only a folder this mode wrote (its marker file), never other files.
+    if [ -e "$dir" ] && [ ! -e "$dir/.kernel-variant" ]; then
+        echo "variant: $dir exists and was not written by this mode; pick a new folder" >&2
+        exit 2
+    fi
     rm -rf "$dir" && mkdir -p "$dir"
     cp kernels/*.cu kernels/*.cuh "$dir"/
+    echo "$*" > "$dir/.kernel-variant"
     {
         for d in "$@"; do
             case "$d" in
