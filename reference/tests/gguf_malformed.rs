@@ -600,3 +600,34 @@ fn accessors_name_the_key_and_tensor() {
     let keys: Vec<&str> = f.metadata().map(|(k, _)| k).collect();
     assert_eq!(keys, ["u", "s", "neg", "b", "f"]);
 }
+
+/// Opening a path that is not a readable file names the path as written (no `Some(…)`) and says
+/// what is wrong: a directory ("is a directory", not the mmap's opaque "No such device"), a
+/// missing file (the OS's "No such file or directory").
+#[test]
+fn io_errors_name_the_path_plainly() {
+    let dir = std::env::temp_dir().join(format!("gguf-io-errors-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("model.gguf")).unwrap();
+    let e = GgufFile::open(dir.join("model.gguf")).unwrap_err();
+    assert!(
+        matches!(&e, GgufError::Io { source, .. } if source.kind() == std::io::ErrorKind::IsADirectory)
+    );
+    let msg = e.to_string();
+    let want = format!(
+        "I/O error on {}: is a directory",
+        dir.join("model.gguf").display()
+    );
+    assert!(msg.starts_with(&want), "{msg}");
+    let msg = GgufFile::open(dir.join("missing.gguf"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.starts_with(&format!(
+            "I/O error on {}:",
+            dir.join("missing.gguf").display()
+        )) && !msg.contains("Some(")
+            && msg.contains("No such file"),
+        "{msg}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

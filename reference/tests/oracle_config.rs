@@ -130,6 +130,36 @@ fn missing_key_and_bad_shape_are_named() {
     }
 }
 
+/// Float hyperparameters that would load and then give NaN or meaningless logits are refused,
+/// naming the key: a NaN or negative RMSNorm ε, a zero or negative RoPE θ, a stored soft-cap of
+/// 0 or NaN. An ε of 0 is a number the formula can take, so it stays accepted.
+#[test]
+fn unusable_float_hyperparameters_are_named() {
+    let Some(fix) = fixtures() else { return };
+    let src = GgufFile::open(fix.join("models/dense-target.F32.gguf")).expect("open");
+    for (key, x, ok) in [
+        ("gemma4.attention.layer_norm_rms_epsilon", f32::NAN, false),
+        ("gemma4.attention.layer_norm_rms_epsilon", -1e-6, false),
+        ("gemma4.attention.layer_norm_rms_epsilon", 0.0, true),
+        ("gemma4.rope.freq_base", -1.0, false),
+        ("gemma4.rope.freq_base", 0.0, false),
+        ("gemma4.rope.freq_base_swa", f32::INFINITY, false),
+        ("gemma4.final_logit_softcapping", 0.0, false),
+        ("gemma4.final_logit_softcapping", f32::NAN, false),
+        ("gemma4.final_logit_softcapping", 50.0, true),
+    ] {
+        let f = rewrite(&src, |w| w.set(key, Value::F32(x)), keep);
+        match Config::from_gguf(&f) {
+            Ok(_) if ok => {}
+            Err(ConfigError::BadValue { key: k, problem }) if !ok => {
+                assert_eq!(k, key);
+                assert!(problem.contains(&format!("{x}")), "{problem}");
+            }
+            other => panic!("{key} = {x}: got {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn greedy_never_emits_suppressed_ids_and_takes_the_best_remaining() {
     let Some(fix) = fixtures() else { return };

@@ -136,14 +136,18 @@ fn main() -> ExitCode {
                 .or_else(|| std::env::var_os("OUT").map(PathBuf::from))
                 .unwrap_or_else(|| PathBuf::from("target/bench"));
             let Some(ty) = runtime::bench::WeightMix::parse(&format) else {
-                eprintln!("unknown format {format}");
+                eprintln!(
+                    "--format {format}: not Q2_K_MIX or a ggml type name (e.g. Q4_K, Q8_0, BF16)"
+                );
                 return ExitCode::from(2);
             };
             let draft = if draft_format.eq_ignore_ascii_case("none") {
                 None
             } else {
                 let Some(mix) = runtime::bench::WeightMix::parse(&draft_format) else {
-                    eprintln!("unknown draft format {draft_format}");
+                    eprintln!(
+                        "--draft-format {draft_format}: not none, Q2_K_MIX or a ggml type name (e.g. BF16, Q8_0)"
+                    );
                     return ExitCode::from(2);
                 };
                 Some(runtime::bench::DraftOptions {

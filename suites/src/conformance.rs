@@ -112,6 +112,48 @@ fn retain_prompts(suite: &mut Suite, ids: &[String]) -> Result<bool, Fatal> {
     Ok(true)
 }
 
+/// Every asked prompt id (`opts.prompts`) must name a prompt of at least one suite the run
+/// reads (each model's suites, or `opts.suites`): a mistyped id is an error naming it and the
+/// suites searched, not a run that scores nothing and passes.
+fn check_prompt_ids(opts: &Options) -> Result<(), Fatal> {
+    if opts.prompts.is_empty() {
+        return Ok(());
+    }
+    let mut paths: Vec<&PathBuf> = Vec::new();
+    for m in &opts.models {
+        for p in m.suites.as_ref().unwrap_or(&opts.suites) {
+            if !paths.contains(&p) {
+                paths.push(p);
+            }
+        }
+    }
+    let mut known: Vec<String> = Vec::new();
+    for p in &paths {
+        known.extend(
+            Suite::load(p)
+                .map_err(fatal)?
+                .prompts
+                .into_iter()
+                .map(|p| p.id),
+        );
+    }
+    let unknown: Vec<&str> = opts
+        .prompts
+        .iter()
+        .filter(|id| !known.contains(id))
+        .map(String::as_str)
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let searched: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    Err(Fatal(format!(
+        "unknown prompt id(s) {} (not in {})",
+        unknown.join(", "),
+        searched.join(", ")
+    )))
+}
+
 fn model_ref(path: &Path, sha256: &str) -> ModelRef {
     ModelRef {
         path: path.display().to_string(),
@@ -123,6 +165,7 @@ fn model_ref(path: &Path, sha256: &str) -> ModelRef {
 /// Runs the conformance suite(s) on every model and writes `report.json`, `report.md` and the
 /// plots under `opts.out_dir`. Returns the report (its `summary.exit_code` is 0 or 1).
 pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
+    check_prompt_ids(opts)?;
     let mut runs: Vec<Run> = Vec::new();
     for m in &opts.models {
         if !m.path.exists() {
@@ -302,6 +345,7 @@ pub struct BlessSummary {
 /// sidecar under `goldens/<model-stem>/<suite>/`. Existing goldens pinned to another SHA-256
 /// stop the run ([`Fatal`], exit 2) unless `force` is set.
 pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
+    check_prompt_ids(opts)?;
     let mut summary = BlessSummary::default();
     for m in &opts.models {
         let sha = reference::gguf::sha256_file(&m.path)
@@ -377,4 +421,56 @@ pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
         }
     }
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Options reading the repository's smoke suite (ids `count_chat`, `story`, …) for one model
+    /// that does not exist: the prompt-id check must answer before any model is opened.
+    fn smoke_options(prompts: &[&str]) -> Options {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        Options {
+            models: vec![ModelSpec {
+                path: root.join("no-such-model.gguf"),
+                draft: None,
+                suites: None,
+            }],
+            suites: vec![root.join("smoke.toml")],
+            engine: "reference-f32".into(),
+            modes: None,
+            prompts: prompts.iter().map(|s| s.to_string()).collect(),
+            goldens_root: root.join("../goldens"),
+            out_dir: std::env::temp_dir().join("gemma4-prompt-id-check"),
+            cache_dir: std::env::temp_dir().join("gemma4-prompt-id-check/cache"),
+            progress: false,
+            strict_invariance: false,
+            require_acceptance: false,
+            oracle_acceptance: false,
+        }
+    }
+
+    #[test]
+    fn unknown_prompt_ids_are_an_error_naming_them() {
+        assert!(check_prompt_ids(&smoke_options(&[])).is_ok());
+        assert!(check_prompt_ids(&smoke_options(&["count_chat", "story"])).is_ok());
+        let e = check_prompt_ids(&smoke_options(&["count_chat", "nosuch", "cuont_chat"]))
+            .unwrap_err()
+            .0;
+        assert!(
+            e.contains("nosuch, cuont_chat")
+                && e.contains("smoke.toml")
+                && !e.contains("count_chat,"),
+            "{e}"
+        );
+        // conformance and bless stop on it (before the missing model is even looked at)
+        let e = conformance(&smoke_options(&["nosuch"])).unwrap_err().0;
+        assert!(e.contains("unknown prompt id(s) nosuch"), "{e}");
+        let e = bless(&smoke_options(&["nosuch"]), false).unwrap_err().0;
+        assert!(e.contains("unknown prompt id(s) nosuch"), "{e}");
+        // a known id reaches the model check
+        let e = conformance(&smoke_options(&["story"])).unwrap_err().0;
+        assert!(e.contains("model not found"), "{e}");
+    }
 }

@@ -228,6 +228,15 @@ fn gpu_summary(_format: &str) -> Value {
 
 /// Runs the verb: the benches, then `summary.json` (printed and written).
 pub fn run(a: &Args) -> anyhow::Result<()> {
+    // checked up front (the GPU part that reads it runs last, and only with a GPU)
+    if !a.format.eq_ignore_ascii_case("q2_k_mix")
+        && reference::quant::GgmlType::from_name(&a.format).is_none()
+    {
+        anyhow::bail!(
+            "--format {}: not Q2_K_MIX or a ggml type name (e.g. Q4_K, Q8_0, BF16)",
+            a.format
+        );
+    }
     let root = workspace_root();
     let out = a.out.clone().unwrap_or_else(|| root.join("target/bench"));
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;

@@ -13,8 +13,9 @@ pub struct Args {
     /// Target model GGUF (default: the fixture models in $GEMMA4_FIXTURES/models).
     #[arg(long)]
     pub model: Option<PathBuf>,
-    /// MTP drafter GGUF (declares spec:K modes).
-    #[arg(long)]
+    /// MTP drafter GGUF (declares spec:K modes) of `--model`; without `--model` the default
+    /// models come with their own assistants.
+    #[arg(long, requires = "model")]
     pub draft: Option<PathBuf>,
     /// Suite name (suites/<NAME>.toml) or path; repeatable (default: smoke and core).
     #[arg(long = "suite")]
@@ -251,11 +252,28 @@ pub fn run(a: &Args) -> i32 {
     if let Some(label) = &a.label {
         o.out_dir = workspace_root().join("target/conformance/runs").join(label);
     }
+    // checked before the run, not after it (a file given as --out failed only at the end)
+    if let Err(e) = std::fs::create_dir_all(&o.out_dir) {
+        eprintln!(
+            "error: report folder {}: {e}{}",
+            o.out_dir.display(),
+            if o.out_dir.is_file() {
+                " (a file, not a folder)"
+            } else {
+                ""
+            }
+        );
+        return 2;
+    }
     if a.allow_remote && o.engine.contains('=') {
         o.engine.push_str(",allow-remote");
     }
     if let Some(m) = &a.modes {
         match Mode::parse_list(m) {
+            Ok(list) if list.is_empty() => {
+                eprintln!("error: --modes {m:?} names no mode (e.g. plain,batch:4,spec:4)");
+                return 2;
+            }
             Ok(m) => o.modes = Some(m),
             Err(e) => {
                 eprintln!("error: {e}");
@@ -358,6 +376,11 @@ pub fn run(a: &Args) -> i32 {
                 t0.elapsed().as_secs_f64(),
                 o.out_dir.join("report.md").display()
             );
+            if r.summary.entries == 0 {
+                // e.g. every asked mode skipped by the engine, or `--modes` naming none
+                eprintln!("error: nothing was scored (see the skipped modes above)");
+                return 2;
+            }
             r.summary.exit_code
         }
         Err(e) => {

@@ -18,8 +18,8 @@ pub struct Args {
     /// Target model GGUF (default: the dense fixture, with its assistant).
     #[arg(long)]
     pub model: Option<PathBuf>,
-    /// MTP drafter GGUF (default: the default model's assistant when --model is not given).
-    #[arg(long)]
+    /// MTP drafter GGUF of `--model` (without `--model`: the default model and its assistant).
+    #[arg(long, requires = "model")]
     pub draft: Option<PathBuf>,
     /// Engine.
     #[arg(long, default_value = "reference-f32")]

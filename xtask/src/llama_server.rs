@@ -11,7 +11,7 @@
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -233,11 +233,17 @@ pub fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// Polls `GET /health` until HTTP 200 or `limit`.
-pub fn wait_healthy(port: u16, limit: Duration) -> Result<()> {
+/// Polls `GET /health` of the server `child` on `port` until HTTP 200, `limit`, or the child's
+/// exit (e.g. a model it cannot load), whichever comes first.
+///
+/// Errors: the child exited (with its status) or `limit` passed without a healthy answer.
+pub fn wait_healthy(port: u16, limit: Duration, child: &mut Child) -> Result<()> {
     let t0 = Instant::now();
     let url = format!("http://127.0.0.1:{port}/health");
     while t0.elapsed() < limit {
+        if let Some(status) = child.try_wait()? {
+            bail!("llama-server exited ({status}) before answering on port {port}");
+        }
         let ok = Command::new("curl")
             .args(["-sf", "-o", "/dev/null", &url])
             .status()
@@ -295,7 +301,7 @@ pub fn run(a: &Args) -> Result<()> {
     let mut child = cmd
         .spawn()
         .with_context(|| format!("cannot start {}", bin.display()))?;
-    if let Err(e) = wait_healthy(port, Duration::from_secs(180)) {
+    if let Err(e) = wait_healthy(port, Duration::from_secs(180), &mut child) {
         let _ = child.kill();
         let tail: Vec<String> = BufReader::new(std::fs::File::open(&log)?)
             .lines()
@@ -331,7 +337,25 @@ pub fn run(a: &Args) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::resolve_url;
+    use super::{free_port, resolve_url, wait_healthy};
+    use std::time::{Duration, Instant};
+
+    /// A server that dies at start (here a shell exiting with status 3, nothing listening) is
+    /// reported at once with its status, not after the whole wait (the `--model` of a truncated
+    /// GGUF made `xtask llama-server` silent for 180 s).
+    #[test]
+    fn wait_healthy_stops_when_the_server_exits() {
+        let port = free_port().unwrap();
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "exit 3"])
+            .spawn()
+            .unwrap();
+        let t0 = Instant::now();
+        let err = wait_healthy(port, Duration::from_secs(60), &mut child).unwrap_err();
+        assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
+        let msg = err.to_string();
+        assert!(msg.contains("exited") && msg.contains('3'), "{msg}");
+    }
 
     #[test]
     fn pypi_relative_urls() {

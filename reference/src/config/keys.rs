@@ -72,6 +72,22 @@ impl Keys<'_> {
             .ok_or_else(|| ConfigError::MissingKey { key: self.key(k) })
     }
 
+    /// `x` (the value of key `k`) when it is finite and positive (`zero_ok`: or zero), else
+    /// [`ConfigError::BadValue`] naming the key: a NaN ε, a negative θ or a zero soft-cap would
+    /// otherwise load and give NaN or meaningless logits.
+    pub(super) fn positive(&self, k: &str, x: f32, zero_ok: bool) -> Result<f32, ConfigError> {
+        if x.is_finite() && (x > 0.0 || (zero_ok && x == 0.0)) {
+            return Ok(x);
+        }
+        Err(ConfigError::BadValue {
+            key: self.key(k),
+            problem: format!(
+                "{x} is not a finite {} number",
+                if zero_ok { "non-negative" } else { "positive" }
+            ),
+        })
+    }
+
     /// A scalar broadcast to `n` layers, or an integer array of length `n` (`get_key_or_arr`).
     pub(super) fn per_layer(
         &self,
@@ -278,9 +294,14 @@ impl Common {
                 )));
             }
         }
-        let rope_base_full = f32_decimal(k.f32_opt("rope.freq_base")?.unwrap_or(10000.0));
-        let rope_base_swa = f32_decimal(k.f32_opt("rope.freq_base_swa")?.unwrap_or(10000.0));
-        let rms_eps = f32_decimal(k.f32_req("attention.layer_norm_rms_epsilon")?);
+        let theta = |key: &str| -> Result<f64, ConfigError> {
+            let x = k.f32_opt(key)?.unwrap_or(10000.0);
+            Ok(f32_decimal(k.positive(key, x, false)?))
+        };
+        let rope_base_full = theta("rope.freq_base")?;
+        let rope_base_swa = theta("rope.freq_base_swa")?;
+        let eps_key = "attention.layer_norm_rms_epsilon";
+        let rms_eps = f32_decimal(k.positive(eps_key, k.f32_req(eps_key)?, true)?);
         let sliding_window = k.usize_req("attention.sliding_window")?;
         if sliding_window == 0 {
             return Err(ConfigError::BadValue {
@@ -307,7 +328,16 @@ impl Common {
             rms_eps,
             sliding_window,
             n_kv_shared: k.usize_or("attention.shared_kv_layers", 0)?,
-            final_softcap: k.f32_opt("final_logit_softcapping")?.map(f32_decimal),
+            // absent = no cap (§9); a stored value must be a usable c (the converter writes the
+            // key only for a truthy HF value, so 0 is never a real "off")
+            final_softcap: match k.f32_opt("final_logit_softcapping")? {
+                Some(c) => Some(f32_decimal(k.positive(
+                    "final_logit_softcapping",
+                    c,
+                    false,
+                )?)),
+                None => None,
+            },
         })
     }
 }

@@ -14,7 +14,7 @@ use super::value::ValueType;
 #[non_exhaustive]
 pub enum GgufError {
     /// Reading or writing a file failed.
-    #[error("I/O error on {path:?}: {source}")]
+    #[error("I/O error on {}: {source}", path.as_ref().map_or("a caller-supplied writer".into(), |p| p.display().to_string()))]
     Io {
         /// The file involved (`None` for a caller-supplied writer).
         path: Option<PathBuf>,

@@ -122,7 +122,15 @@ impl Backing {
             source,
         };
         let file = std::fs::File::open(path).map_err(io)?;
-        let len = file.metadata().map_err(io)?.len();
+        let meta = file.metadata().map_err(io)?;
+        if meta.is_dir() {
+            // (mapping a directory fails with the opaque "No such device")
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::IsADirectory,
+                "is a directory, not a GGUF file",
+            )));
+        }
+        let len = meta.len();
         if len == 0 {
             return Ok(Backing::Owned(Vec::new()));
         }

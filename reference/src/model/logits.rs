@@ -119,10 +119,12 @@ pub fn argmax(row: &[f64], excluded: &[u32]) -> Option<u32> {
 pub fn top_k<F: Float>(row: &[F], k: usize, excluded: &[u32]) -> Vec<(u32, f64)> {
     // `best` is kept sorted by (logit desc, id asc); ids arrive in increasing order, so an equal
     // logit never displaces an earlier (lower) id.
-    let mut best: Vec<(u32, F)> = Vec::with_capacity(k + 1);
     if k == 0 {
         return Vec::new();
     }
+    // At most one entry per id (a `k` beyond the row, e.g. a huge `--topk`, allocates nothing
+    // more).
+    let mut best: Vec<(u32, F)> = Vec::with_capacity(k.min(row.len()) + 1);
     for (i, &v) in row.iter().enumerate() {
         // Cheapest test first: most ids fall below the current k-th logit (a NaN fails `>`).
         if best.len() == k && v.partial_cmp(&best[k - 1].1) != Some(Ordering::Greater) {
@@ -149,6 +151,10 @@ mod tests {
         assert_eq!(top_k(&row, 3, &[]), vec![(1, 5.0), (3, 5.0), (5, 4.0)]);
         assert_eq!(top_k(&row, 3, &[1, 5]), vec![(3, 5.0), (2, 3.0), (0, 1.0)]);
         assert_eq!(top_k(&row, 10, &[]).len(), 5);
+        // A k far beyond the row (a user's `--topk 99999999999`) returns the whole ranked row
+        // instead of aborting on a k-sized allocation (16·10^11 bytes before).
+        assert_eq!(top_k(&row, 99_999_999_999, &[]), top_k(&row, 5, &[]));
+        assert_eq!(top_k_soft_capped(&row, usize::MAX, &[], 30.0).len(), 5);
     }
 
     #[test]
