@@ -154,6 +154,28 @@ fn check_prompt_ids(opts: &Options) -> Result<(), Fatal> {
     )))
 }
 
+/// The drafter `draft` is a readable assistant GGUF that pairs with the target `model`
+/// (`AssistantConfig::check_pairing`): checked once up front, so a truncated or mismatched
+/// drafter stops the run with its cause instead of failing every spec:K entry with "error".
+fn check_drafter(model: &Path, draft: &Path) -> Result<(), Fatal> {
+    use reference::config::{AssistantConfig, Config};
+    use reference::gguf::GgufFile;
+    let bad = |e: &dyn std::fmt::Display| Fatal(format!("drafter {}: {e}", draft.display()));
+    let a = GgufFile::open(draft)
+        .map_err(|e| bad(&e))
+        .and_then(|f| AssistantConfig::from_gguf(&f).map_err(|e| bad(&e)))?;
+    let t = GgufFile::open(model)
+        .map_err(fatal)
+        .and_then(|f| Config::from_gguf(&f).map_err(fatal))?;
+    a.check_pairing(&t).map_err(|e| {
+        Fatal(format!(
+            "drafter {} does not pair with {}: {e}",
+            draft.display(),
+            model.display()
+        ))
+    })
+}
+
 fn model_ref(path: &Path, sha256: &str) -> ModelRef {
     ModelRef {
         path: path.display().to_string(),
@@ -178,6 +200,9 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
         let stem = golden::model_stem(&m.path);
         let budgets =
             Budgets::load(&opts.goldens_root.join(&stem).join("budgets.toml")).map_err(fatal)?;
+        if let Some(d) = &m.draft {
+            check_drafter(&m.path, d)?;
+        }
         let drafter = match &m.draft {
             Some(d) => Some(DrafterRef {
                 stem: golden::model_stem(d),
@@ -449,6 +474,39 @@ mod tests {
             require_acceptance: false,
             oracle_acceptance: false,
         }
+    }
+
+    /// A drafter is checked before the run: the fixture pair passes; the MoE drafter against the
+    /// dense target (head dims 64 vs 128, fixtures README) and a truncated copy stop it with the
+    /// cause named.
+    #[test]
+    fn drafter_is_checked_up_front() {
+        let fx = std::env::var_os("GEMMA4_FIXTURES")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"));
+        let m = fx.join("models");
+        if !m.join("dense-target.F32.gguf").exists() {
+            println!("skipped: fixtures not found at {}", fx.display());
+            return;
+        }
+        let target = m.join("dense-target.F32.gguf");
+        check_drafter(&target, &m.join("dense-assistant.F32.gguf")).unwrap();
+        let e = check_drafter(&target, &m.join("moe-assistant.Q8_0.gguf"))
+            .unwrap_err()
+            .0;
+        assert!(
+            e.contains("does not pair") && e.contains("key_length 64"),
+            "{e}"
+        );
+        let bytes = std::fs::read(m.join("dense-assistant.F32.gguf")).unwrap();
+        let cut = std::env::temp_dir().join(format!("trunc-drafter-{}.gguf", std::process::id()));
+        std::fs::write(&cut, &bytes[..100_000]).unwrap();
+        let e = check_drafter(&target, &cut).unwrap_err().0;
+        assert!(
+            e.starts_with(&format!("drafter {}: ", cut.display())),
+            "{e}"
+        );
+        std::fs::remove_file(&cut).unwrap();
     }
 
     #[test]

@@ -5,6 +5,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
+use anyhow::Context;
+
 use reference::gguf::GgufFile;
 use reference::tokenizer::{ChatMessage, GemmaTokenizer};
 use runtime::forward::Row;
@@ -30,7 +32,8 @@ pub struct Args {
 /// Runs the verb.
 pub fn run(a: &Args) -> anyhow::Result<()> {
     let file = GgufFile::open(&a.model)?;
-    let tok = GemmaTokenizer::from_gguf(&file)?;
+    let tok = GemmaTokenizer::from_gguf(&file)
+        .with_context(|| format!("tokenizer of {}", a.model.display()))?;
     let prompt = if a.chat {
         tok.encode_chat(&[ChatMessage::new("user", &a.prompt)], true, false)?
     } else {

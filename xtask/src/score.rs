@@ -83,7 +83,8 @@ pub fn run(a: &Args) -> Result<()> {
         crate::conformance::fixtures_dir().join("models/dense-target.Q4_K_M.gguf")
     });
     let file = GgufFile::open(&model).with_context(|| format!("opening {}", model.display()))?;
-    let tok = GemmaTokenizer::from_gguf(&file)?;
+    let tok = GemmaTokenizer::from_gguf(&file)
+        .with_context(|| format!("tokenizer of {}", model.display()))?;
     let ids: Vec<u32> = match (&a.tokens, &a.text) {
         (Some(t), _) => t
             .split(',')
