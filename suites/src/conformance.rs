@@ -5,6 +5,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use reference::config::{AssistantConfig, Config};
+
 use crate::acceptance::{acceptance_rows, DrafterRef, OracleSpec};
 use crate::budgets::Budgets;
 use crate::engine::{Engine, Mode, Request};
@@ -154,20 +156,16 @@ fn check_prompt_ids(opts: &Options) -> Result<(), Fatal> {
     )))
 }
 
-/// The drafter `draft` is a readable assistant GGUF that pairs with the target `model`
-/// (`AssistantConfig::check_pairing`): checked once up front, so a truncated or mismatched
-/// drafter stops the run with its cause instead of failing every spec:K entry with "error".
-fn check_drafter(model: &Path, draft: &Path) -> Result<(), Fatal> {
-    use reference::config::{AssistantConfig, Config};
-    use reference::gguf::GgufFile;
+/// The drafter `draft` is a readable assistant GGUF that pairs with the target `model` (config
+/// `target`, the loaded oracle's; `AssistantConfig::check_pairing`): checked once up front, so a
+/// truncated or mismatched drafter stops the run with its cause instead of failing every spec:K
+/// entry with "error".
+fn check_drafter(target: &Config, model: &Path, draft: &Path) -> Result<(), Fatal> {
     let bad = |e: &dyn std::fmt::Display| Fatal(format!("drafter {}: {e}", draft.display()));
-    let a = GgufFile::open(draft)
+    let a = reference::gguf::GgufFile::open(draft)
         .map_err(|e| bad(&e))
         .and_then(|f| AssistantConfig::from_gguf(&f).map_err(|e| bad(&e)))?;
-    let t = GgufFile::open(model)
-        .map_err(fatal)
-        .and_then(|f| Config::from_gguf(&f).map_err(fatal))?;
-    a.check_pairing(&t).map_err(|e| {
+    a.check_pairing(target).map_err(|e| {
         Fatal(format!(
             "drafter {} does not pair with {}: {e}",
             draft.display(),
@@ -201,7 +199,7 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
         let budgets =
             Budgets::load(&opts.goldens_root.join(&stem).join("budgets.toml")).map_err(fatal)?;
         if let Some(d) = &m.draft {
-            check_drafter(&m.path, d)?;
+            check_drafter(oracle.model().config(), &m.path, d)?;
         }
         let drafter = match &m.draft {
             Some(d) => Some(DrafterRef {
@@ -490,8 +488,9 @@ mod tests {
             return;
         }
         let target = m.join("dense-target.F32.gguf");
-        check_drafter(&target, &m.join("dense-assistant.F32.gguf")).unwrap();
-        let e = check_drafter(&target, &m.join("moe-assistant.Q8_0.gguf"))
+        let t = Config::from_gguf(&reference::gguf::GgufFile::open(&target).unwrap()).unwrap();
+        check_drafter(&t, &target, &m.join("dense-assistant.F32.gguf")).unwrap();
+        let e = check_drafter(&t, &target, &m.join("moe-assistant.Q8_0.gguf"))
             .unwrap_err()
             .0;
         assert!(
@@ -501,7 +500,7 @@ mod tests {
         let bytes = std::fs::read(m.join("dense-assistant.F32.gguf")).unwrap();
         let cut = std::env::temp_dir().join(format!("trunc-drafter-{}.gguf", std::process::id()));
         std::fs::write(&cut, &bytes[..100_000]).unwrap();
-        let e = check_drafter(&target, &cut).unwrap_err().0;
+        let e = check_drafter(&t, &target, &cut).unwrap_err().0;
         assert!(
             e.starts_with(&format!("drafter {}: ", cut.display())),
             "{e}"

@@ -330,14 +330,13 @@ impl Common {
             n_kv_shared: k.usize_or("attention.shared_kv_layers", 0)?,
             // absent = no cap (§9); a stored value must be a usable c (the converter writes the
             // key only for a truthy HF value, so 0 is never a real "off")
-            final_softcap: match k.f32_opt("final_logit_softcapping")? {
-                Some(c) => Some(f32_decimal(k.positive(
-                    "final_logit_softcapping",
-                    c,
-                    false,
-                )?)),
-                None => None,
-            },
+            final_softcap: k
+                .f32_opt("final_logit_softcapping")?
+                .map(|c| {
+                    k.positive("final_logit_softcapping", c, false)
+                        .map(f32_decimal)
+                })
+                .transpose()?,
         })
     }
 }
