@@ -485,17 +485,31 @@ pub enum KernelError {
 }
 
 /// Tries to open a shared library under every name cudarc would try (`lib_name` as cudarc
-/// spells it, e.g. `"nvrtc"`, `"cuda"`). Returns the name that opened, or a message listing
-/// the names tried.
+/// spells it, e.g. `"nvrtc"`, `"cuda"`) and checks that the first one that opens (the one
+/// cudarc would load) exports `symbol`. Returns the name that opened, or a message: the names
+/// tried, or the library that lacks the symbol (a stub, on which cudarc would panic).
+fn probe_library(lib_name: &str, symbol: &str) -> Result<String, String> {
+    probe_candidates(lib_name, &cudarc::get_lib_name_candidates(lib_name), symbol)
+}
+
+/// [`probe_library`] over explicit `candidates` (names or paths), in order.
 #[allow(unsafe_code)]
-fn probe_library(lib_name: &str) -> Result<String, String> {
-    let candidates = cudarc::get_lib_name_candidates(lib_name);
-    for c in &candidates {
+fn probe_candidates(lib_name: &str, candidates: &[String], symbol: &str) -> Result<String, String> {
+    for c in candidates {
         // SAFETY: opening a CUDA library runs only its ELF initialisers, which have no
-        // preconditions; the handle is dropped immediately (cudarc opens its own).
-        if unsafe { libloading::Library::new(c) }.is_ok() {
-            return Ok(c.clone());
+        // preconditions; the handle is dropped at the end of this block (cudarc opens its own).
+        let Ok(lib) = (unsafe { libloading::Library::new(c) }) else {
+            continue;
+        };
+        // SAFETY: only the symbol's presence is checked; the pointer is never called or kept.
+        let found = unsafe { lib.get::<unsafe extern "C" fn()>(symbol.as_bytes()) }.is_ok();
+        if !found {
+            // A stub or foreign library of that name: cudarc would panic on the missing symbol.
+            return Err(format!(
+                "{c} opened but has no {symbol}: not a usable lib{lib_name}"
+            ));
         }
+        return Ok(c.clone());
     }
     Err(format!(
         "could not open lib{lib_name} (tried {}); set LD_LIBRARY_PATH",
@@ -506,13 +520,13 @@ fn probe_library(lib_name: &str) -> Result<String, String> {
 /// Whether `libnvrtc` can be opened; `Err` carries a printable reason. Call before any NVRTC
 /// use, because cudarc panics when the library is missing.
 pub fn nvrtc_available() -> Result<String, String> {
-    probe_library("nvrtc")
+    probe_library("nvrtc", "nvrtcCompileProgram")
 }
 
 /// Whether the CUDA driver library (`libcuda`) can be opened; `Err` carries a printable
 /// reason. Opening it does not mean a GPU is present (that is `CudaContext::new`'s job).
 pub fn cuda_driver_available() -> Result<String, String> {
-    probe_library("cuda")
+    probe_library("cuda", "cuInit")
 }
 
 /// NVRTC `--gpu-architecture` value for a compute capability, e.g. `(9, 0)` → `compute_90`
@@ -773,6 +787,46 @@ mod tests {
             let line = format!("#define {name} {v}");
             assert!(super::COMMON.contains(&line), "common.cuh lacks {line:?}");
         }
+    }
+
+    /// A library that opens but lacks the entry point cudarc needs (a stub `libcuda.so`) is
+    /// refused by name instead of letting cudarc panic; one that exports it is accepted; a
+    /// missing one lists the names tried. The stubs are real shared objects built with the
+    /// system C compiler (the one cargo links with).
+    #[test]
+    fn library_probe_checks_the_symbol() {
+        let dir = std::env::temp_dir().join(format!("kernels-probe-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let build = |name: &str, body: &str| {
+            let c = dir.join(format!("{name}.c"));
+            std::fs::write(&c, body).unwrap();
+            let so = dir.join(format!("{name}.so"));
+            let st = std::process::Command::new("cc")
+                .args(["-shared", "-fPIC", "-o"])
+                .arg(&so)
+                .arg(&c)
+                .status()
+                .expect("running cc");
+            assert!(st.success(), "cc failed for {name}");
+            so.display().to_string()
+        };
+        let stub = build("stub", "int not_cuda(void) { return 0; }\n");
+        let good = build("good", "int cuInit(unsigned f) { return (int)f; }\n");
+        let e =
+            super::probe_candidates("cuda", &[stub.clone(), good.clone()], "cuInit").unwrap_err();
+        assert!(e.contains(&stub) && e.contains("no cuInit"), "{e}");
+        assert_eq!(
+            super::probe_candidates("cuda", std::slice::from_ref(&good), "cuInit"),
+            Ok(good)
+        );
+        let missing = dir.join("missing.so").display().to_string();
+        let e =
+            super::probe_candidates("cuda", std::slice::from_ref(&missing), "cuInit").unwrap_err();
+        assert!(
+            e.contains("could not open libcuda") && e.contains(&missing),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -251,6 +251,22 @@ fn every_truncation_and_single_byte_change_is_handled() {
     }
 }
 
+/// Every strict prefix of the seed is refused, and the message says the file may be truncated
+/// (each length/count check against the bytes remaining names it), so a user with a partly
+/// downloaded model learns why.
+#[test]
+fn every_truncation_is_refused_naming_truncation() {
+    let s = seed();
+    // (Below 4 bytes the magic itself is incomplete: "bad magic …: not a GGUF file".)
+    for n in 4..s.len() {
+        let e = GgufFile::from_bytes(s[..n].to_vec())
+            .err()
+            .unwrap_or_else(|| panic!("a {n}-byte prefix of {} was accepted", s.len()));
+        let msg = e.to_string();
+        assert!(msg.contains("truncated"), "prefix of {n} bytes: {msg}");
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: 100_000,

@@ -71,46 +71,7 @@ pub fn config_12b() -> Config {
     }
 }
 
-/// Which block format each weight of the synthetic 12B model gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WeightMix {
-    /// Every weight matrix (and the tied embedding) in one format.
-    Uniform(GgmlType),
-    /// llama.cpp's Q2_K mix (`llama-quant.cpp`, `LLAMA_FTYPE_MOSTLY_Q2_K`): `attn_v` and
-    /// `ffn_down` Q3_K, `token_embd` (tied output) Q6_K, every other matrix Q2_K.
-    Q2KMix,
-}
-
-impl WeightMix {
-    /// Parses `Q2_K_MIX` (case-insensitive) or a ggml type name.
-    pub fn parse(s: &str) -> Option<WeightMix> {
-        if s.eq_ignore_ascii_case("q2_k_mix") {
-            Some(WeightMix::Q2KMix)
-        } else {
-            GgmlType::from_name(s).map(WeightMix::Uniform)
-        }
-    }
-
-    /// The format of the weight named `name` (`attn_q`, `ffn_down`, `token_embd`, …).
-    pub fn type_for(self, name: &str) -> GgmlType {
-        match self {
-            WeightMix::Uniform(t) => t,
-            WeightMix::Q2KMix => match name {
-                "attn_v" | "ffn_down" => GgmlType::Q3_K,
-                "token_embd" => GgmlType::Q6_K,
-                _ => GgmlType::Q2_K,
-            },
-        }
-    }
-
-    /// Display name (`Q4_K`, `Q2_K_MIX`).
-    pub fn name(self) -> String {
-        match self {
-            WeightMix::Uniform(t) => t.name().to_string(),
-            WeightMix::Q2KMix => "Q2_K_MIX".into(),
-        }
-    }
-}
+pub use reference::quant::WeightMix;
 
 /// Random blocks per (type, rows, cols), generated once on the host and uploaded per tensor
 /// (the target here, the drafter in `crate::draft`'s `synthetic` module).

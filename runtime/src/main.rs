@@ -1,8 +1,10 @@
 //! `runtime` binary — the CUDA engine's thin CLI for the GPU machine (which has no cargo).
 //!
 //! `runtime gpu-check [--out DIR] [--quick] [--seed N]`: every kernel against the CPU
-//! reference plus bandwidth probes (see `runtime::check`). Exit status: 0 all passed, 1 a
-//! check failed, 2 no usable GPU (the reason is printed).
+//! reference plus bandwidth probes (see `runtime::check`); `bench`, `mv-bench`, `model-check`,
+//! `spec-check` (see `runtime --help`). Exit status of every verb: 0 done (all checks passed),
+//! 1 a check or run failed, 2 bad arguments or no usable GPU (the reason is printed, as
+//! `skipped: …` for the GPU).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -155,6 +157,10 @@ fn main() -> ExitCode {
                     mix,
                 })
             };
+            if let Some(why) = runtime::device::unavailable_reason() {
+                eprintln!("skipped: {why}");
+                return ExitCode::from(2);
+            }
             match runtime::bench::run(ty, prompt, decode, draft.as_ref()) {
                 Ok(v) => {
                     let text = serde_json::to_string_pretty(&v).unwrap_or_default();

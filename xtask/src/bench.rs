@@ -206,12 +206,12 @@ fn gpu_summary(format: &str) -> Value {
     if let Some(why) = runtime::device::unavailable_reason() {
         return json!({"skipped": why});
     }
-    let Some(mix) = runtime::bench::WeightMix::parse(format) else {
+    let Some(mix) = reference::quant::WeightMix::parse(format) else {
         return json!({"skipped": format!("unknown format {format}")});
     };
     let draft = runtime::bench::DraftOptions {
         shape: runtime::bench::AssistantShape::plausible_12b(),
-        mix: runtime::bench::WeightMix::Uniform(reference::quant::GgmlType::BF16),
+        mix: reference::quant::WeightMix::Uniform(reference::quant::GgmlType::BF16),
     };
     let decode = runtime::bench::run(mix, 32, 32, Some(&draft))
         .unwrap_or_else(|e| json!({"error": e.to_string()}));
@@ -229,9 +229,7 @@ fn gpu_summary(_format: &str) -> Value {
 /// Runs the verb: the benches, then `summary.json` (printed and written).
 pub fn run(a: &Args) -> anyhow::Result<()> {
     // checked up front (the GPU part that reads it runs last, and only with a GPU)
-    if !a.format.eq_ignore_ascii_case("q2_k_mix")
-        && reference::quant::GgmlType::from_name(&a.format).is_none()
-    {
+    if reference::quant::WeightMix::parse(&a.format).is_none() {
         anyhow::bail!(
             "--format {}: not Q2_K_MIX or a ggml type name (e.g. Q4_K, Q8_0, BF16)",
             a.format

@@ -52,7 +52,7 @@ pub enum GgufError {
         have: u64,
     },
     /// A string's declared length exceeds the bytes remaining or the 1 GiB cap (§2.2 item 3).
-    #[error("string length {len} of {what} at byte {at} exceeds the limit ({limit} bytes: remaining bytes or 1 GiB cap)")]
+    #[error("string length {len} of {what} at byte {at} exceeds the limit ({limit} bytes: remaining bytes or 1 GiB cap; truncated or corrupt file?)")]
     StringTooLong {
         /// What the string is (key, value of key, tensor name).
         what: String,
@@ -65,7 +65,7 @@ pub enum GgufError {
     },
     /// An array's element count exceeds 2^30, or count × minimal element size exceeds the
     /// bytes remaining (§2.2 item 4).
-    #[error("array of key '{key}' declares {count} elements of {min_elem_size}+ bytes: exceeds the 2^30 cap or the {remaining} bytes remaining")]
+    #[error("array of key '{key}' declares {count} elements of {min_elem_size}+ bytes: exceeds the 2^30 cap or the {remaining} bytes remaining (truncated or corrupt file?)")]
     ArrayTooLong {
         /// The key.
         key: String,
@@ -77,7 +77,7 @@ pub enum GgufError {
         remaining: u64,
     },
     /// `kv_count` cannot fit in the remaining bytes (≥ 14 bytes per entry, §2.3).
-    #[error("kv_count {count} cannot fit in the {remaining} bytes after the header")]
+    #[error("kv_count {count} cannot fit in the {remaining} bytes after the header (truncated or corrupt file?)")]
     TooManyKeys {
         /// The declared count.
         count: u64,
@@ -85,7 +85,7 @@ pub enum GgufError {
         remaining: u64,
     },
     /// `tensor_count` cannot fit in the remaining bytes (≥ 25 bytes per tensor info, §2.3).
-    #[error("tensor_count {count} cannot fit in the {remaining} bytes after the metadata")]
+    #[error("tensor_count {count} cannot fit in the {remaining} bytes after the metadata (truncated or corrupt file?)")]
     TooManyTensors {
         /// The declared count.
         count: u64,
@@ -298,7 +298,7 @@ pub enum GgufError {
         alignment: u64,
     },
     /// A tensor's bytes do not lie inside the file (§1.5).
-    #[error("tensor '{name}' [data_start {data_start} + offset {offset}, + {n_bytes} bytes) is outside the file of {file_len} bytes")]
+    #[error("tensor '{name}' [data_start {data_start} + offset {offset}, + {n_bytes} bytes) is outside the file of {file_len} bytes (truncated file?)")]
     OffsetOutOfFile {
         /// The tensor name.
         name: String,

@@ -18,11 +18,13 @@ mod iq4;
 mod kquantize;
 mod kquants;
 mod legacy;
+mod mix;
 mod scale;
 mod types;
 
 pub use error::QuantError;
 pub use iq4::KVALUES_IQ4NL;
+pub use mix::WeightMix;
 pub use scale::quantize_error_bound;
 pub use types::{GgmlType, SUPPORTED_TYPES};
 
