@@ -69,7 +69,44 @@ impl Budgets {
         })
     }
 
-    /// Writes the file (creating its folder).
+    /// Sets `engine`'s budget in the file at `path`, leaving every other table, comment and
+    /// number in it as it was (`toml_edit`; the engine's own table keeps its comments too), or
+    /// writes a new file holding that one table ([`Budgets::save`]). Errors: unreadable or
+    /// malformed file, `engine` present but not a table.
+    pub fn save_engine(path: &Path, engine: &str, b: &Budget) -> Result<(), BudgetError> {
+        if !path.exists() {
+            let mut one = Budgets::default();
+            one.0.insert(engine.to_string(), b.clone());
+            return one.save(path);
+        }
+        let io = |source| BudgetError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let bad = |message: String| BudgetError::Toml {
+            path: path.to_path_buf(),
+            message,
+        };
+        let text = std::fs::read_to_string(path).map_err(io)?;
+        let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e| bad(format!("{e}")))?;
+        let t = doc
+            .entry(engine)
+            .or_insert(toml_edit::table())
+            .as_table_mut()
+            .ok_or_else(|| bad(format!("'{engine}' is not a table")))?;
+        use toml_edit::value;
+        t["tau"] = value(b.tau);
+        t["date"] = value(b.date.as_str());
+        t["suite"] = value(b.suite.as_str());
+        t["positions"] = value(b.positions as i64);
+        t["pairs"] = value(b.pairs as i64);
+        t["max_error"] = value(b.max_error);
+        t["quantile_999"] = value(b.quantile_999);
+        t["safety_factor"] = value(b.safety_factor);
+        std::fs::write(path, doc.to_string()).map_err(io)
+    }
+
+    /// Writes the file (creating its folder), every table in the serializer's format.
     pub fn save(&self, path: &Path) -> Result<(), BudgetError> {
         let io = |source| BudgetError::Io {
             path: path.to_path_buf(),
@@ -149,6 +186,47 @@ mod tests {
         );
         b.save(&path).unwrap();
         assert_eq!(Budgets::load(&path).unwrap(), b);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// Calibrating one engine rewrites only its table: the other engine's table, the comments
+    /// and the number spellings (`3.691e-5`) stay byte for byte; the new values read back; a new
+    /// engine is appended; a missing file is created.
+    #[test]
+    fn save_engine_touches_only_its_table() {
+        let dir = std::env::temp_dir().join(format!("budgets-edit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("budgets.toml");
+        let cuda = "# CUDA engine, calibrated on the H200.\n[cuda]\ntau = 0.0001220703125\ndate = \"2026-11-30\"\nsuite = \"smoke+core\"\npositions = 2730\npairs = 76440\nmax_error = 3.691e-5\nquantile_999 = 1.498e-5\nsafety_factor = 2.0\n";
+        let f32 = "# header\n[reference-f32]\ntau = 0.001953125\ndate = \"2026-11-30\"\nsuite = \"smoke\"\npositions = 1\npairs = 2\nmax_error = 6e-4\nquantile_999 = 2e-4\nsafety_factor = 2.0\n\n";
+        std::fs::write(&path, format!("{f32}{cuda}")).unwrap();
+        let nb = Budget {
+            tau: 0.00390625,
+            date: "2026-12-04".into(),
+            suite: "smoke+core".into(),
+            positions: 2730,
+            pairs: 76440,
+            max_error: 0.0015,
+            quantile_999: 0.0005,
+            safety_factor: 2.0,
+        };
+        Budgets::save_engine(&path, "reference-f32", &nb).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with("# header\n[reference-f32]\n"), "{text}");
+        assert!(text.ends_with(cuda), "{text}");
+        let back = Budgets::load(&path).unwrap();
+        assert_eq!(back.0["reference-f32"], nb);
+        assert_eq!(back.0["cuda"].max_error, 3.691e-5);
+        Budgets::save_engine(&path, "reference-f64", &nb).unwrap();
+        let text2 = std::fs::read_to_string(&path).unwrap();
+        assert!(text2.starts_with(&text), "{text2}");
+        assert_eq!(Budgets::load(&path).unwrap().0.len(), 3);
+        let fresh = dir.join("new/budgets.toml");
+        Budgets::save_engine(&fresh, "cuda", &nb).unwrap();
+        assert_eq!(Budgets::load(&fresh).unwrap().0["cuda"], nb);
+        std::fs::write(&path, "cuda = 1\n").unwrap();
+        let e = Budgets::save_engine(&path, "cuda", &nb).unwrap_err();
+        assert!(e.to_string().contains("'cuda' is not a table"), "{e}");
         let _ = std::fs::remove_dir_all(dir);
     }
 }

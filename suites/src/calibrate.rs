@@ -245,12 +245,12 @@ pub fn calibrate_models(
         let suites = names.join("+");
         let written = if write {
             let path = opts.goldens_root.join(&stem).join("budgets.toml");
-            let mut b = crate::budgets::Budgets::load(&path).map_err(|e| fatal(&e))?;
-            b.0.insert(
-                calibration.engine.clone(),
-                calibration.budget(&suites, &utc_date_today()),
-            );
-            b.save(&path).map_err(|e| fatal(&e))?;
+            crate::budgets::Budgets::save_engine(
+                &path,
+                &calibration.engine,
+                &calibration.budget(&suites, &utc_date_today()),
+            )
+            .map_err(|e| fatal(&e))?;
             Some(path)
         } else {
             None

@@ -72,10 +72,14 @@ pub struct Options {
 pub fn make_engine(name: &str, model: &ModelSpec) -> Result<Box<dyn Engine>, Fatal> {
     match name {
         "reference-f32" => Ok(Box::new(
-            ReferenceEngine::<f32>::load(&model.path).map_err(fatal)?.with_draft(model.draft.clone()),
+            ReferenceEngine::<f32>::load(&model.path)
+                .map_err(fatal)?
+                .with_draft(model.draft.clone()),
         )),
         "reference-f64" => Ok(Box::new(
-            ReferenceEngine::<f64>::load(&model.path).map_err(fatal)?.with_draft(model.draft.clone()),
+            ReferenceEngine::<f64>::load(&model.path)
+                .map_err(fatal)?
+                .with_draft(model.draft.clone()),
         )),
         #[cfg(feature = "cuda")]
         "cuda" => Ok(Box::new(
@@ -90,7 +94,17 @@ pub fn make_engine(name: &str, model: &ModelSpec) -> Result<Box<dyn Engine>, Fat
             crate::http::engine_from_spec(other, &model.path).map_err(fatal)
         }
         other => Err(Fatal(format!(
-            "unknown engine {other:?} (this build knows reference-f32, reference-f64; cuda needs the `cuda` feature)"
+            "unknown engine {other:?} (this build knows reference-f32, reference-f64{}{})",
+            if cfg!(feature = "http") {
+                ", llama-server=URL, openai=URL"
+            } else {
+                ""
+            },
+            if cfg!(feature = "cuda") {
+                ", cuda"
+            } else {
+                "; cuda needs the `cuda` feature"
+            }
         ))),
     }
 }

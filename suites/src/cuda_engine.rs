@@ -66,11 +66,15 @@ impl CudaEngineAdapter {
                 max_ctx: 4096,
             },
         )
-        .map_err(|e| EngineError::Other(format!("{}: {e}", path.display())))?;
+        .map_err(|e| EngineError::Load {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
         if let Some(d) = draft {
-            inner
-                .load_draft(d)
-                .map_err(|e| EngineError::Other(format!("{}: {e}", d.display())))?;
+            inner.load_draft(d).map_err(|e| EngineError::Load {
+                path: d.to_path_buf(),
+                message: e.to_string(),
+            })?;
         }
         Ok(CudaEngineAdapter {
             inner,

@@ -251,7 +251,16 @@ pub enum EngineError {
         /// What went wrong.
         message: String,
     },
-    /// Any other failure (model load, device).
+    /// A model or drafter file could not be loaded (missing, not a GGUF, unsupported, a
+    /// drafter that does not pair): the file, not the engine, is at fault.
+    #[error("cannot load {}: {message}", path.display())]
+    Load {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// Any other failure (device, server).
     #[error("engine error: {0}")]
     Other(String),
 }

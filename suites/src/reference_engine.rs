@@ -50,8 +50,10 @@ fn model_err(id: &str, e: impl std::fmt::Display) -> EngineError {
 impl<F: Float> ReferenceEngine<F> {
     /// Loads the model. Errors: the model cannot be loaded (named by path).
     pub fn load(path: &Path) -> Result<ReferenceEngine<F>, EngineError> {
-        let model = Model::<F>::load(path)
-            .map_err(|e| EngineError::Other(format!("{}: {e}", path.display())))?;
+        let model = Model::<F>::load(path).map_err(|e| EngineError::Load {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
         Ok(Self::from_model(model))
     }
 
@@ -90,10 +92,15 @@ impl<F: Float> ReferenceEngine<F> {
                     engine: self.name.clone(),
                     mode: Mode::Spec { k },
                 })?;
-            let a = Assistant::<F>::load(path)
-                .map_err(|e| EngineError::Other(format!("{}: {e}", path.display())))?;
+            let a = Assistant::<F>::load(path).map_err(|e| EngineError::Load {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            })?;
             a.check_target(self.model.config())
-                .map_err(|e| EngineError::Other(format!("{}: {e}", path.display())))?;
+                .map_err(|e| EngineError::Load {
+                    path: path.to_path_buf(),
+                    message: e.to_string(),
+                })?;
             self.assistant = Some(a);
         }
         let Some(a) = self.assistant.as_ref() else {
@@ -311,10 +318,14 @@ pub struct ReferenceOracle {
 impl ReferenceOracle {
     /// Loads the model and hashes the file. Errors name the path.
     pub fn load(path: &Path) -> Result<ReferenceOracle, EngineError> {
-        let sha256 = reference::gguf::sha256_file(path)
-            .map_err(|e| EngineError::Other(format!("{}: {e}", path.display())))?;
-        let model = Model::<f64>::load(path)
-            .map_err(|e| EngineError::Other(format!("{}: {e}", path.display())))?;
+        let sha256 = reference::gguf::sha256_file(path).map_err(|e| EngineError::Load {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        let model = Model::<f64>::load(path).map_err(|e| EngineError::Load {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
         Ok(ReferenceOracle { model, sha256 })
     }
 

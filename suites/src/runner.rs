@@ -364,9 +364,17 @@ pub fn run_suite_with(
     let mut modes = Vec::new();
     for m in &cfg.modes {
         if !declared.contains(m) {
+            // spec:K needs a drafter: the likely cause when the engine declares no spec mode
+            let hint = if matches!(m, Mode::Spec { .. })
+                && !declared.iter().any(|d| matches!(d, Mode::Spec { .. }))
+            {
+                " (spec:K needs a drafter: --draft with --model)"
+            } else {
+                ""
+            };
             skipped.push((
                 m.to_string(),
-                format!("engine {} does not declare it", engine.name()),
+                format!("engine {} does not declare it{hint}", engine.name()),
             ));
         } else if *m == Mode::Prefill && goldens.is_none() {
             skipped.push((

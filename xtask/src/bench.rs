@@ -226,6 +226,17 @@ fn gpu_summary(_format: &str) -> Value {
     json!({"skipped": "xtask built without the `cuda` feature (on a machine with a GPU: cargo run -p xtask --features cuda -- bench)"})
 }
 
+/// Where cargo (and so criterion, which writes `<target>/criterion`) puts build outputs:
+/// `$CARGO_TARGET_DIR` (relative to the current folder, as cargo reads it) or `root/target`.
+fn cargo_target_dir(root: &Path) -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) if !d.is_empty() => std::env::current_dir()
+            .map(|c| c.join(&d))
+            .unwrap_or_else(|_| PathBuf::from(d)),
+        _ => root.join("target"),
+    }
+}
+
 /// Runs the verb: the benches, then `summary.json` (printed and written).
 pub fn run(a: &Args) -> anyhow::Result<()> {
     // checked up front (the GPU part that reads it runs last, and only with a GPU)
@@ -252,7 +263,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         cargo_bench(&root, "dequant")?;
     }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let results = criterion_results(&root.join("target/criterion"), Some(started));
+    let results = criterion_results(&cargo_target_dir(&root).join("criterion"), Some(started));
     let gpu = if a.no_gpu {
         json!({"skipped": "--no-gpu"})
     } else {

@@ -34,7 +34,19 @@ pub fn run(a: &Args) -> i32 {
         std::env::set_var("INSTA_UPDATE", "always");
     }
     std::env::set_var("INSTA_FORCE_PASS", "0");
-    let o = crate::conformance::options(&a.model, &None, &a.suites, &["smoke", "core"], &a.prompts);
+    let o = match crate::conformance::options(
+        &a.model,
+        &None,
+        &a.suites,
+        &["smoke", "core"],
+        &a.prompts,
+    ) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
     let t0 = std::time::Instant::now();
     match bless(&o, a.force) {
         Ok(s) => {

@@ -12,7 +12,8 @@ pub struct Args {
     /// Target model GGUF (default: every default model of `conformance`).
     #[arg(long)]
     pub model: Option<PathBuf>,
-    /// Engine to calibrate.
+    /// Engine to calibrate: reference-f32 (default), reference-f64, cuda (built with the `cuda` feature), or an HTTP
+    /// server: `llama-server=URL` or `openai=URL` (see README).
     #[arg(long, default_value = "reference-f32")]
     pub engine: String,
     /// Suite name or path whose goldens are scored; repeatable (default: smoke and core).
@@ -32,7 +33,14 @@ pub fn run(a: &Args) -> i32 {
         eprintln!("error: --safety must be >= 1 (got {})", a.safety);
         return 2;
     }
-    let mut o = crate::conformance::options(&a.model, &None, &a.suites, &["smoke", "core"], &None);
+    let mut o =
+        match crate::conformance::options(&a.model, &None, &a.suites, &["smoke", "core"], &None) {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return 2;
+            }
+        };
     o.engine.clone_from(&a.engine);
     let t0 = std::time::Instant::now();
     match calibrate_models(&o, a.safety, !a.dry_run) {

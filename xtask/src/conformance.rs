@@ -20,7 +20,8 @@ pub struct Args {
     /// Suite name (suites/<NAME>.toml) or path; repeatable (default: smoke and core).
     #[arg(long = "suite")]
     pub suites: Vec<String>,
-    /// Engine: reference-f32 (default) or reference-f64.
+    /// Engine: reference-f32 (default), reference-f64, cuda (built with the `cuda` feature), or an HTTP
+    /// server: `llama-server=URL` or `openai=URL` (see README).
     #[arg(long, default_value = "reference-f32")]
     pub engine: String,
     /// Comma-separated modes (default: the suite's), e.g. `plain,batch:4,spec:4`.
@@ -35,8 +36,9 @@ pub struct Args {
     /// No progress bars.
     #[arg(long)]
     pub quiet: bool,
-    /// Name this run: the report goes to target/conformance/runs/LABEL (for `cargo xtask compare`).
-    #[arg(long)]
+    /// Name this run: the report goes to target/conformance/runs/LABEL (for `cargo xtask compare`;
+    /// not with --out).
+    #[arg(long, conflicts_with = "out")]
     pub label: Option<String>,
     /// Allow an HTTP engine on a non-loopback address.
     #[arg(long)]
@@ -67,6 +69,28 @@ pub fn fixtures_dir() -> PathBuf {
     std::env::var_os("GEMMA4_FIXTURES")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace_root().join("../shared/fixtures"))
+}
+
+/// Why the default models cannot be used: the real-toolchain fixtures folder
+/// `$GEMMA4_FIXTURES/models` (default `../shared/fixtures/models` beside the workspace) is missing.
+/// The message names the folder and what to do; `None` when it exists.
+pub fn missing_fixtures() -> Option<String> {
+    let m = fixtures_dir().join("models");
+    (!m.is_dir()).then(|| {
+        format!(
+            "the default models are the real-toolchain fixtures, expected in {} (not found): set \
+             GEMMA4_FIXTURES to the fixtures folder (the one holding models/), or pass --model",
+            m.display()
+        )
+    })
+}
+
+/// `rel` under the fixtures folder (a verb's default model), or [`missing_fixtures`]'s message.
+pub fn default_fixture(rel: &str) -> Result<PathBuf, String> {
+    match missing_fixtures() {
+        Some(why) => Err(why),
+        None => Ok(fixtures_dir().join(rel)),
+    }
 }
 
 /// The default models (README "main job"):
@@ -105,7 +129,7 @@ fn synthetic_models() -> Vec<ModelSpec> {
             manifest.display()
         );
         let args = crate::fixtures::Args {
-            out: dir.clone(),
+            out: Some(dir.clone()),
             twelve_b: false,
             vocab_gguf: None,
             update_manifest: false,
@@ -178,14 +202,20 @@ pub fn suite_path(name: &str) -> PathBuf {
     }
 }
 
-/// Builds the library options from common flags.
+/// Builds the library options from common flags. Errors: no `--model` and no fixtures folder
+/// ([`missing_fixtures`]).
 pub fn options(
     model: &Option<PathBuf>,
     draft: &Option<PathBuf>,
     suites: &[String],
     default_suites: &[&str],
     prompts: &Option<String>,
-) -> Options {
+) -> Result<Options, String> {
+    if model.is_none() {
+        if let Some(why) = missing_fixtures() {
+            return Err(why);
+        }
+    }
     let models = match model {
         Some(p) => vec![ModelSpec {
             path: p.clone(),
@@ -208,7 +238,7 @@ pub fn options(
     } else {
         suites.to_vec()
     };
-    Options {
+    Ok(Options {
         models,
         suites: names.iter().map(|n| suite_path(n)).collect(),
         engine: "reference-f32".into(),
@@ -229,18 +259,24 @@ pub fn options(
         strict_invariance: false,
         require_acceptance: false,
         oracle_acceptance: false,
-    }
+    })
 }
 
 /// Runs the verb; returns the process exit code.
 pub fn run(a: &Args) -> i32 {
-    let mut o = options(
+    let mut o = match options(
         &a.model,
         &a.draft,
         &a.suites,
         &["smoke", "core"],
         &a.prompts,
-    );
+    ) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
     o.engine.clone_from(&a.engine);
     o.progress = !a.quiet;
     o.strict_invariance = a.strict_invariance;

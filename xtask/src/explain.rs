@@ -21,7 +21,8 @@ pub struct Args {
     /// MTP drafter GGUF of `--model` (without `--model`: the default model and its assistant).
     #[arg(long, requires = "model")]
     pub draft: Option<PathBuf>,
-    /// Engine.
+    /// Engine: reference-f32 (default), reference-f64, cuda (built with the `cuda` feature), or an HTTP
+    /// server: `llama-server=URL` or `openai=URL` (see README).
     #[arg(long, default_value = "reference-f32")]
     pub engine: String,
     /// Suite name or path holding the prompt.
@@ -45,7 +46,13 @@ pub fn run(a: &Args) -> i32 {
             return 2;
         }
     };
-    let o = crate::conformance::options(&a.model, &a.draft, &[], &[a.suite.as_str()], &None);
+    let o = match crate::conformance::options(&a.model, &a.draft, &[], &[a.suite.as_str()], &None) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
     let Some(model) = o.models.into_iter().next() else {
         eprintln!("error: no model");
         return 2;

@@ -53,9 +53,10 @@ use models::TensorDef;
 /// Flags of `cargo xtask fixtures`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    /// Output folder (created if missing).
-    #[arg(long, default_value = "target/fixtures")]
-    pub out: PathBuf,
+    /// Output folder (created if missing) [default: target/fixtures of the workspace, where
+    /// `conformance` looks for them, whatever the current folder].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
     /// Also write the 12B-shaped target (≈5 GB) into OUT/12b/.
     #[arg(long = "12b")]
     pub twelve_b: bool,
@@ -172,8 +173,12 @@ pub fn committed_manifest_path() -> PathBuf {
 
 /// Runs the verb: builds, prints one line per file and the timings.
 pub fn run(args: &Args) -> Result<()> {
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| crate::conformance::workspace_root().join("target/fixtures"));
     let t0 = Instant::now();
-    let m = build_small(&args.out)?;
+    let m = build_small(&out)?;
     let dt = t0.elapsed().as_secs_f64();
     for f in &m.files {
         println!("{:>10}  {}  {}", f.bytes, &f.sha256[..16], f.file);
@@ -183,25 +188,20 @@ pub fn run(args: &Args) -> Result<()> {
         "fixtures: {} files, {:.1} MiB, {dt:.2} s -> {}",
         m.files.len(),
         total as f64 / (1 << 20) as f64,
-        args.out.display()
+        out.display()
     );
     if args.update_manifest {
         let dst = committed_manifest_path();
-        std::fs::copy(args.out.join("manifest.json"), &dst)
+        std::fs::copy(out.join("manifest.json"), &dst)
             .with_context(|| format!("copying the manifest to {}", dst.display()))?;
         println!("updated {}", dst.display());
     }
     if args.twelve_b {
         let t1 = Instant::now();
         let vocab_gguf = args.vocab_gguf.clone().unwrap_or_else(|| {
-            let root = std::env::var_os("GEMMA4_FIXTURES")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| {
-                    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures")
-                });
-            root.join("tokenizer/ggml-vocab-gemma-4.gguf")
+            crate::conformance::fixtures_dir().join("tokenizer/ggml-vocab-gemma-4.gguf")
         });
-        let (path, bytes) = big::build_12b(&args.out.join("12b"), &vocab_gguf)?;
+        let (path, bytes) = big::build_12b(&out.join("12b"), &vocab_gguf)?;
         println!(
             "12b: {} ({:.2} GiB) in {:.1} s",
             path.display(),

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::conformance::{fixtures_dir, workspace_root};
+use crate::conformance::{default_fixture, workspace_root};
 
 /// The pinned `llama-cpp-python` release: its vendored llama.cpp (ggml 0.25.3) knows the
 /// `gemma4` and `gemma4-assistant` architectures (`src/llama-arch.cpp`) and MTP drafting
@@ -264,10 +264,10 @@ pub fn run(a: &Args) -> Result<()> {
         println!("{}", bin.display());
         return Ok(());
     }
-    let model = a
-        .model
-        .clone()
-        .unwrap_or_else(|| fixtures_dir().join("models/dense-target.F32.gguf"));
+    let model = match &a.model {
+        Some(m) => m.clone(),
+        None => default_fixture("models/dense-target.F32.gguf").map_err(anyhow::Error::msg)?,
+    };
     if !model.exists() {
         bail!("model not found: {}", model.display());
     }

@@ -54,8 +54,11 @@ enum Command {
     Run(run::Args),
 }
 
-fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+/// Exit status of every verb: 0 done (conformance: all pass), 1 a finding (conformance: an entry
+/// fails; bless: a golden changed; compare: a side is wrong), 2 could not do it (bad arguments,
+/// unreadable input; the cause is printed as one `error: …` line).
+fn main() {
+    let done = match Cli::parse().command {
         Command::Inspect(a) => inspect::run(&a),
         Command::Fixtures(a) => fixtures::run(&a),
         Command::Conformance(a) => std::process::exit(conformance::run(&a)),
@@ -68,5 +71,46 @@ fn main() -> anyhow::Result<()> {
         Command::Run(a) => run::run(&a),
         Command::Explain(a) => std::process::exit(explain::run(&a)),
         Command::Bench(a) => bench::run(&a),
+    };
+    if let Err(e) = done {
+        eprintln!("error: {}", error_line(&e));
+        std::process::exit(2);
+    }
+}
+
+/// The error and its causes on one line, `a: b: c`, leaving out a cause whose text the line
+/// already holds (errors that print their source in their own message, as `GgufError::Io`).
+fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    /// A cause already printed by its wrapper is not repeated; others are joined with ": ".
+    #[test]
+    fn error_line_joins_causes_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file");
+        let e = anyhow::Error::new(reference::gguf::GgufError::Io {
+            path: Some("/nope.gguf".into()),
+            source: io,
+        })
+        .context("opening /nope.gguf");
+        assert_eq!(
+            super::error_line(&e),
+            "opening /nope.gguf: I/O error on /nope.gguf: No such file"
+        );
+        let e = anyhow::anyhow!("inner").context("middle").context("outer");
+        assert_eq!(super::error_line(&e), "outer: middle: inner");
     }
 }

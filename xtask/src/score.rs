@@ -79,9 +79,11 @@ fn run_score<F: Float>(model: &PathBuf, ids: &[u32], k: usize) -> Result<Vec<Pos
 
 /// Runs the verb.
 pub fn run(a: &Args) -> Result<()> {
-    let model = a.model.clone().unwrap_or_else(|| {
-        crate::conformance::fixtures_dir().join("models/dense-target.Q4_K_M.gguf")
-    });
+    let model = match &a.model {
+        Some(m) => m.clone(),
+        None => crate::conformance::default_fixture("models/dense-target.Q4_K_M.gguf")
+            .map_err(anyhow::Error::msg)?,
+    };
     let file = GgufFile::open(&model).with_context(|| format!("opening {}", model.display()))?;
     let tok = GemmaTokenizer::from_gguf(&file)
         .with_context(|| format!("tokenizer of {}", model.display()))?;
