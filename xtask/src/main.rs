@@ -78,19 +78,20 @@ fn main() {
     }
 }
 
-/// The error and its causes on one line, `a: b: c`, leaving out a cause whose text the line
-/// already holds (errors that print their source in their own message, as `GgufError::Io`).
+/// The error and its causes on one line, `a: b: c`, leaving out a cause whose text ends the
+/// previous one's (errors that print their source in their own message, as `GgufError::Io`).
 fn error_line(e: &anyhow::Error) -> String {
     let mut line = String::new();
+    let mut prev = String::new();
     for cause in e.chain() {
         let text = cause.to_string();
-        if line.contains(&text) {
-            continue;
+        if !prev.ends_with(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
         }
-        if !line.is_empty() {
-            line.push_str(": ");
-        }
-        line.push_str(&text);
+        prev = text;
     }
     line
 }
@@ -112,5 +113,8 @@ mod tests {
         );
         let e = anyhow::anyhow!("inner").context("middle").context("outer");
         assert_eq!(super::error_line(&e), "outer: middle: inner");
+        // a cause that only occurs inside an earlier message (not at its end) is kept
+        let e = anyhow::anyhow!("x").context("x marks the spot");
+        assert_eq!(super::error_line(&e), "x marks the spot: x");
     }
 }
