@@ -166,7 +166,9 @@ pub fn cpu_summary(results: &[CriterionResult], threads: usize, read_bps: f64) -
             "threads": threads,
             "ratio": s / (p * threads as f64),
         }),
-        _ => Value::Null,
+        _ => {
+            json!({"skipped": "no oracle/score_ and madd_peak results in this run (see the bench output)"})
+        }
     };
     let dequant: Vec<Value> = results
         .iter()
@@ -246,6 +248,15 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             a.format
         );
     }
+    // the scoring bench reads the dense fixture: without it --quick has nothing to measure
+    let scored = crate::conformance::fixtures_dir().join("models/dense-target.F32.gguf");
+    if a.quick && !scored.exists() {
+        anyhow::bail!(
+            "--quick runs only the oracle scoring bench, which needs {} (not found): set \
+             GEMMA4_FIXTURES to the fixtures folder",
+            scored.display()
+        );
+    }
     let root = workspace_root();
     let out = a.out.clone().unwrap_or_else(|| root.join("target/bench"));
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
@@ -270,6 +281,9 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         gpu_summary(&a.format)
     };
     let mut cpu = cpu_summary(&results, threads, read_bps);
+    if !scored.exists() {
+        cpu["scoring"] = json!({"skipped": format!("fixtures not found at {}", scored.display())});
+    }
     cpu["read_gb_per_s_1thread"] = json!({"4MiB": read_bps / 1e9, "512MiB": dram_bps / 1e9});
     let summary = json!({
         "cpu": cpu,
@@ -324,6 +338,9 @@ mod tests {
         let d = v["dequantization"].as_array().unwrap();
         assert_eq!(d.len(), 1);
         assert!((d[0]["ratio"].as_f64().unwrap() - 0.2).abs() < 1e-12);
+        // without the scoring results the summary says why, not null
+        let v = cpu_summary(&res[2..], 2, 10e9);
+        assert!(v["scoring"]["skipped"].is_string(), "{v}");
     }
 
     /// A criterion folder as criterion 0.5 writes it (benchmark.json + estimates.json, medians in
