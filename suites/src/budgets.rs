@@ -92,17 +92,28 @@ impl Budgets {
         let t = doc
             .entry(engine)
             .or_insert(toml_edit::table())
-            .as_table_mut()
+            .as_table_like_mut()
             .ok_or_else(|| bad(format!("'{engine}' is not a table")))?;
-        use toml_edit::value;
-        t["tau"] = value(b.tau);
-        t["date"] = value(b.date.as_str());
-        t["suite"] = value(b.suite.as_str());
-        t["positions"] = value(b.positions as i64);
-        t["pairs"] = value(b.pairs as i64);
-        t["max_error"] = value(b.max_error);
-        t["quantile_999"] = value(b.quantile_999);
-        t["safety_factor"] = value(b.safety_factor);
+        // A replaced value keeps its decor (spacing and a same-line comment).
+        let mut set =
+            |key: &str, v: toml_edit::Value| match t.get_mut(key).and_then(|i| i.as_value_mut()) {
+                Some(old) => {
+                    let decor = old.decor().clone();
+                    *old = v;
+                    *old.decor_mut() = decor;
+                }
+                None => {
+                    t.insert(key, toml_edit::Item::Value(v));
+                }
+            };
+        set("tau", b.tau.into());
+        set("date", b.date.as_str().into());
+        set("suite", b.suite.as_str().into());
+        set("positions", (b.positions as i64).into());
+        set("pairs", (b.pairs as i64).into());
+        set("max_error", b.max_error.into());
+        set("quantile_999", b.quantile_999.into());
+        set("safety_factor", b.safety_factor.into());
         std::fs::write(path, doc.to_string()).map_err(io)
     }
 
@@ -224,6 +235,21 @@ mod tests {
         let fresh = dir.join("new/budgets.toml");
         Budgets::save_engine(&fresh, "cuda", &nb).unwrap();
         assert_eq!(Budgets::load(&fresh).unwrap().0["cuda"], nb);
+        // a same-line comment on a replaced value stays; an inline table is edited in place
+        std::fs::write(
+            &path,
+            format!(
+                "{}tau = 1.0 # kept\n",
+                f32.replace("tau = 0.001953125\n", "")
+            ),
+        )
+        .unwrap();
+        Budgets::save_engine(&path, "reference-f32", &nb).unwrap();
+        let text3 = std::fs::read_to_string(&path).unwrap();
+        assert!(text3.contains("tau = 0.00390625 # kept"), "{text3}");
+        std::fs::write(&path, "cuda = { tau = 1.0, date = \"x\" }\n").unwrap();
+        Budgets::save_engine(&path, "cuda", &nb).unwrap();
+        assert_eq!(Budgets::load(&path).unwrap().0["cuda"], nb);
         std::fs::write(&path, "cuda = 1\n").unwrap();
         let e = Budgets::save_engine(&path, "cuda", &nb).unwrap_err();
         assert!(e.to_string().contains("'cuda' is not a table"), "{e}");

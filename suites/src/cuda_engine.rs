@@ -10,7 +10,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use runtime::{CudaEngine, EngineOptions, GenRequest, GenStep, SpecKind};
+use runtime::{CudaEngine, EngineOptions, GenRequest, GenStep, RuntimeError, SpecKind};
 
 use crate::engine::{
     Engine, EngineError, Mode, Request, Scores, SpecStats, Step, StepKind, TopKRows, Trajectory,
@@ -47,6 +47,21 @@ fn steps(gs: Vec<GenStep>) -> Vec<Step> {
         .collect()
 }
 
+/// A load failure of `path`: [`EngineError::Load`] when the file is at fault (unusable GGUF or
+/// metadata, a block format without a GPU kernel, a drafter that does not pair), else (no GPU,
+/// driver, kernel compilation, memory) [`EngineError::Other`] naming the file.
+fn load_err(path: &Path, e: RuntimeError) -> EngineError {
+    match e {
+        RuntimeError::Model { .. }
+        | RuntimeError::UnsupportedType { .. }
+        | RuntimeError::Quant { .. } => EngineError::Load {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        },
+        e => EngineError::Other(format!("{}: {e}", path.display())),
+    }
+}
+
 impl CudaEngineAdapter {
     /// Loads the model on GPU 0 (4 KV slots of 4096 positions). Errors: no GPU, bad model.
     pub fn load(path: &Path) -> Result<CudaEngineAdapter, EngineError> {
@@ -66,15 +81,9 @@ impl CudaEngineAdapter {
                 max_ctx: 4096,
             },
         )
-        .map_err(|e| EngineError::Load {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
+        .map_err(|e| load_err(path, e))?;
         if let Some(d) = draft {
-            inner.load_draft(d).map_err(|e| EngineError::Load {
-                path: d.to_path_buf(),
-                message: e.to_string(),
-            })?;
+            inner.load_draft(d).map_err(|e| load_err(d, e))?;
         }
         Ok(CudaEngineAdapter {
             inner,
@@ -223,7 +232,13 @@ mod tests {
         }
         let p = fixtures().join("models/dense-target.Q4_K_M.gguf");
         match CudaEngineAdapter::load(&p) {
-            Err(EngineError::Other(m)) => assert!(m.contains("dense-target.Q4_K_M"), "{m}"),
+            // the driver, not the file, is at fault: not EngineError::Load
+            Err(EngineError::Other(m)) => {
+                assert!(
+                    m.contains("dense-target.Q4_K_M") && m.contains("CUDA unavailable"),
+                    "{m}"
+                )
+            }
             Err(e) => panic!("unexpected error {e}"),
             Ok(_) => panic!("loaded without a GPU"),
         }

@@ -368,7 +368,7 @@ pub fn run_suite_with(
             let hint = if matches!(m, Mode::Spec { .. })
                 && !declared.iter().any(|d| matches!(d, Mode::Spec { .. }))
             {
-                " (spec:K needs a drafter: --draft with --model)"
+                " (spec:K needs a drafter: --draft with --model; an HTTP engine takes ,spec=K in --engine)"
             } else {
                 ""
             };

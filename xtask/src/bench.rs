@@ -187,11 +187,19 @@ pub fn cpu_summary(results: &[CriterionResult], threads: usize, read_bps: f64) -
     json!({"scoring": scoring, "dequantization": dequant})
 }
 
+/// Where the benches write their criterion results: `root/target/criterion`, given to criterion
+/// as an absolute `CRITERION_HOME` (so `CARGO_TARGET_DIR` or a cargo config cannot move them
+/// where the summary does not look).
+fn criterion_home(root: &Path) -> PathBuf {
+    root.join("target/criterion")
+}
+
 /// Runs `cargo bench -p reference --bench NAME` (output shown), failing on a non-zero exit.
 fn cargo_bench(root: &Path, name: &str) -> anyhow::Result<()> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let st = Command::new(cargo)
         .current_dir(root)
+        .env("CRITERION_HOME", criterion_home(root))
         .args(["bench", "-p", "reference", "--bench", name])
         .status()
         .with_context(|| format!("running cargo bench --bench {name}"))?;
@@ -226,17 +234,6 @@ fn gpu_summary(format: &str) -> Value {
 #[cfg(not(feature = "cuda"))]
 fn gpu_summary(_format: &str) -> Value {
     json!({"skipped": "xtask built without the `cuda` feature (on a machine with a GPU: cargo run -p xtask --features cuda -- bench)"})
-}
-
-/// Where cargo (and so criterion, which writes `<target>/criterion`) puts build outputs:
-/// `$CARGO_TARGET_DIR` (relative to the current folder, as cargo reads it) or `root/target`.
-fn cargo_target_dir(root: &Path) -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(d) if !d.is_empty() => std::env::current_dir()
-            .map(|c| c.join(&d))
-            .unwrap_or_else(|_| PathBuf::from(d)),
-        _ => root.join("target"),
-    }
 }
 
 /// Runs the verb: the benches, then `summary.json` (printed and written).
@@ -274,7 +271,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         cargo_bench(&root, "dequant")?;
     }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let results = criterion_results(&cargo_target_dir(&root).join("criterion"), Some(started));
+    let results = criterion_results(&criterion_home(&root), Some(started));
     let gpu = if a.no_gpu {
         json!({"skipped": "--no-gpu"})
     } else {
