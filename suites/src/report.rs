@@ -332,7 +332,7 @@ fn md_escape(t: &str) -> String {
 fn markdown_run(s: &mut String, run: &Run) {
     let _ = writeln!(
         s,
-        "## {} · suite {} · engine {}\n\nmodel SHA-256 `{}`; τ = {} ({}); max tie-flips {}; goldens: {}; engine {:.1} s, oracle {:.1} s (cache {} hits, {} scored).\n",
+        "## {} · suite {} · engine {}\n\nmodel SHA-256 `{}`; τ = {} ({}); max tie-flips {}; goldens: {}; engine {:.1} s, oracle {:.1} s (oracle scorings: {} from the cache, {} computed; other positions from the goldens).\n",
         run.model.stem,
         run.suite,
         run.engine,

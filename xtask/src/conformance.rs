@@ -346,7 +346,7 @@ pub fn run(a: &Args) -> i32 {
                     println!("  skipped {m}: {why}");
                 }
                 println!(
-                    "  engine {:.1} s, oracle {:.1} s (cache {} hits, {} scored)",
+                    "  engine {:.1} s, oracle {:.1} s (oracle scorings: {} from the cache, {} computed; other positions from the goldens)",
                     run.engine_s, run.oracle_s, run.cache.0, run.cache.1
                 );
                 if run.strict_invariance {
