@@ -49,6 +49,16 @@ pub enum BudgetError {
     },
 }
 
+/// Largest tie budget τ accepted (logits), in `budgets.toml` and a suite's `tie_budget`: Gemma-4's
+/// logits are soft-capped at ±30, so a larger τ would call every fork a tie; it is a typo.
+pub const TAU_MAX: f64 = 1e3;
+
+/// `Some(why)` when `tau` is not a usable tie budget: NaN, negative, infinite or above
+/// [`TAU_MAX`]. τ = 0 is allowed (no tie-flips at all).
+pub fn tau_problem(tau: f64) -> Option<String> {
+    (!(0.0..=TAU_MAX).contains(&tau)).then(|| format!("{tau} (must be in [0, {TAU_MAX}] logits)"))
+}
+
 /// `goldens/<model>/budgets.toml`: engine name → budget.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Budgets(pub BTreeMap<String, Budget>);
@@ -63,10 +73,20 @@ impl Budgets {
             path: path.to_path_buf(),
             source,
         })?;
-        toml::from_str(&text).map_err(|e| BudgetError::Toml {
+        let b: Budgets = toml::from_str(&text).map_err(|e| BudgetError::Toml {
             path: path.to_path_buf(),
             message: e.to_string(),
-        })
+        })?;
+        if let Some((engine, why)) =
+            b.0.iter()
+                .find_map(|(k, v)| tau_problem(v.tau).map(|w| (k, w)))
+        {
+            return Err(BudgetError::Toml {
+                path: path.to_path_buf(),
+                message: format!("[{engine}] tau = {why}"),
+            });
+        }
+        Ok(b)
     }
 
     /// Sets `engine`'s budget in the file at `path`, leaving every other table, comment and
@@ -197,6 +217,26 @@ mod tests {
         );
         b.save(&path).unwrap();
         assert_eq!(Budgets::load(&path).unwrap(), b);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A τ that would silently pass every fork (NaN, infinite, huge) or is negative is refused
+    /// on load, naming the engine's table; τ = 0 loads.
+    #[test]
+    fn unusable_tau_is_refused_on_load() {
+        let dir = std::env::temp_dir().join(format!("budgets-tau-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("budgets.toml");
+        let table = |tau: &str| {
+            format!("[reference-f32]\ntau = {tau}\ndate = \"d\"\nsuite = \"s\"\npositions = 1\npairs = 1\nmax_error = 0.0\nquantile_999 = 0.0\nsafety_factor = 2.0\n")
+        };
+        for bad in ["nan", "-1.0", "inf", "1e300"] {
+            std::fs::write(&path, table(bad)).unwrap();
+            let e = Budgets::load(&path).unwrap_err().to_string();
+            assert!(e.contains("[reference-f32] tau"), "{bad}: {e}");
+        }
+        std::fs::write(&path, table("0.0")).unwrap();
+        assert_eq!(Budgets::load(&path).unwrap().0["reference-f32"].tau, 0.0);
         let _ = std::fs::remove_dir_all(dir);
     }
 

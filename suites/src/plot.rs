@@ -12,6 +12,10 @@ use crate::rule::PositionVerdict;
 
 /// Smallest margin drawn (exact oracle ties are drawn at this floor).
 const FLOOR: f64 = 1e-9;
+/// Largest margin drawn (logits): larger values (and τ) are drawn at this height, so a huge or
+/// infinite value cannot make the log axis span thousands of decades (plotters' key-point
+/// search then never ends).
+const CEIL: f64 = 1e6;
 
 /// Draws the margin plot of one prompt from its entries (all modes of one run). The margin line
 /// is taken from the `plain` entry if present, else the first entry; events come from all.
@@ -30,7 +34,7 @@ pub fn margin_plot(path: &Path, prompt: &str, entries: &[&Entry], tau: f64) -> R
         .margins
         .iter()
         .enumerate()
-        .map(|(i, m)| (i, m.unwrap_or(1e3).max(FLOOR)))
+        .map(|(i, m)| (i, m.unwrap_or(1e3).clamp(FLOOR, CEIL)))
         .collect();
     let n = entries
         .iter()
@@ -38,7 +42,12 @@ pub fn margin_plot(path: &Path, prompt: &str, entries: &[&Entry], tau: f64) -> R
         .max()
         .unwrap_or(1)
         .max(2);
-    let ymax = pts.iter().map(|p| p.1).fold(tau.max(1.0), f64::max) * 2.0;
+    let tau_y = if tau.is_nan() {
+        FLOOR
+    } else {
+        tau.clamp(FLOOR, CEIL)
+    };
+    let ymax = pts.iter().map(|p| p.1).fold(tau_y.max(1.0), f64::max) * 2.0;
     let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
     let root = SVGBackend::new(path, (900, 360)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
@@ -65,7 +74,7 @@ pub fn margin_plot(path: &Path, prompt: &str, entries: &[&Entry], tau: f64) -> R
         .label(format!("oracle top-2 margin ({})", base.mode));
     chart
         .draw_series(LineSeries::new(
-            vec![(0, tau.max(FLOOR)), (n, tau.max(FLOOR))],
+            vec![(0, tau_y), (n, tau_y)],
             BLACK.stroke_width(1),
         ))
         .map_err(|e| err(&e))?

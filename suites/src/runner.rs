@@ -55,6 +55,24 @@ pub enum RunError {
         /// Cause.
         message: String,
     },
+    /// A golden was made from other prompt tokens than the suite's prompt gives now (the suite
+    /// text or chat template changed, or the sidecar was edited): judging against it would
+    /// blame the engine for the golden's staleness.
+    #[error(
+        "prompt {id:?}: its golden was made from a different prompt ({golden} tokens, the suite \
+         gives {suite}; first difference at token {at}): re-bless it (`cargo xtask bless \
+         --prompts {id}`) or restore the suite text"
+    )]
+    StaleGolden {
+        /// Prompt id.
+        id: String,
+        /// Prompt tokens in the golden.
+        golden: usize,
+        /// Prompt tokens from the suite.
+        suite: usize,
+        /// First differing token index.
+        at: usize,
+    },
     /// The oracle failed.
     #[error("oracle failed on prompt {id:?}: {source}")]
     Oracle {
@@ -351,6 +369,26 @@ pub fn run_suite_with(
             max_tokens: p.max_tokens,
             stop: st.stop_ids.clone(),
         });
+    }
+    if let Some(g) = goldens {
+        for r in &reqs {
+            if let Some(gold) = g.get(&r.id) {
+                if gold.prompt != r.prompt {
+                    let at = gold
+                        .prompt
+                        .iter()
+                        .zip(&r.prompt)
+                        .take_while(|(a, b)| a == b)
+                        .count();
+                    return Err(RunError::StaleGolden {
+                        id: r.id.clone(),
+                        golden: gold.prompt.len(),
+                        suite: r.prompt.len(),
+                        at,
+                    });
+                }
+            }
+        }
     }
     let params = RuleParams {
         tau: cfg.tau,

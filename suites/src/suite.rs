@@ -226,12 +226,34 @@ impl Suite {
                 message: format!("[suite] top_k = {} (must be >= 2)", settings.top_k),
             });
         }
-        if !(settings.tie_budget.is_finite() && settings.tie_budget >= 0.0) {
+        if let Some(why) = crate::budgets::tau_problem(settings.tie_budget) {
+            return Err(SuiteError::Toml {
+                path: path.to_path_buf(),
+                message: format!("[suite] tie_budget = {why}"),
+            });
+        }
+        if !(0.0..1.0).contains(&settings.oracle_tie_rel) {
             return Err(SuiteError::Toml {
                 path: path.to_path_buf(),
                 message: format!(
-                    "[suite] tie_budget = {} (must be >= 0)",
-                    settings.tie_budget
+                    "[suite] oracle_tie_rel = {} (must be in [0, 1): a fraction of max |logit|)",
+                    settings.oracle_tie_rel
+                ),
+            });
+        }
+        // The name is the goldens folder (goldens/<model>/<name>/): a path component only.
+        if settings.name.starts_with('.')
+            || !settings
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        {
+            return Err(SuiteError::Toml {
+                path: path.to_path_buf(),
+                message: format!(
+                    "[suite] name = {:?} (must be [A-Za-z0-9_.-], not starting with '.': it names \
+                     the goldens folder)",
+                    settings.name
                 ),
             });
         }
@@ -383,6 +405,41 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("d.F32"), "{e}");
+    }
+
+    /// Settings that would silently pass everything or write outside goldens/ are refused,
+    /// naming the key: τ NaN, negative, infinite or beyond 1e3 logits (soft-capped logits are
+    /// within ±30); ε_oracle fraction NaN, negative or ≥ 1; a suite name that is not one path
+    /// component. The boundary values τ = 0, τ = 1e3 and ε = 0 are accepted.
+    #[test]
+    fn unusable_settings_are_refused() {
+        let p = "[[prompt]]\nid = \"a\"\ntext = \"x\"\nmax_tokens = 1\n";
+        for (setting, key) in [
+            ("tie_budget = nan", "tie_budget"),
+            ("tie_budget = -1.0", "tie_budget"),
+            ("tie_budget = inf", "tie_budget"),
+            ("tie_budget = 1e300", "tie_budget"),
+            ("oracle_tie_rel = nan", "oracle_tie_rel"),
+            ("oracle_tie_rel = -1e-9", "oracle_tie_rel"),
+            ("oracle_tie_rel = 1e9", "oracle_tie_rel"),
+            ("name = \"../../escaped\"", "name"),
+            ("name = \"a/b\"", "name"),
+            ("name = \"..\"", "name"),
+        ] {
+            let e = parse(&format!("[suite]\n{setting}\n{p}")).unwrap_err();
+            assert!(
+                e.to_string().contains(&format!("[suite] {key}")),
+                "{setting}: {e}"
+            );
+        }
+        for ok in [
+            "tie_budget = 0.0",
+            "tie_budget = 1e3",
+            "oracle_tie_rel = 0.0",
+            "name = \"core-2.b\"",
+        ] {
+            parse(&format!("[suite]\n{ok}\n{p}")).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
     }
 
     #[test]

@@ -110,6 +110,33 @@ fn run(engine: &mut dyn Engine, modes: &[Mode]) -> suites::report::Run {
     .unwrap()
 }
 
+/// A golden made from other prompt tokens than the suite gives (edited text, edited sidecar) is
+/// refused before anything is judged, naming the prompt and the first differing token.
+#[test]
+fn stale_golden_prompt_is_refused() {
+    let s = suite();
+    let mut g = goldens(&s);
+    let b = g.get_mut("b").unwrap();
+    b.prompt[2] ^= 1; // "hello" → another byte at token 2
+    let mut oracle = ToyModel::new(V);
+    let mut cache = ScoreCache::new(None);
+    let e = run_suite(
+        &mut ToyModel::new(V),
+        &mut oracle,
+        &ByteCodec { vocab: V },
+        &mut cache,
+        &s,
+        Some(&g),
+        &cfg(&[Mode::Plain]),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("\"b\"") && e.contains("first difference at token 2"),
+        "{e}"
+    );
+}
+
 #[test]
 fn oracle_as_engine_is_exact_in_every_mode() {
     let modes = [Mode::Prefill, Mode::Plain, Mode::Batch { n: 4 }];
@@ -245,5 +272,25 @@ fn cross_mode_fork_and_report_files_are_written() {
     let svg = dir.join("plots/toy/a.svg");
     suites::plot::margin_plot(&svg, "a", &entries, 2f64.powi(-6)).unwrap();
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    // Huge or infinite margins and τ (a corrupt sidecar or budget) are drawn capped: plotters'
+    // log axis over ~600 decades never finished. Run in a thread so a regression fails here.
+    let mut huge = entries[0].clone();
+    huge.margins = vec![Some(1e308), Some(f64::INFINITY), None, Some(f64::NAN)];
+    let svg2 = dir.join("plots/toy/huge.svg");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let p2 = svg2.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(suites::plot::margin_plot(
+            &p2,
+            "huge",
+            &[&huge],
+            f64::INFINITY,
+        ));
+    });
+    let res = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("margin_plot did not finish within 60 s");
+    res.unwrap();
+    assert!(std::fs::read_to_string(&svg2).unwrap().starts_with("<svg"));
     let _ = std::fs::remove_dir_all(dir);
 }
