@@ -391,12 +391,19 @@ pub fn write_golden(
             path: target.clone(),
             message: e.to_string(),
         })?;
-        std::fs::write(target, json + "\n").map_err(|source| GoldenError::Io {
+        let json = json + "\n";
+        // a snapshot that stayed the same beside a sidecar that did not (corrupt, hand-edited,
+        // or missing) is a write: the repair is reported, not counted as unchanged
+        let side_changed = std::fs::read_to_string(target).ok().as_deref() != Some(json.as_str());
+        std::fs::write(target, &json).map_err(|source| GoldenError::Io {
             path: target.clone(),
             source,
         })?;
         if !new_pending && pending.exists() {
             let _ = std::fs::remove_file(&pending);
+        }
+        if outcome == SnapshotOutcome::Unchanged && side_changed {
+            return Ok(SnapshotOutcome::Written);
         }
     }
     Ok(outcome)

@@ -73,6 +73,14 @@ pub enum RunError {
         /// First differing token index.
         at: usize,
     },
+    /// A golden is not what the oracle's greedy run writes (corrupt or hand-edited sidecar).
+    #[error("prompt {id:?}: its golden is inconsistent: {message}; re-bless it (`cargo xtask bless --prompts {id}`)")]
+    BadGolden {
+        /// Prompt id.
+        id: String,
+        /// What is wrong, with the output index.
+        message: String,
+    },
     /// The oracle failed.
     #[error("oracle failed on prompt {id:?}: {source}")]
     Oracle {
@@ -81,6 +89,52 @@ pub enum RunError {
         /// Cause.
         source: EngineError,
     },
+}
+
+/// Why golden `g` cannot be the oracle's greedy output over a vocabulary of `vocab` ids, or
+/// `None`: one top-k row per output token, every id below `vocab`, each row non-empty, sorted by
+/// logit (descending, finite or −∞), and headed by the golden token (greedy: the row's top).
+fn golden_problem(g: &Golden, vocab: usize) -> Option<String> {
+    if g.top_k.len() != g.tokens.len() {
+        return Some(format!(
+            "{} output tokens but {} top-k rows",
+            g.tokens.len(),
+            g.top_k.len()
+        ));
+    }
+    if let Some(&t) = g.prompt.iter().find(|&&t| t as usize >= vocab) {
+        return Some(format!(
+            "prompt token {t} is outside the vocabulary ({vocab})"
+        ));
+    }
+    for (i, (&tok, row)) in g.tokens.iter().zip(&g.top_k).enumerate() {
+        if tok as usize >= vocab {
+            return Some(format!(
+                "output {i}: token {tok} is outside the vocabulary ({vocab})"
+            ));
+        }
+        let Some(&(top, _)) = row.first() else {
+            return Some(format!("output {i}: empty top-k row"));
+        };
+        if let Some(&(id, _)) = row.iter().find(|(id, _)| *id as usize >= vocab) {
+            return Some(format!(
+                "output {i}: top-k id {id} is outside the vocabulary ({vocab})"
+            ));
+        }
+        if row.iter().any(|(_, l)| l.is_nan() || *l == f64::INFINITY)
+            || row.windows(2).any(|w| w[1].1 > w[0].1)
+        {
+            return Some(format!(
+                "output {i}: top-k logits not finite and descending"
+            ));
+        }
+        if top != tok {
+            return Some(format!(
+                "output {i}: token {tok} is not the top of its row (id {top} is)"
+            ));
+        }
+    }
+    None
 }
 
 /// The result of judging one trajectory.
@@ -373,6 +427,12 @@ pub fn run_suite_with(
     if let Some(g) = goldens {
         for r in &reqs {
             if let Some(gold) = g.get(&r.id) {
+                if let Some(message) = golden_problem(gold, oracle.vocab_size()) {
+                    return Err(RunError::BadGolden {
+                        id: r.id.clone(),
+                        message,
+                    });
+                }
                 if gold.prompt != r.prompt {
                     let at = gold
                         .prompt

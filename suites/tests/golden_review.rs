@@ -73,5 +73,19 @@ fn unreviewed_changes_stay_pending_until_accepted() {
     .unwrap();
     let e = load_goldens(&dir, &ids, "abc").unwrap_err();
     assert!(e.to_string().contains("disagrees"), "{e}");
+    // blessing again repairs that sidecar and says so (the snapshot itself is unchanged);
+    // once repaired, a second bless changes nothing
+    assert_eq!(
+        write_golden(&dir, &new, "abd").unwrap(),
+        SnapshotOutcome::Written
+    );
+    assert_eq!(
+        load_goldens(&dir, &ids, "abc").unwrap()["p"].tokens,
+        [7, 8, 10]
+    );
+    assert_eq!(
+        write_golden(&dir, &new, "abd").unwrap(),
+        SnapshotOutcome::Unchanged
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -137,6 +137,38 @@ fn stale_golden_prompt_is_refused() {
     );
 }
 
+/// A golden that is not the oracle's greedy output (a token that is not its row's top, an id
+/// outside the vocabulary, a missing row) is refused naming the prompt and output index.
+#[test]
+fn inconsistent_golden_is_refused() {
+    let s = suite();
+    let cases: [(&str, fn(&mut Golden)); 3] = [
+        ("output 1: token", |g| g.tokens[1] = g.top_k[1][1].0),
+        ("output 0: top-k id 99999", |g| g.top_k[0][1].0 = 99_999),
+        ("top-k rows", |g| {
+            g.top_k.pop();
+        }),
+    ];
+    for (want, corrupt) in cases {
+        let mut g = goldens(&s);
+        corrupt(g.get_mut("a").unwrap());
+        let mut oracle = ToyModel::new(V);
+        let mut cache = ScoreCache::new(None);
+        let e = run_suite(
+            &mut ToyModel::new(V),
+            &mut oracle,
+            &ByteCodec { vocab: V },
+            &mut cache,
+            &s,
+            Some(&g),
+            &cfg(&[Mode::Plain]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("\"a\"") && e.contains(want), "{want}: {e}");
+    }
+}
+
 #[test]
 fn oracle_as_engine_is_exact_in_every_mode() {
     let modes = [Mode::Prefill, Mode::Plain, Mode::Batch { n: 4 }];
