@@ -142,7 +142,8 @@ fn stale_golden_prompt_is_refused() {
 #[test]
 fn inconsistent_golden_is_refused() {
     let s = suite();
-    let cases: [(&str, fn(&mut Golden)); 3] = [
+    type Corrupt = fn(&mut Golden);
+    let cases: [(&str, Corrupt); 3] = [
         ("output 1: token", |g| g.tokens[1] = g.top_k[1][1].0),
         ("output 0: top-k id 99999", |g| g.top_k[0][1].0 = 99_999),
         ("top-k rows", |g| {
