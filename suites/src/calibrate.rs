@@ -233,7 +233,13 @@ pub fn calibrate_models(
             let dir = golden::golden_dir(&opts.goldens_root, &stem, &suite.settings.name);
             let ids: Vec<String> = suite.prompts.iter().map(|p| p.id.clone()).collect();
             let goldens = golden::load_goldens(&dir, &ids, &sha).map_err(|e| fatal(&e))?;
-            for g in goldens.values() {
+            for (id, g) in &goldens {
+                if let Some(why) = g.problem(oracle.vocab_size()) {
+                    return Err(Fatal(format!(
+                        "{}: prompt {id:?}: its golden is inconsistent: {why}",
+                        dir.display()
+                    )));
+                }
                 let mut s = g.prompt.clone();
                 s.extend_from_slice(&g.tokens);
                 seqs.push(s);

@@ -42,6 +42,53 @@ pub struct Golden {
 }
 
 impl Golden {
+    /// Why this golden cannot be the oracle's greedy output over a vocabulary of `vocab` ids (a
+    /// corrupt or hand-edited sidecar), naming the output index, or `None`: one top-k row per
+    /// output token, every id below `vocab`, each row non-empty, sorted by logit (descending,
+    /// finite or −∞), and headed by the golden token (greedy: the row's top).
+    pub fn problem(&self, vocab: usize) -> Option<String> {
+        if self.top_k.len() != self.tokens.len() {
+            return Some(format!(
+                "{} output tokens but {} top-k rows",
+                self.tokens.len(),
+                self.top_k.len()
+            ));
+        }
+        if let Some(&t) = self.prompt.iter().find(|&&t| t as usize >= vocab) {
+            return Some(format!(
+                "prompt token {t} is outside the vocabulary ({vocab})"
+            ));
+        }
+        for (i, (&tok, row)) in self.tokens.iter().zip(&self.top_k).enumerate() {
+            if tok as usize >= vocab {
+                return Some(format!(
+                    "output {i}: token {tok} is outside the vocabulary ({vocab})"
+                ));
+            }
+            let Some(&(top, _)) = row.first() else {
+                return Some(format!("output {i}: empty top-k row"));
+            };
+            if let Some(&(id, _)) = row.iter().find(|(id, _)| *id as usize >= vocab) {
+                return Some(format!(
+                    "output {i}: top-k id {id} is outside the vocabulary ({vocab})"
+                ));
+            }
+            if row.iter().any(|(_, l)| l.is_nan() || *l == f64::INFINITY)
+                || row.windows(2).any(|w| w[1].1 > w[0].1)
+            {
+                return Some(format!(
+                    "output {i}: top-k logits not finite and descending"
+                ));
+            }
+            if top != tok {
+                return Some(format!(
+                    "output {i}: token {tok} is not the top of its row (id {top} is)"
+                ));
+            }
+        }
+        None
+    }
+
     /// Oracle rows for the rule (the golden token's logit is looked up in the top-k).
     pub fn rows(&self) -> Vec<OracleRow> {
         self.top_k

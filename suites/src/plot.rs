@@ -17,6 +17,15 @@ const FLOOR: f64 = 1e-9;
 /// search then never ends).
 const CEIL: f64 = 1e6;
 
+/// The height a margin or τ is drawn at: clamped to [FLOOR, CEIL], NaN at FLOOR.
+fn drawn(v: f64) -> f64 {
+    if v.is_nan() {
+        FLOOR
+    } else {
+        v.clamp(FLOOR, CEIL)
+    }
+}
+
 /// Draws the margin plot of one prompt from its entries (all modes of one run). The margin line
 /// is taken from the `plain` entry if present, else the first entry; events come from all.
 ///
@@ -34,7 +43,7 @@ pub fn margin_plot(path: &Path, prompt: &str, entries: &[&Entry], tau: f64) -> R
         .margins
         .iter()
         .enumerate()
-        .map(|(i, m)| (i, m.unwrap_or(1e3).clamp(FLOOR, CEIL)))
+        .map(|(i, m)| (i, drawn(m.unwrap_or(1e3))))
         .collect();
     let n = entries
         .iter()
@@ -42,11 +51,7 @@ pub fn margin_plot(path: &Path, prompt: &str, entries: &[&Entry], tau: f64) -> R
         .max()
         .unwrap_or(1)
         .max(2);
-    let tau_y = if tau.is_nan() {
-        FLOOR
-    } else {
-        tau.clamp(FLOOR, CEIL)
-    };
+    let tau_y = drawn(tau);
     let ymax = pts.iter().map(|p| p.1).fold(tau_y.max(1.0), f64::max) * 2.0;
     let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
     let root = SVGBackend::new(path, (900, 360)).into_drawing_area();

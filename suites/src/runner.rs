@@ -91,52 +91,6 @@ pub enum RunError {
     },
 }
 
-/// Why golden `g` cannot be the oracle's greedy output over a vocabulary of `vocab` ids, or
-/// `None`: one top-k row per output token, every id below `vocab`, each row non-empty, sorted by
-/// logit (descending, finite or −∞), and headed by the golden token (greedy: the row's top).
-fn golden_problem(g: &Golden, vocab: usize) -> Option<String> {
-    if g.top_k.len() != g.tokens.len() {
-        return Some(format!(
-            "{} output tokens but {} top-k rows",
-            g.tokens.len(),
-            g.top_k.len()
-        ));
-    }
-    if let Some(&t) = g.prompt.iter().find(|&&t| t as usize >= vocab) {
-        return Some(format!(
-            "prompt token {t} is outside the vocabulary ({vocab})"
-        ));
-    }
-    for (i, (&tok, row)) in g.tokens.iter().zip(&g.top_k).enumerate() {
-        if tok as usize >= vocab {
-            return Some(format!(
-                "output {i}: token {tok} is outside the vocabulary ({vocab})"
-            ));
-        }
-        let Some(&(top, _)) = row.first() else {
-            return Some(format!("output {i}: empty top-k row"));
-        };
-        if let Some(&(id, _)) = row.iter().find(|(id, _)| *id as usize >= vocab) {
-            return Some(format!(
-                "output {i}: top-k id {id} is outside the vocabulary ({vocab})"
-            ));
-        }
-        if row.iter().any(|(_, l)| l.is_nan() || *l == f64::INFINITY)
-            || row.windows(2).any(|w| w[1].1 > w[0].1)
-        {
-            return Some(format!(
-                "output {i}: top-k logits not finite and descending"
-            ));
-        }
-        if top != tok {
-            return Some(format!(
-                "output {i}: token {tok} is not the top of its row (id {top} is)"
-            ));
-        }
-    }
-    None
-}
-
 /// The result of judging one trajectory.
 #[derive(Debug, Clone)]
 pub struct Judged {
@@ -427,7 +381,7 @@ pub fn run_suite_with(
     if let Some(g) = goldens {
         for r in &reqs {
             if let Some(gold) = g.get(&r.id) {
-                if let Some(message) = golden_problem(gold, oracle.vocab_size()) {
+                if let Some(message) = gold.problem(oracle.vocab_size()) {
                     return Err(RunError::BadGolden {
                         id: r.id.clone(),
                         message,

@@ -93,9 +93,13 @@ fn cfg(modes: &[Mode]) -> RunConfig {
     }
 }
 
-fn run(engine: &mut dyn Engine, modes: &[Mode]) -> suites::report::Run {
-    let s = suite();
-    let g = goldens(&s);
+/// The toy suite run by `engine` against goldens `g`, judged by the toy oracle.
+fn try_run(
+    engine: &mut dyn Engine,
+    s: &Suite,
+    g: &BTreeMap<String, Golden>,
+    modes: &[Mode],
+) -> Result<suites::report::Run, String> {
     let mut oracle = ToyModel::new(V);
     let mut cache = ScoreCache::new(None);
     run_suite(
@@ -103,11 +107,16 @@ fn run(engine: &mut dyn Engine, modes: &[Mode]) -> suites::report::Run {
         &mut oracle,
         &ByteCodec { vocab: V },
         &mut cache,
-        &s,
-        Some(&g),
+        s,
+        Some(g),
         &cfg(modes),
     )
-    .unwrap()
+    .map_err(|e| e.to_string())
+}
+
+fn run(engine: &mut dyn Engine, modes: &[Mode]) -> suites::report::Run {
+    let s = suite();
+    try_run(engine, &s, &goldens(&s), modes).unwrap()
 }
 
 /// A golden made from other prompt tokens than the suite gives (edited text, edited sidecar) is
@@ -118,19 +127,7 @@ fn stale_golden_prompt_is_refused() {
     let mut g = goldens(&s);
     let b = g.get_mut("b").unwrap();
     b.prompt[2] ^= 1; // "hello" → another byte at token 2
-    let mut oracle = ToyModel::new(V);
-    let mut cache = ScoreCache::new(None);
-    let e = run_suite(
-        &mut ToyModel::new(V),
-        &mut oracle,
-        &ByteCodec { vocab: V },
-        &mut cache,
-        &s,
-        Some(&g),
-        &cfg(&[Mode::Plain]),
-    )
-    .unwrap_err()
-    .to_string();
+    let e = try_run(&mut ToyModel::new(V), &s, &g, &[Mode::Plain]).unwrap_err();
     assert!(
         e.contains("\"b\"") && e.contains("first difference at token 2"),
         "{e}"
@@ -153,19 +150,7 @@ fn inconsistent_golden_is_refused() {
     for (want, corrupt) in cases {
         let mut g = goldens(&s);
         corrupt(g.get_mut("a").unwrap());
-        let mut oracle = ToyModel::new(V);
-        let mut cache = ScoreCache::new(None);
-        let e = run_suite(
-            &mut ToyModel::new(V),
-            &mut oracle,
-            &ByteCodec { vocab: V },
-            &mut cache,
-            &s,
-            Some(&g),
-            &cfg(&[Mode::Plain]),
-        )
-        .unwrap_err()
-        .to_string();
+        let e = try_run(&mut ToyModel::new(V), &s, &g, &[Mode::Plain]).unwrap_err();
         assert!(e.contains("\"a\"") && e.contains(want), "{want}: {e}");
     }
 }
