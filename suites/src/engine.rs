@@ -112,13 +112,43 @@ impl Mode {
         }
     }
 
-    /// Parses a comma-separated list of modes (`"plain,spec:4"`).
-    pub fn parse_list(text: &str) -> Result<Vec<Mode>, ModeParseError> {
-        text.split(',')
+    /// Parses a comma-separated list of modes (`"plain,spec:4"`); a mode may appear once.
+    ///
+    /// Errors: [`ModeListError`]: a bad mode (naming its text), a mode listed twice (naming it).
+    pub fn parse_list(text: &str) -> Result<Vec<Mode>, ModeListError> {
+        let modes = text
+            .split(',')
             .filter(|s| !s.trim().is_empty())
             .map(Mode::parse)
-            .collect()
+            .collect::<Result<Vec<Mode>, ModeParseError>>()?;
+        match first_duplicate(&modes) {
+            Some(mode) => Err(ModeListError::Duplicate { mode }),
+            None => Ok(modes),
+        }
     }
+}
+
+/// Error parsing a list of modes ([`Mode::parse_list`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModeListError {
+    /// One entry is not a mode.
+    #[error(transparent)]
+    Bad(#[from] ModeParseError),
+    /// A mode is listed twice (it would run, and be reported, twice).
+    #[error("mode {mode} is listed twice (each mode runs once)")]
+    Duplicate {
+        /// The repeated mode.
+        mode: Mode,
+    },
+}
+
+/// The first mode that occurs a second time in `modes` (`None` when all differ).
+pub fn first_duplicate(modes: &[Mode]) -> Option<Mode> {
+    modes
+        .iter()
+        .enumerate()
+        .find(|(i, m)| modes[..*i].contains(m))
+        .map(|(_, m)| *m)
 }
 
 impl fmt::Display for Mode {
@@ -291,5 +321,27 @@ mod tests {
             Mode::parse_list("plain, spec:4").unwrap(),
             vec![Mode::Plain, Mode::Spec { k: 4 }]
         );
+    }
+
+    /// A mode listed twice would run (and be reported) twice: refused, naming the mode.
+    #[test]
+    fn duplicate_modes_in_a_list_are_refused() {
+        for (text, dup) in [
+            ("plain,plain", "plain"),
+            ("plain, spec:4,batch:4, spec:4", "spec:4"),
+        ] {
+            let e = Mode::parse_list(text).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("mode {dup} is listed twice (each mode runs once)"),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            Mode::parse_list("spec:1,spec:2").unwrap(),
+            vec![Mode::Spec { k: 1 }, Mode::Spec { k: 2 }]
+        );
+        let e = Mode::parse_list("plain,spec:0").unwrap_err();
+        assert!(e.to_string().starts_with("bad mode \"spec:0\""), "{e}");
     }
 }

@@ -6,10 +6,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::Mode;
+use crate::engine::{first_duplicate, Mode};
 
 /// One chat message of a prompt (`{role, content}`), rendered with the model's chat template.
+/// Any other key is refused (a misspelt `content` would otherwise be dropped silently).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Message {
     /// `system`, `user`, `assistant` (or `model`).
     pub role: String,
@@ -164,6 +166,23 @@ pub enum SuiteError {
         /// What is wrong.
         message: String,
     },
+    /// `[suite] modes = []`: the suite would run nothing.
+    #[error(
+        "{path}: bad suite TOML: [suite] modes = []: the suite declares no modes (list at least \
+         one of prefill, plain, batch:N, spec:K, or leave `modes` out for the default)"
+    )]
+    NoModes {
+        /// Suite file.
+        path: PathBuf,
+    },
+    /// `[suite] modes` lists a mode twice (it would run, and be reported, twice).
+    #[error("{path}: bad suite TOML: [suite] modes lists {mode} twice (each mode runs once)")]
+    DuplicateMode {
+        /// Suite file.
+        path: PathBuf,
+        /// The repeated mode.
+        mode: Mode,
+    },
     /// A prompt id asked for does not exist.
     #[error("{path}: no prompt with id {id:?}")]
     UnknownPrompt {
@@ -178,7 +197,8 @@ pub enum SuiteError {
 #[serde(deny_unknown_fields)]
 struct RawPrompt {
     id: Option<String>,
-    messages: Option<Vec<Message>>,
+    // each read into a `Message` on its own, so that an error names its index
+    messages: Option<Vec<toml::Value>>,
     text: Option<String>,
     max_tokens: Option<usize>,
 }
@@ -197,7 +217,8 @@ impl Suite {
     ///
     /// Errors: [`SuiteError`] naming the file (and prompt id): unreadable file, bad TOML,
     /// missing/duplicate/unsafe id, neither or both of `messages`/`text`, empty messages, an
-    /// unknown role, missing or zero `max_tokens`.
+    /// unknown role or key in a message, missing or zero `max_tokens`, `modes = []` or a mode
+    /// listed twice.
     pub fn load(path: impl AsRef<Path>) -> Result<Suite, SuiteError> {
         let path = path.as_ref().to_path_buf();
         let text = std::fs::read_to_string(&path).map_err(|source| SuiteError::Io {
@@ -257,6 +278,17 @@ impl Suite {
                 ),
             });
         }
+        if settings.modes.is_empty() {
+            return Err(SuiteError::NoModes {
+                path: path.to_path_buf(),
+            });
+        }
+        if let Some(mode) = first_duplicate(&settings.modes) {
+            return Err(SuiteError::DuplicateMode {
+                path: path.to_path_buf(),
+                mode,
+            });
+        }
         if let Some((d, f)) = settings
             .acceptance_floor
             .iter()
@@ -295,6 +327,15 @@ impl Suite {
             }
             let input = match (rp.messages, rp.text) {
                 (Some(m), None) => {
+                    let m = m
+                        .into_iter()
+                        .enumerate()
+                        .map(|(j, v)| {
+                            v.try_into::<Message>().map_err(|e| {
+                                perr(format!("messages[{j}]: {}", e.message().trim_end()))
+                            })
+                        })
+                        .collect::<Result<Vec<Message>, SuiteError>>()?;
                     if m.is_empty() {
                         return Err(perr("`messages` is empty".into()));
                     }
@@ -440,6 +481,71 @@ mod tests {
         ] {
             parse(&format!("[suite]\n{ok}\n{p}")).unwrap_or_else(|e| panic!("{ok}: {e}"));
         }
+    }
+
+    /// `modes = []` says the suite declares no modes (it ran nothing and ended in "nothing was
+    /// scored"); a mode listed twice is refused naming it (it ran twice).
+    #[test]
+    fn empty_or_repeated_modes_are_refused() {
+        let p = "[[prompt]]\nid = \"a\"\ntext = \"x\"\nmax_tokens = 1\n";
+        let e = parse(&format!("[suite]\nmodes = []\n{p}")).unwrap_err();
+        assert!(matches!(e, SuiteError::NoModes { .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "suites/t.toml: bad suite TOML: [suite] modes = []: the suite declares no modes (list \
+             at least one of prefill, plain, batch:N, spec:K, or leave `modes` out for the default)"
+        );
+        for (modes, dup) in [
+            (r#"["plain", "plain"]"#, "plain"),
+            (r#"["prefill", "spec:2", "plain", "spec:2"]"#, "spec:2"),
+        ] {
+            let e = parse(&format!("[suite]\nmodes = {modes}\n{p}")).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "suites/t.toml: bad suite TOML: [suite] modes lists {dup} twice (each mode \
+                     runs once)"
+                ),
+                "{modes}"
+            );
+        }
+        parse(&format!(
+            "[suite]\nmodes = [\"plain\", \"batch:2\", \"batch:4\"]\n{p}"
+        ))
+        .unwrap();
+    }
+
+    /// A key other than `role`/`content` in a message table is refused, naming the prompt, the
+    /// message's index and the key (a misspelt `content` was dropped silently).
+    #[test]
+    fn unknown_message_keys_are_refused() {
+        let e = parse(
+            "[[prompt]]\nid = \"m1\"\nmessages = [{role = \"system\", content = \"s\"}, {role = \"user\", contnet = \"hi\", content = \"x\"}]\nmax_tokens = 3\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "suites/t.toml: prompt \"m1\": messages[1]: unknown field `contnet`, expected `role` \
+             or `content`"
+        );
+        // the same as a [[prompt.messages]] table
+        let e = parse(
+            "[[prompt]]\nid = \"m2\"\nmax_tokens = 3\n[[prompt.messages]]\nrole = \"user\"\ncontent = \"x\"\nname = \"bob\"\n",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("suites/t.toml: prompt \"m2\": messages[0]: unknown field `name`"),
+            "{e}"
+        );
+        // a missing content is still named
+        let e = parse("[[prompt]]\nid = \"m3\"\nmessages = [{role = \"user\"}]\nmax_tokens = 3\n")
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("prompt \"m3\": messages[0]: missing field `content`"),
+            "{e}"
+        );
     }
 
     #[test]

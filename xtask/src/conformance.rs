@@ -262,6 +262,18 @@ pub fn options(
     })
 }
 
+/// The modes of a `--modes` flag: at least one, each once. Errors: the message, naming the flag
+/// and the bad or repeated mode.
+pub fn modes_flag(text: &str) -> Result<Vec<Mode>, String> {
+    match Mode::parse_list(text) {
+        Ok(list) if list.is_empty() => Err(format!(
+            "--modes {text:?} names no mode (e.g. plain,batch:4,spec:4)"
+        )),
+        Ok(list) => Ok(list),
+        Err(e) => Err(format!("--modes {text:?}: {e}")),
+    }
+}
+
 /// Runs the verb; returns the process exit code.
 pub fn run(a: &Args) -> i32 {
     let mut o = match options(
@@ -305,11 +317,7 @@ pub fn run(a: &Args) -> i32 {
         o.engine.push_str(",allow-remote");
     }
     if let Some(m) = &a.modes {
-        match Mode::parse_list(m) {
-            Ok(list) if list.is_empty() => {
-                eprintln!("error: --modes {m:?} names no mode (e.g. plain,batch:4,spec:4)");
-                return 2;
-            }
+        match modes_flag(m) {
             Ok(m) => o.modes = Some(m),
             Err(e) => {
                 eprintln!("error: {e}");
@@ -423,5 +431,35 @@ pub fn run(a: &Args) -> i32 {
             eprintln!("error: {e}");
             2
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--modes` with a mode twice is refused naming it (it ran, and was reported, twice); an
+    /// empty list and a bad mode are named too.
+    #[test]
+    fn modes_flag_refuses_repeats_and_names_them() {
+        assert_eq!(
+            modes_flag("plain,plain").unwrap_err(),
+            "--modes \"plain,plain\": mode plain is listed twice (each mode runs once)"
+        );
+        assert_eq!(
+            modes_flag("spec:4,plain,spec:4").unwrap_err(),
+            "--modes \"spec:4,plain,spec:4\": mode spec:4 is listed twice (each mode runs once)"
+        );
+        assert_eq!(
+            modes_flag(",").unwrap_err(),
+            "--modes \",\" names no mode (e.g. plain,batch:4,spec:4)"
+        );
+        assert!(modes_flag("plain,greedy")
+            .unwrap_err()
+            .starts_with("--modes \"plain,greedy\": bad mode \"greedy\""),);
+        assert_eq!(
+            modes_flag("plain,spec:4").unwrap(),
+            [Mode::Plain, Mode::Spec { k: 4 }]
+        );
     }
 }

@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 
 use suites::explain::{explain, ExplainOptions};
-use suites::Mode;
 
 /// Flags of `explain`.
 #[derive(Debug, clap::Args)]
@@ -35,7 +34,7 @@ pub struct Args {
 
 /// Runs the verb; returns the exit code (0, or 2 when it could not run).
 pub fn run(a: &Args) -> i32 {
-    let modes = match Mode::parse_list(&a.modes) {
+    let modes = match crate::conformance::modes_flag(&a.modes) {
         Ok(m) if m.len() == 2 => (m[0], m[1]),
         Ok(_) => {
             eprintln!("error: --modes needs exactly two modes, e.g. plain,spec:4");
