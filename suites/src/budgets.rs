@@ -7,8 +7,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-/// One engine's budget and its calibration provenance.
+/// One engine's budget and its calibration provenance. Every key is required and no other key
+/// is accepted (a misspelt `tau` would otherwise be dropped).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Budget {
     /// τ in logits.
     pub tau: f64,
@@ -39,7 +41,8 @@ pub enum BudgetError {
         /// Cause.
         source: std::io::Error,
     },
-    /// Malformed TOML.
+    /// Malformed TOML, or a table with a missing, unknown or unusable key (the message names
+    /// the table and key).
     #[error("{path}: bad budgets TOML: {message}")]
     Toml {
         /// File.
@@ -47,7 +50,31 @@ pub enum BudgetError {
         /// Parser message.
         message: String,
     },
+    /// A table whose name is no engine's ([`ENGINE_NAMES`]): a misspelt engine name would never
+    /// be read, and the run would fall back to the suite's default τ without a word.
+    #[error(
+        "{path}: bad budgets TOML: [{engine}] is not an engine name (known: {}): its τ would \
+         never be used",
+        ENGINE_NAMES.join(", ")
+    )]
+    UnknownEngine {
+        /// File.
+        path: PathBuf,
+        /// The table's name.
+        engine: String,
+    },
 }
+
+/// The engine names a `budgets.toml` table may have: what [`crate::Engine::name`] returns for
+/// every engine `cargo xtask conformance --engine` builds (`conformance::make_engine`): the
+/// reference engines, the CUDA engine and the HTTP engines (`http::HttpEngine`).
+pub const ENGINE_NAMES: [&str; 5] = [
+    "reference-f32",
+    "reference-f64",
+    "cuda",
+    "llama-server",
+    "openai",
+];
 
 /// Largest tie budget τ accepted (logits), in `budgets.toml` and a suite's `tie_budget`: Gemma-4's
 /// logits are soft-capped at ±30, so a larger τ would call every fork a tie; it is a typo.
@@ -65,6 +92,10 @@ pub struct Budgets(pub BTreeMap<String, Budget>);
 
 impl Budgets {
     /// Reads the file; a missing file is an empty table.
+    ///
+    /// Errors: [`BudgetError`] naming the file and, where it applies, the table and key:
+    /// unreadable file, bad TOML, a table named after no engine ([`ENGINE_NAMES`]), a missing,
+    /// unknown or mistyped key, an unusable τ ([`tau_problem`]).
     pub fn load(path: &Path) -> Result<Budgets, BudgetError> {
         if !path.exists() {
             return Ok(Budgets::default());
@@ -73,27 +104,34 @@ impl Budgets {
             path: path.to_path_buf(),
             source,
         })?;
-        let b: Budgets = toml::from_str(&text).map_err(|e| BudgetError::Toml {
+        let bad = |message: String| BudgetError::Toml {
             path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
-        if let Some((engine, why)) =
-            b.0.iter()
-                .find_map(|(k, v)| tau_problem(v.tau).map(|w| (k, w)))
-        {
-            return Err(BudgetError::Toml {
-                path: path.to_path_buf(),
-                message: format!("[{engine}] tau = {why}"),
-            });
+            message,
+        };
+        let tables: BTreeMap<String, toml::Value> =
+            toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        let mut b = Budgets::default();
+        for (engine, table) in tables {
+            check_engine_name(path, &engine)?;
+            // one table at a time, so that an error names it
+            let budget: Budget = table.try_into().map_err(|e: toml::de::Error| {
+                bad(format!("[{engine}] {}", e.message().trim_end()))
+            })?;
+            if let Some(why) = tau_problem(budget.tau) {
+                return Err(bad(format!("[{engine}] tau = {why}")));
+            }
+            b.0.insert(engine, budget);
         }
         Ok(b)
     }
 
     /// Sets `engine`'s budget in the file at `path`, leaving every other table, comment and
     /// number in it as it was (`toml_edit`; the engine's own table keeps its comments too), or
-    /// writes a new file holding that one table ([`Budgets::save`]). Errors: unreadable or
-    /// malformed file, `engine` present but not a table.
+    /// writes a new file holding that one table ([`Budgets::save`]). Errors: `engine` not in
+    /// [`ENGINE_NAMES`] (the file would not load), unreadable or malformed file, `engine`
+    /// present but not a table.
     pub fn save_engine(path: &Path, engine: &str, b: &Budget) -> Result<(), BudgetError> {
+        check_engine_name(path, engine)?;
         if !path.exists() {
             let mut one = Budgets::default();
             one.0.insert(engine.to_string(), b.clone());
@@ -152,6 +190,18 @@ impl Budgets {
         })?;
         let header = "# Tie budgets per engine for this model (conformance.md §6, §9); written by `cargo xtask calibrate`.\n";
         std::fs::write(path, format!("{header}{text}")).map_err(io)
+    }
+}
+
+/// `engine` must be one of [`ENGINE_NAMES`] ([`BudgetError::UnknownEngine`] otherwise).
+fn check_engine_name(path: &Path, engine: &str) -> Result<(), BudgetError> {
+    if ENGINE_NAMES.contains(&engine) {
+        Ok(())
+    } else {
+        Err(BudgetError::UnknownEngine {
+            path: path.to_path_buf(),
+            engine: engine.to_string(),
+        })
     }
 }
 
@@ -237,6 +287,81 @@ mod tests {
         }
         std::fs::write(&path, table("0.0")).unwrap();
         assert_eq!(Budgets::load(&path).unwrap().0["reference-f32"].tau, 0.0);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A key that is not a budget field is refused naming the table and the key (it was
+    /// dropped silently: a misspelt `tau` loaded as if absent only because `tau` is required,
+    /// any other misspelling not at all); a missing key names the table too.
+    #[test]
+    fn unknown_or_missing_budget_keys_are_refused() {
+        let dir = std::env::temp_dir().join(format!("budgets-keys-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("budgets.toml");
+        let full = "[cuda]\ntau = 0.5\ndate = \"d\"\nsuite = \"s\"\npositions = 1\npairs = 1\nmax_error = 0.0\nquantile_999 = 0.0\nsafety_factor = 2.0\n";
+        std::fs::write(&path, format!("{full}safety_factr = 3.0\n")).unwrap();
+        let e = Budgets::load(&path).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!(
+                "{}: bad budgets TOML: [cuda] unknown field `safety_factr`, expected one of `tau`",
+                path.display()
+            )),
+            "{e}"
+        );
+        std::fs::write(&path, full.replace("pairs = 1\n", "")).unwrap();
+        let e = Budgets::load(&path).unwrap_err().to_string();
+        assert!(
+            e.ends_with("bad budgets TOML: [cuda] missing field `pairs`"),
+            "{e}"
+        );
+        std::fs::write(&path, full).unwrap();
+        assert_eq!(Budgets::load(&path).unwrap().0["cuda"].tau, 0.5);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A table named after no engine (a misspelt `[reference-f23]`, a wrong case) is refused
+    /// naming it (the run fell back to the suite's default τ without a word); saving under such
+    /// a name is refused too; every `budgets.toml` committed under `goldens/` loads.
+    #[test]
+    fn tables_named_after_no_engine_are_refused() {
+        let dir = std::env::temp_dir().join(format!("budgets-names-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("budgets.toml");
+        let body = "tau = 0.5\ndate = \"d\"\nsuite = \"s\"\npositions = 1\npairs = 1\nmax_error = 0.0\nquantile_999 = 0.0\nsafety_factor = 2.0\n";
+        for name in ["reference-f23", "CUDA", "llama_server", "http:x"] {
+            std::fs::write(&path, format!("[cuda]\n{body}[\"{name}\"]\n{body}")).unwrap();
+            let e = Budgets::load(&path).unwrap_err();
+            assert!(matches!(e, BudgetError::UnknownEngine { .. }), "{e:?}");
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "{}: bad budgets TOML: [{name}] is not an engine name (known: reference-f32, \
+                     reference-f64, cuda, llama-server, openai): its τ would never be used",
+                    path.display()
+                )
+            );
+        }
+        for name in ENGINE_NAMES {
+            std::fs::write(&path, format!("[\"{name}\"]\n{body}")).unwrap();
+            assert_eq!(Budgets::load(&path).unwrap().0[name].tau, 0.5, "{name}");
+        }
+        let b = Budgets::load(&path).unwrap().0["openai"].clone();
+        let e = Budgets::save_engine(&path, "reference_f32", &b).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("[reference_f32] is not an engine name"),
+            "{e}"
+        );
+        let goldens = Path::new(env!("CARGO_MANIFEST_DIR")).join("../goldens");
+        let mut n = 0;
+        for d in std::fs::read_dir(&goldens).unwrap() {
+            let f = d.unwrap().path().join("budgets.toml");
+            if f.exists() {
+                Budgets::load(&f).unwrap_or_else(|e| panic!("{e}"));
+                n += 1;
+            }
+        }
+        assert!(n >= 6, "{n} budgets.toml under {}", goldens.display());
         let _ = std::fs::remove_dir_all(dir);
     }
 
