@@ -12,9 +12,9 @@ use crate::budgets::Budgets;
 use crate::engine::{Engine, Mode, Request};
 use crate::golden::{self, Golden, GoldenError, SnapshotOutcome, ORACLE_VERSION, SIDECAR_SCHEMA};
 use crate::oracle::{Codec, Oracle, ScoreCache};
-use crate::reference_engine::{GemmaCodec, ReferenceEngine, ReferenceOracle};
+use crate::reference_engine::{model_limits, GemmaCodec, ReferenceEngine, ReferenceOracle};
 use crate::report::{ModelRef, Report, Run};
-use crate::runner::{run_suite_with, RunConfig, RunExtras};
+use crate::runner::{run_suite_with, suite_requests, ModelLimits, RunConfig, RunExtras};
 use crate::suite::Suite;
 
 /// A run that cannot be judged (exit code 2): bad arguments, unreadable model or suite, golden
@@ -128,46 +128,94 @@ fn retain_prompts(suite: &mut Suite, ids: &[String]) -> Result<bool, Fatal> {
     Ok(true)
 }
 
-/// Every asked prompt id (`opts.prompts`) must name a prompt of at least one suite the run
-/// reads (each model's suites, or `opts.suites`): a mistyped id is an error naming it and the
-/// suites searched, not a run that scores nothing and passes.
-fn check_prompt_ids(opts: &Options) -> Result<(), Fatal> {
-    if opts.prompts.is_empty() {
-        return Ok(());
-    }
-    let mut paths: Vec<&PathBuf> = Vec::new();
+/// The suite files model `m` runs: its own, or `opts.suites`.
+fn model_suites<'a>(opts: &'a Options, m: &'a ModelSpec) -> &'a [PathBuf] {
+    m.suites.as_deref().unwrap_or(&opts.suites)
+}
+
+/// Every suite file the run reads (each model's suites, or `opts.suites`), each read once, in
+/// first-use order. Errors: the first suite that does not load ([`crate::suite::SuiteError`]).
+fn load_suites(opts: &Options) -> Result<Vec<Suite>, Fatal> {
+    let mut out: Vec<Suite> = Vec::new();
     for m in &opts.models {
-        for p in m.suites.as_ref().unwrap_or(&opts.suites) {
-            if !paths.contains(&p) {
-                paths.push(p);
+        for p in model_suites(opts, m) {
+            if !out.iter().any(|s| &s.path == p) {
+                out.push(Suite::load(p).map_err(fatal)?);
             }
         }
     }
-    let mut known: Vec<String> = Vec::new();
-    for p in &paths {
-        known.extend(
-            Suite::load(p)
-                .map_err(fatal)?
-                .prompts
-                .into_iter()
-                .map(|p| p.id),
-        );
+    Ok(out)
+}
+
+/// The suite of `loaded` ([`load_suites`]) read from `path`, with only the asked prompt ids
+/// kept ([`retain_prompts`]); `None` when it has none of them (the suite is skipped).
+fn suite_for(loaded: &[Suite], path: &Path, ids: &[String]) -> Result<Option<Suite>, Fatal> {
+    let mut suite = loaded
+        .iter()
+        .find(|s| s.path == path)
+        .cloned()
+        .ok_or_else(|| Fatal(format!("{}: suite not loaded", path.display())))?;
+    Ok(retain_prompts(&mut suite, ids)?.then_some(suite))
+}
+
+/// Every asked prompt id (`opts.prompts`) must name a prompt of at least one suite the run
+/// reads (`suites`, from [`load_suites`]): a mistyped id is an error naming it and the suites
+/// searched, not a run that scores nothing and passes.
+fn check_prompt_ids(opts: &Options, suites: &[Suite]) -> Result<(), Fatal> {
+    if opts.prompts.is_empty() {
+        return Ok(());
     }
     let unknown: Vec<&str> = opts
         .prompts
         .iter()
-        .filter(|id| !known.contains(id))
+        .filter(|id| {
+            !suites
+                .iter()
+                .any(|s| s.prompts.iter().any(|p| &p.id == *id))
+        })
         .map(String::as_str)
         .collect();
     if unknown.is_empty() {
         return Ok(());
     }
-    let searched: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    let searched: Vec<String> = suites
+        .iter()
+        .map(|s| s.path.display().to_string())
+        .collect();
     Err(Fatal(format!(
         "unknown prompt id(s) {} (not in {})",
         unknown.join(", "),
         searched.join(", ")
     )))
+}
+
+/// Every model against its suites, before anything runs: the model file exists and its
+/// configuration and tokenizer read, and in every suite it runs the asked prompts fit its
+/// context length and the stop ids lie in its vocabulary ([`suite_requests`]). Returns each
+/// model's codec, in `opts.models` order.
+fn check_models(opts: &Options, suites: &[Suite]) -> Result<Vec<GemmaCodec>, Fatal> {
+    let mut codecs = Vec::new();
+    for m in &opts.models {
+        if !m.path.exists() {
+            return Err(Fatal(format!("model not found: {}", m.path.display())));
+        }
+        let cannot = |message: String| {
+            fatal(crate::engine::EngineError::Load {
+                path: m.path.clone(),
+                message,
+            })
+        };
+        let file = reference::gguf::GgufFile::open(&m.path).map_err(|e| cannot(e.to_string()))?;
+        let limits = model_limits(&Config::from_gguf(&file).map_err(|e| cannot(e.to_string()))?);
+        let codec = GemmaCodec::load(&m.path).map_err(Fatal)?;
+        for p in model_suites(opts, m) {
+            if let Some(suite) = suite_for(suites, p, &opts.prompts)? {
+                suite_requests(&suite, &codec, limits).map_err(fatal)?;
+            }
+        }
+        codecs.push(codec);
+    }
+    Ok(codecs)
 }
 
 /// The drafter `draft` is a readable assistant GGUF that pairs with the target `model` (config
@@ -199,14 +247,12 @@ fn model_ref(path: &Path, sha256: &str) -> ModelRef {
 /// Runs the conformance suite(s) on every model and writes `report.json`, `report.md` and the
 /// plots under `opts.out_dir`. Returns the report (its `summary.exit_code` is 0 or 1).
 pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
-    check_prompt_ids(opts)?;
+    let suites = load_suites(opts)?;
+    check_prompt_ids(opts, &suites)?;
+    let codecs = check_models(opts, &suites)?;
     let mut runs: Vec<Run> = Vec::new();
-    for m in &opts.models {
-        if !m.path.exists() {
-            return Err(Fatal(format!("model not found: {}", m.path.display())));
-        }
+    for (m, codec) in opts.models.iter().zip(&codecs) {
         let mut oracle = ReferenceOracle::load(&m.path).map_err(fatal)?;
-        let codec = GemmaCodec::load(&m.path).map_err(Fatal)?;
         let mut engine = make_engine(&opts.engine, m)?;
         let sha = oracle.model_sha256().to_string();
         let stem = golden::model_stem(&m.path);
@@ -225,11 +271,10 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
         };
         // the f64 assistant for the oracle's own spec:K, loaded on first use
         let mut assistant: Option<Result<reference::spec::Assistant<f64>, String>> = None;
-        for suite_path in m.suites.as_ref().unwrap_or(&opts.suites) {
-            let mut suite = Suite::load(suite_path).map_err(fatal)?;
-            if !retain_prompts(&mut suite, &opts.prompts)? {
+        for suite_path in model_suites(opts, m) {
+            let Some(suite) = suite_for(&suites, suite_path, &opts.prompts)? else {
                 continue;
-            }
+            };
             let gdir = golden::golden_dir(&opts.goldens_root, &stem, &suite.settings.name);
             let ids: Vec<String> = suite.prompts.iter().map(|p| p.id.clone()).collect();
             let goldens = if gdir.exists() {
@@ -272,7 +317,7 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
             let mut run = run_suite_with(
                 engine.as_mut(),
                 &mut oracle,
-                &codec,
+                codec,
                 &mut cache,
                 &suite,
                 goldens.as_ref(),
@@ -296,7 +341,8 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
                             .map_err(|e| format!("{}: {e}", path.display())),
                     );
                 }
-                let reqs = suite_requests(&codec, &suite)?;
+                let reqs =
+                    suite_requests(&suite, codec, ModelLimits::of(&oracle)).map_err(fatal)?;
                 let mut os = match assistant.as_ref().filter(|_| want_oracle) {
                     Some(Ok(a)) => Some(OracleSpec {
                         target: oracle.model(),
@@ -329,24 +375,6 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
         .write(&opts.out_dir)
         .map_err(|e| Fatal(format!("{}: {e}", opts.out_dir.display())))?;
     Ok(report)
-}
-
-/// The suite's requests as the runner builds them (prompt ids through the codec).
-fn suite_requests(codec: &GemmaCodec, suite: &Suite) -> Result<Vec<Request>, Fatal> {
-    suite
-        .prompts
-        .iter()
-        .map(|p| {
-            Ok(Request {
-                id: p.id.clone(),
-                prompt: codec
-                    .encode(&p.input, suite.settings.enable_thinking)
-                    .map_err(|e| Fatal(format!("prompt {}: {e}", p.id)))?,
-                max_tokens: p.max_tokens,
-                stop: suite.settings.stop_ids.clone(),
-            })
-        })
-        .collect()
 }
 
 fn write_plots(out_dir: &Path, run: &Run) {
@@ -382,12 +410,13 @@ pub struct BlessSummary {
 /// sidecar under `goldens/<model-stem>/<suite>/`. Existing goldens pinned to another SHA-256
 /// stop the run ([`Fatal`], exit 2) unless `force` is set.
 pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
-    check_prompt_ids(opts)?;
+    let suites = load_suites(opts)?;
+    check_prompt_ids(opts, &suites)?;
+    let codecs = check_models(opts, &suites)?;
     let mut summary = BlessSummary::default();
-    for m in &opts.models {
+    for (m, codec) in opts.models.iter().zip(&codecs) {
         let sha = reference::gguf::sha256_file(&m.path)
             .map_err(|e| Fatal(format!("{}: {e}", m.path.display())))?;
-        let codec = GemmaCodec::load(&m.path).map_err(Fatal)?;
         let stem = golden::model_stem(&m.path);
         let file = m
             .path
@@ -395,11 +424,10 @@ pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
         let mut engine = ReferenceEngine::<f64>::load(&m.path).map_err(fatal)?;
-        for suite_path in m.suites.as_ref().unwrap_or(&opts.suites) {
-            let mut suite = Suite::load(suite_path).map_err(fatal)?;
-            if !retain_prompts(&mut suite, &opts.prompts)? {
+        for suite_path in model_suites(opts, m) {
+            let Some(suite) = suite_for(&suites, suite_path, &opts.prompts)? else {
                 continue;
-            }
+            };
             let dir = golden::golden_dir(&opts.goldens_root, &stem, &suite.settings.name);
             if !force {
                 for p in &suite.prompts {
@@ -522,11 +550,16 @@ mod tests {
         std::fs::remove_file(&cut).unwrap();
     }
 
+    /// [`check_prompt_ids`] on the options' suites, read as the run reads them.
+    fn check_ids(o: &Options) -> Result<(), Fatal> {
+        check_prompt_ids(o, &load_suites(o)?)
+    }
+
     #[test]
     fn unknown_prompt_ids_are_an_error_naming_them() {
-        assert!(check_prompt_ids(&smoke_options(&[])).is_ok());
-        assert!(check_prompt_ids(&smoke_options(&["count_chat", "story"])).is_ok());
-        let e = check_prompt_ids(&smoke_options(&["count_chat", "nosuch", "cuont_chat"]))
+        assert!(check_ids(&smoke_options(&[])).is_ok());
+        assert!(check_ids(&smoke_options(&["count_chat", "story"])).is_ok());
+        let e = check_ids(&smoke_options(&["count_chat", "nosuch", "cuont_chat"]))
             .unwrap_err()
             .0;
         assert!(
@@ -543,5 +576,125 @@ mod tests {
         // a known id reaches the model check
         let e = conformance(&smoke_options(&["story"])).unwrap_err().0;
         assert!(e.contains("model not found"), "{e}");
+    }
+
+    /// Each suite file is read once per run (the prompt-id check read every suite, then each
+    /// model read its suites again): [`load_suites`] reads each distinct file once, in first-use
+    /// order, and the prompt-id check and the runs use that copy (the file may be gone).
+    #[test]
+    fn suites_are_read_once() {
+        let dir = std::env::temp_dir().join(format!("gemma4-suites-once-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let own = dir.join("own.toml");
+        std::fs::write(
+            &own,
+            "[[prompt]]\nid = \"mine\"\ntext = \"x\"\nmax_tokens = 1\n",
+        )
+        .unwrap();
+        let mut o = smoke_options(&["mine", "story"]);
+        o.suites = vec![own.clone()];
+        let smoke = o.models[0].path.with_file_name("smoke.toml");
+        let mut second = o.models[0].clone();
+        second.suites = Some(vec![smoke.clone(), own.clone()]);
+        o.models.push(second);
+        let loaded = load_suites(&o).unwrap();
+        let paths: Vec<&Path> = loaded.iter().map(|s| s.path.as_path()).collect();
+        assert_eq!(paths, [own.as_path(), smoke.as_path()]);
+        std::fs::remove_dir_all(&dir).unwrap();
+        check_prompt_ids(&o, &loaded).unwrap();
+        let mine = suite_for(&loaded, &own, &o.prompts).unwrap().unwrap();
+        assert_eq!(mine.prompts[0].id, "mine");
+        let story = suite_for(&loaded, &smoke, &o.prompts).unwrap().unwrap();
+        assert_eq!(story.prompts.len(), 1);
+        let e = check_prompt_ids(&smoke_options(&["mine"]), &loaded[1..])
+            .unwrap_err()
+            .0;
+        assert!(e.starts_with("unknown prompt id(s) mine (not in "), "{e}");
+    }
+
+    /// A suite that does not fit a model (a prompt's tokens + max_tokens beyond its context
+    /// length, a stop id outside its vocabulary) is refused by conformance and bless before
+    /// anything runs: before the first model's run (whose engine name is unknown here, so a
+    /// run that started would fail on that instead), naming the suite file, the prompt and the
+    /// numbers.
+    #[test]
+    fn suite_beyond_the_model_is_refused_before_anything_runs() {
+        let fx = std::env::var_os("GEMMA4_FIXTURES")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"));
+        let model = fx.join("models/dense-target.Q4_K_M.gguf");
+        if !model.exists() {
+            println!("skipped: fixtures not found at {}", fx.display());
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("gemma4-beyond-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fits = dir.join("fits.toml");
+        std::fs::write(
+            &fits,
+            "[[prompt]]\nid = \"ok\"\ntext = \"x\"\nmax_tokens = 1\n",
+        )
+        .unwrap();
+        let long = dir.join("long.toml");
+        let text = "Count to ten.";
+        std::fs::write(
+            &long,
+            format!("[[prompt]]\nid = \"ok\"\ntext = \"x\"\nmax_tokens = 4\n[[prompt]]\nid = \"long\"\ntext = \"{text}\"\nmax_tokens = 5000\n"),
+        )
+        .unwrap();
+        let n = GemmaCodec::load(&model)
+            .unwrap()
+            .encode(&crate::suite::PromptInput::Text(text.into()), false)
+            .unwrap()
+            .len();
+        let mut o = smoke_options(&[]);
+        o.engine = "no-such-engine".into();
+        o.goldens_root = dir.join("goldens");
+        o.out_dir = dir.join("out");
+        o.models = vec![
+            ModelSpec {
+                path: model.clone(),
+                draft: None,
+                suites: Some(vec![fits.clone()]),
+            },
+            ModelSpec {
+                path: model.clone(),
+                draft: None,
+                suites: Some(vec![long.clone()]),
+            },
+        ];
+        let want = format!(
+            "{}: prompt \"long\": {n} prompt tokens + max_tokens 5000 = {} exceed the model's \
+             context length 4096: lower max_tokens or shorten the prompt",
+            long.display(),
+            n + 5000
+        );
+        assert_eq!(conformance(&o).unwrap_err().0, want);
+        assert_eq!(bless(&o, false).unwrap_err().0, want);
+        assert!(
+            !o.goldens_root.exists(),
+            "bless wrote goldens before refusing"
+        );
+        // only the asked prompts are checked
+        o.prompts = vec!["ok".into()];
+        let e = conformance(&o).unwrap_err().0;
+        assert!(e.starts_with("unknown engine \"no-such-engine\""), "{e}");
+        // a stop id outside the 16384-id vocabulary
+        let stops = dir.join("stops.toml");
+        std::fs::write(
+            &stops,
+            "[suite]\nstop_ids = [1, 106, 16384]\n[[prompt]]\nid = \"ok\"\ntext = \"x\"\nmax_tokens = 1\n",
+        )
+        .unwrap();
+        o.models[1].suites = Some(vec![stops.clone()]);
+        assert_eq!(
+            conformance(&o).unwrap_err().0,
+            format!(
+                "{}: [suite] stop_ids: 16384 is outside the model's vocabulary (16384 ids, \
+                 0..=16383)",
+                stops.display()
+            )
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

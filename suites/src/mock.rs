@@ -20,6 +20,8 @@ pub struct ToyModel {
     pub vocab: usize,
     /// Modes declared as an engine.
     pub modes: Vec<Mode>,
+    /// Context length reported as an oracle (`None`: unknown, not checked).
+    pub context: Option<usize>,
 }
 
 fn hash3(a: u64, b: u64, c: u64) -> u64 {
@@ -38,6 +40,7 @@ impl ToyModel {
         ToyModel {
             vocab,
             modes: vec![Mode::Prefill, Mode::Plain, Mode::Batch { n: 4 }],
+            context: None,
         }
     }
 
@@ -149,6 +152,9 @@ impl Oracle for ToyModel {
     }
     fn suppressed_ids(&self) -> Vec<u32> {
         Vec::new()
+    }
+    fn context_length(&self) -> Option<usize> {
+        self.context
     }
     fn score(
         &mut self,

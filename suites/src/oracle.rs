@@ -20,6 +20,11 @@ pub trait Oracle {
     fn vocab_size(&self) -> usize;
     /// Suppressed ids (`tokenizer.ggml.suppress_tokens`), excluded from argmax and top-k.
     fn suppressed_ids(&self) -> Vec<u32>;
+    /// The model's context length (GGUF `context_length`): the most tokens, prompt and output
+    /// together, a request may need. `None` (the default) when unknown: not checked.
+    fn context_length(&self) -> Option<usize> {
+        None
+    }
     /// Teacher-forced scoring: for each sequence `s` and position `t` the top-`top_k` of the
     /// next-token logits after `s[..=t]` (suppressed ids excluded) and `chosen` = the logit of
     /// `s[t+1]` (`None` at the last position). Rows `[len(s)]` per sequence

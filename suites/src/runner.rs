@@ -4,11 +4,14 @@
 //! builds the report entries.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::engine::{Engine, EngineError, Mode, Request, Step, StepKind, Trajectory};
+use crate::engine::{
+    first_duplicate, Engine, EngineError, Mode, Request, Step, StepKind, Trajectory,
+};
 use crate::golden::Golden;
 use crate::invariance::{compare_rows, InvarianceInput, RowInvariance};
 use crate::oracle::{Codec, Oracle, ScoreCache};
@@ -80,6 +83,48 @@ pub enum RunError {
         id: String,
         /// What is wrong, with the output index.
         message: String,
+    },
+    /// A prompt's tokens plus its `max_tokens` exceed the model's context length: the run
+    /// would judge positions the model was not made for (refused before anything runs).
+    #[error(
+        "{}: prompt {id:?}: {prompt_tokens} prompt tokens + max_tokens {max_tokens} = {} exceed \
+         the model's context length {context}: lower max_tokens or shorten the prompt",
+        suite.display(),
+        .prompt_tokens + .max_tokens
+    )]
+    ContextOverflow {
+        /// Suite file.
+        suite: PathBuf,
+        /// Prompt id.
+        id: String,
+        /// Prompt tokens (chat template and BOS applied).
+        prompt_tokens: usize,
+        /// The prompt's `max_tokens`.
+        max_tokens: usize,
+        /// The model's context length.
+        context: usize,
+    },
+    /// A `[suite] stop_ids` entry is not an id of the model's vocabulary (no output could ever
+    /// stop on it).
+    #[error(
+        "{}: [suite] stop_ids: {stop} is outside the model's vocabulary ({vocab} ids, 0..={})",
+        suite.display(),
+        .vocab.saturating_sub(1)
+    )]
+    StopIdOutOfVocab {
+        /// Suite file.
+        suite: PathBuf,
+        /// The stop id.
+        stop: u32,
+        /// The model's vocabulary size.
+        vocab: usize,
+    },
+    /// The modes to run list one twice (`--modes plain,plain`): it would run, and be reported,
+    /// twice.
+    #[error("mode {mode} is listed twice in the modes to run (each mode runs once)")]
+    DuplicateMode {
+        /// The repeated mode.
+        mode: Mode,
     },
     /// The oracle failed.
     #[error("oracle failed on prompt {id:?}: {source}")]
@@ -322,11 +367,85 @@ fn shape_error(req: &Request, traj: &Trajectory) -> Option<String> {
     None
 }
 
+/// What a suite is checked against before it runs: the model's vocabulary size and context
+/// length ([`Oracle::vocab_size`], [`Oracle::context_length`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelLimits {
+    /// Vocabulary size V: every stop id must be below it.
+    pub vocab_size: usize,
+    /// Context length (`None`: unknown, not checked): prompt tokens + `max_tokens` must fit.
+    pub context_length: Option<usize>,
+}
+
+impl ModelLimits {
+    /// The oracle's limits.
+    pub fn of(oracle: &dyn Oracle) -> ModelLimits {
+        ModelLimits {
+            vocab_size: oracle.vocab_size(),
+            context_length: oracle.context_length(),
+        }
+    }
+}
+
+/// The suite's requests for one model (prompts encoded with `codec`), checked against it
+/// before anything runs.
+///
+/// Errors: [`RunError::StopIdOutOfVocab`] (naming the suite file and the id),
+/// [`RunError::Encode`], [`RunError::ContextOverflow`] (naming the suite file, the prompt, its
+/// token count + `max_tokens` and the context length).
+pub fn suite_requests(
+    suite: &Suite,
+    codec: &dyn Codec,
+    limits: ModelLimits,
+) -> Result<Vec<Request>, RunError> {
+    let st = &suite.settings;
+    if let Some(&stop) = st
+        .stop_ids
+        .iter()
+        .find(|&&id| id as usize >= limits.vocab_size)
+    {
+        return Err(RunError::StopIdOutOfVocab {
+            suite: suite.path.clone(),
+            stop,
+            vocab: limits.vocab_size,
+        });
+    }
+    let mut reqs = Vec::new();
+    for p in &suite.prompts {
+        let ids = codec
+            .encode(&p.input, st.enable_thinking)
+            .map_err(|message| RunError::Encode {
+                id: p.id.clone(),
+                message,
+            })?;
+        if let Some(context) = limits
+            .context_length
+            .filter(|&c| ids.len() + p.max_tokens > c)
+        {
+            return Err(RunError::ContextOverflow {
+                suite: suite.path.clone(),
+                id: p.id.clone(),
+                prompt_tokens: ids.len(),
+                max_tokens: p.max_tokens,
+                context,
+            });
+        }
+        reqs.push(Request {
+            id: p.id.clone(),
+            prompt: ids,
+            max_tokens: p.max_tokens,
+            stop: st.stop_ids.clone(),
+        });
+    }
+    Ok(reqs)
+}
+
 /// Runs `engine` on `suite` in every configured mode and judges it against `oracle`.
 ///
 /// `goldens` maps prompt id → golden (needed for `prefill`, and for the `exact`/golden-fork
-/// columns). Errors: [`RunError`] when the run cannot be judged (exit 2); engine failures are
-/// `error` verdicts, not errors.
+/// columns). Errors: [`RunError`] when the run cannot be judged (exit 2), checked before the
+/// engine runs where they can be ([`suite_requests`], the goldens, a mode listed twice);
+/// engine failures are `error` verdicts, not errors.
 pub fn run_suite(
     engine: &mut dyn Engine,
     oracle: &mut dyn Oracle,
@@ -363,21 +482,10 @@ pub fn run_suite_with(
     extras: &RunExtras,
 ) -> Result<Run, RunError> {
     let st = &suite.settings;
-    let mut reqs = Vec::new();
-    for p in &suite.prompts {
-        let ids = codec
-            .encode(&p.input, st.enable_thinking)
-            .map_err(|message| RunError::Encode {
-                id: p.id.clone(),
-                message,
-            })?;
-        reqs.push(Request {
-            id: p.id.clone(),
-            prompt: ids,
-            max_tokens: p.max_tokens,
-            stop: st.stop_ids.clone(),
-        });
+    if let Some(mode) = first_duplicate(&cfg.modes) {
+        return Err(RunError::DuplicateMode { mode });
     }
+    let reqs = suite_requests(suite, codec, ModelLimits::of(oracle))?;
     if let Some(g) = goldens {
         for r in &reqs {
             if let Some(gold) = g.get(&r.id) {

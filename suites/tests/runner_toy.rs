@@ -100,7 +100,17 @@ fn try_run(
     g: &BTreeMap<String, Golden>,
     modes: &[Mode],
 ) -> Result<suites::report::Run, String> {
-    let mut oracle = ToyModel::new(V);
+    try_run_on(ToyModel::new(V), engine, s, g, modes)
+}
+
+/// [`try_run`] judged by the given toy oracle.
+fn try_run_on(
+    mut oracle: ToyModel,
+    engine: &mut dyn Engine,
+    s: &Suite,
+    g: &BTreeMap<String, Golden>,
+    modes: &[Mode],
+) -> Result<suites::report::Run, String> {
     let mut cache = ScoreCache::new(None);
     run_suite(
         engine,
@@ -153,6 +163,113 @@ fn inconsistent_golden_is_refused() {
         let e = try_run(&mut ToyModel::new(V), &s, &g, &[Mode::Plain]).unwrap_err();
         assert!(e.contains("\"a\"") && e.contains(want), "{want}: {e}");
     }
+}
+
+/// An engine that must not be asked anything: the run is refused before it starts.
+struct MustNotRun;
+
+impl Engine for MustNotRun {
+    fn name(&self) -> &str {
+        "must-not-run"
+    }
+    fn modes(&self) -> Vec<Mode> {
+        vec![Mode::Prefill, Mode::Plain, Mode::Batch { n: 4 }]
+    }
+    fn generate(
+        &mut self,
+        _: &[Request],
+        m: &Mode,
+    ) -> Result<Vec<suites::Trajectory>, suites::EngineError> {
+        panic!("the engine ran ({m}) although the run should have been refused")
+    }
+    fn score(
+        &mut self,
+        _: &[Vec<u32>],
+        _: usize,
+    ) -> Result<Vec<suites::Scores>, suites::EngineError> {
+        panic!("the engine scored although the run should have been refused")
+    }
+}
+
+/// A prompt whose tokens + max_tokens exceed the model's context length is refused before the
+/// engine runs, naming the suite file, the prompt and the numbers; the sum equal to the context
+/// length passes; an unknown context length is not checked.
+#[test]
+fn prompt_beyond_the_context_length_is_refused() {
+    let s = suite();
+    let g = goldens(&s);
+    // prompt "a" = BOS + "A" = 2 tokens, max_tokens 20: 22 positions; "b" 6 + 12 = 18
+    let mut short = ToyModel::new(V);
+    short.context = Some(21);
+    let e = try_run_on(short, &mut MustNotRun, &s, &g, &[Mode::Plain]).unwrap_err();
+    assert_eq!(
+        e,
+        "toy.toml: prompt \"a\": 2 prompt tokens + max_tokens 20 = 22 exceed the model's \
+         context length 21: lower max_tokens or shorten the prompt"
+    );
+    // max_tokens alone beyond it
+    let mut tiny = ToyModel::new(V);
+    tiny.context = Some(10);
+    let e = try_run_on(tiny, &mut MustNotRun, &s, &g, &[Mode::Plain]).unwrap_err();
+    assert!(
+        e.contains("prompt \"a\": 2 prompt tokens + max_tokens 20 = 22 exceed the model's context length 10"),
+        "{e}"
+    );
+    let mut exact = ToyModel::new(V);
+    exact.context = Some(22);
+    let r = try_run_on(exact, &mut ToyModel::new(V), &s, &g, &[Mode::Plain]).unwrap();
+    assert_eq!(r.entries.len(), 2);
+}
+
+/// A stop id outside the model's vocabulary is refused before the engine runs, naming the suite
+/// file and the id (no output could ever stop on it).
+#[test]
+fn stop_id_outside_the_vocabulary_is_refused() {
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("smoke.toml")).unwrap();
+    let mut s = suite();
+    let g = goldens(&s);
+    s.settings.stop_ids = vec![1, 63, 64, 106];
+    let e = try_run(&mut MustNotRun, &s, &g, &[Mode::Plain]).unwrap_err();
+    assert_eq!(
+        e,
+        "toy.toml: [suite] stop_ids: 64 is outside the model's vocabulary (64 ids, 0..=63)"
+    );
+    s.settings.stop_ids = vec![1, 63];
+    try_run(&mut ToyModel::new(V), &s, &g, &[Mode::Plain]).unwrap();
+    // the committed smoke suite's default stop ids [1, 50, 106] need a vocabulary of 107 ids
+    let smoke = Suite::parse(&text, Path::new("smoke.toml")).unwrap();
+    let e = try_run_on(
+        ToyModel::new(100),
+        &mut MustNotRun,
+        &smoke,
+        &g,
+        &[Mode::Plain],
+    )
+    .unwrap_err();
+    assert!(
+        e.starts_with("smoke.toml: [suite] stop_ids: 106 is outside"),
+        "{e}"
+    );
+}
+
+/// Modes to run that list one twice (`--modes plain,plain`) are refused before the engine
+/// runs, naming the mode (it ran, and was reported, twice).
+#[test]
+fn a_mode_listed_twice_is_refused() {
+    let s = suite();
+    let g = goldens(&s);
+    let e = try_run(
+        &mut MustNotRun,
+        &s,
+        &g,
+        &[Mode::Plain, Mode::Batch { n: 4 }, Mode::Plain],
+    )
+    .unwrap_err();
+    assert_eq!(
+        e,
+        "mode plain is listed twice in the modes to run (each mode runs once)"
+    );
 }
 
 #[test]
