@@ -246,13 +246,9 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         );
     }
     // the scoring bench reads the dense fixture: without it --quick has nothing to measure
-    let scored = crate::conformance::fixtures_dir().join("models/dense-target.F32.gguf");
-    if a.quick && !scored.exists() {
-        anyhow::bail!(
-            "--quick runs only the oracle scoring bench, which needs {} (not found): set \
-             GEMMA4_FIXTURES to the fixtures folder",
-            scored.display()
-        );
+    let scored = crate::conformance::fixture_file("models/dense-target.F32.gguf", "");
+    if let (true, Err(why)) = (a.quick, &scored) {
+        anyhow::bail!("--quick runs only the oracle scoring bench, which needs its fixture: {why}");
     }
     let root = workspace_root();
     let out = a.out.clone().unwrap_or_else(|| root.join("target/bench"));
@@ -278,8 +274,8 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         gpu_summary(&a.format)
     };
     let mut cpu = cpu_summary(&results, threads, read_bps);
-    if !scored.exists() {
-        cpu["scoring"] = json!({"skipped": format!("fixtures not found at {}", scored.display())});
+    if let Err(why) = &scored {
+        cpu["scoring"] = json!({ "skipped": why });
     }
     cpu["read_gb_per_s_1thread"] = json!({"4MiB": read_bps / 1e9, "512MiB": dram_bps / 1e9});
     let summary = json!({

@@ -34,18 +34,14 @@ pub fn run(a: &Args) -> i32 {
         std::env::set_var("INSTA_UPDATE", "always");
     }
     std::env::set_var("INSTA_FORCE_PASS", "0");
-    let o = match crate::conformance::options(
+    let Some(o) = crate::conformance::verb_options(
         &a.model,
         &None,
         &a.suites,
         &["smoke", "core"],
         &a.prompts,
-    ) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return 2;
-        }
+    ) else {
+        return 2;
     };
     let t0 = std::time::Instant::now();
     match bless(&o, a.force) {

@@ -33,14 +33,11 @@ pub fn run(a: &Args) -> i32 {
         eprintln!("error: --safety must be >= 1 (got {})", a.safety);
         return 2;
     }
-    let mut o =
-        match crate::conformance::options(&a.model, &None, &a.suites, &["smoke", "core"], &None) {
-            Ok(o) => o,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return 2;
-            }
-        };
+    let Some(mut o) =
+        crate::conformance::verb_options(&a.model, &None, &a.suites, &["smoke", "core"], &None)
+    else {
+        return 2;
+    };
     o.engine.clone_from(&a.engine);
     let t0 = std::time::Instant::now();
     match calibrate_models(&o, a.safety, !a.dry_run) {

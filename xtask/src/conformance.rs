@@ -71,25 +71,56 @@ pub fn fixtures_dir() -> PathBuf {
         .unwrap_or_else(|| workspace_root().join("../shared/fixtures"))
 }
 
+/// What a verb that takes `--model` adds to a missing-fixtures message.
+const OR_MODEL: &str = ", or pass --model";
+
 /// Why the default models cannot be used: the real-toolchain fixtures folder
 /// `$GEMMA4_FIXTURES/models` (default `../shared/fixtures/models` beside the workspace) is missing.
 /// The message names the folder and what to do; `None` when it exists.
 pub fn missing_fixtures() -> Option<String> {
-    let m = fixtures_dir().join("models");
+    missing_models_in(&fixtures_dir(), OR_MODEL)
+}
+
+/// `rel` under the fixtures folder (a verb's default model), or why it cannot be used
+/// ([`fixture_file`] for a verb that takes `--model`).
+pub fn default_fixture(rel: &str) -> Result<PathBuf, String> {
+    fixture_file(rel, OR_MODEL)
+}
+
+/// The fixture path rule of every verb: `rel` under the fixtures folder ([`fixtures_dir`]) when
+/// that file exists. Errors: the message naming the missing `models/` folder and
+/// `GEMMA4_FIXTURES` ([`missing_fixtures`]), or else the missing file; `or` ends it with what
+/// else the verb takes (`", or pass --model"`, `""` for a verb without a model flag).
+pub fn fixture_file(rel: &str, or: &str) -> Result<PathBuf, String> {
+    fixture_in(&fixtures_dir(), rel, or)
+}
+
+/// [`missing_fixtures`] for the fixtures folder `dir`.
+fn missing_models_in(dir: &Path, or: &str) -> Option<String> {
+    let m = dir.join("models");
     (!m.is_dir()).then(|| {
         format!(
             "the default models are the real-toolchain fixtures, expected in {} (not found): set \
-             GEMMA4_FIXTURES to the fixtures folder (the one holding models/), or pass --model",
+             GEMMA4_FIXTURES to the fixtures folder (the one holding models/){or}",
             m.display()
         )
     })
 }
 
-/// `rel` under the fixtures folder (a verb's default model), or [`missing_fixtures`]'s message.
-pub fn default_fixture(rel: &str) -> Result<PathBuf, String> {
-    match missing_fixtures() {
-        Some(why) => Err(why),
-        None => Ok(fixtures_dir().join(rel)),
+/// [`fixture_file`] for the fixtures folder `dir`.
+fn fixture_in(dir: &Path, rel: &str, or: &str) -> Result<PathBuf, String> {
+    if let Some(why) = missing_models_in(dir, or) {
+        return Err(why);
+    }
+    let p = dir.join(rel);
+    if p.exists() {
+        Ok(p)
+    } else {
+        Err(format!(
+            "{} not found: the fixtures folder lacks it (set GEMMA4_FIXTURES to a complete \
+             one{or})",
+            p.display()
+        ))
     }
 }
 
@@ -262,6 +293,20 @@ pub fn options(
     })
 }
 
+/// [`options`] for a verb that returns its exit code: on an error it prints the `error: …` line
+/// and gives `None` (the verb then returns 2).
+pub fn verb_options(
+    model: &Option<PathBuf>,
+    draft: &Option<PathBuf>,
+    suites: &[String],
+    default_suites: &[&str],
+    prompts: &Option<String>,
+) -> Option<Options> {
+    options(model, draft, suites, default_suites, prompts)
+        .map_err(|e| eprintln!("error: {e}"))
+        .ok()
+}
+
 /// The modes of a `--modes` flag: at least one, each once. Errors: the message, naming the flag
 /// and the bad or repeated mode.
 pub fn modes_flag(text: &str) -> Result<Vec<Mode>, String> {
@@ -276,18 +321,14 @@ pub fn modes_flag(text: &str) -> Result<Vec<Mode>, String> {
 
 /// Runs the verb; returns the process exit code.
 pub fn run(a: &Args) -> i32 {
-    let mut o = match options(
+    let Some(mut o) = verb_options(
         &a.model,
         &a.draft,
         &a.suites,
         &["smoke", "core"],
         &a.prompts,
-    ) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return 2;
-        }
+    ) else {
+        return 2;
     };
     o.engine.clone_from(&a.engine);
     o.progress = !a.quiet;
@@ -437,6 +478,42 @@ pub fn run(a: &Args) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fixture path rule: a missing `models/` folder is named with GEMMA4_FIXTURES and the
+    /// verb's alternative; with the folder, a missing file is named; a present file is its path.
+    #[test]
+    fn fixture_rule_names_what_is_missing() {
+        let dir = std::env::temp_dir().join(format!("xtask-fixture-rule-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let e = fixture_in(&dir, "models/a.gguf", OR_MODEL).unwrap_err();
+        assert_eq!(
+            e,
+            format!(
+                "the default models are the real-toolchain fixtures, expected in {} (not found): \
+                 set GEMMA4_FIXTURES to the fixtures folder (the one holding models/), or pass \
+                 --model",
+                dir.join("models").display()
+            )
+        );
+        assert!(fixture_in(&dir, "models/a.gguf", "")
+            .unwrap_err()
+            .ends_with("models/)"));
+        std::fs::create_dir_all(dir.join("models")).unwrap();
+        assert_eq!(missing_models_in(&dir, OR_MODEL), None);
+        assert_eq!(
+            fixture_in(&dir, "models/a.gguf", "").unwrap_err(),
+            format!(
+                "{} not found: the fixtures folder lacks it (set GEMMA4_FIXTURES to a complete one)",
+                dir.join("models/a.gguf").display()
+            )
+        );
+        std::fs::write(dir.join("models/a.gguf"), b"x").unwrap();
+        assert_eq!(
+            fixture_in(&dir, "models/a.gguf", OR_MODEL).unwrap(),
+            dir.join("models/a.gguf")
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// `--modes` with a mode twice is refused naming it (it ran, and was reported, twice); an
     /// empty list and a bad mode are named too.

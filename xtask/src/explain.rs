@@ -45,12 +45,10 @@ pub fn run(a: &Args) -> i32 {
             return 2;
         }
     };
-    let o = match crate::conformance::options(&a.model, &a.draft, &[], &[a.suite.as_str()], &None) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return 2;
-        }
+    let Some(o) =
+        crate::conformance::verb_options(&a.model, &a.draft, &[], &[a.suite.as_str()], &None)
+    else {
+        return 2;
     };
     let Some(model) = o.models.into_iter().next() else {
         eprintln!("error: no model");
