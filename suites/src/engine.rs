@@ -16,7 +16,8 @@ use serde::{Deserialize, Serialize};
 /// soft-capping). An engine that exposes no logits returns `top_k: None` in its steps.
 pub trait Engine {
     /// Engine name as it appears in reports and `budgets.toml`: `"reference-f64"`,
-    /// `"reference-f32"`, `"cuda"`, `"http:…"`.
+    /// `"reference-f32"`, `"cuda"`, `"llama-server"`, `"openai"` (a `budgets.toml` table must
+    /// be one of [`crate::budgets::ENGINE_NAMES`]).
     fn name(&self) -> &str;
     /// The modes this engine can run (conformance §2).
     fn modes(&self) -> Vec<Mode>;
