@@ -38,6 +38,7 @@ pub mod rule;
 pub mod runner;
 pub mod spec_engine;
 pub mod suite;
+mod toml_error;
 
 pub use engine::{
     Engine, EngineError, Mode, Request, Scores, SpecStats, Step, StepKind, TopKRows, Trajectory,

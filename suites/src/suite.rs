@@ -197,8 +197,9 @@ pub enum SuiteError {
 #[serde(deny_unknown_fields)]
 struct RawPrompt {
     id: Option<String>,
-    // each read into a `Message` on its own, so that an error names its index
-    messages: Option<Vec<toml::Value>>,
+    // an array read one `Message` at a time, so that an error names its index; a single
+    // `[prompt.messages]` table is named as such
+    messages: Option<toml::Value>,
     text: Option<String>,
     max_tokens: Option<usize>,
 }
@@ -210,6 +211,22 @@ struct RawSuite {
     suite: SuiteSettings,
     #[serde(default)]
     prompt: Vec<toml::Value>,
+}
+
+/// A key path of the suite file as its table header and key: `suite.stop_ids` →
+/// `[suite] stop_ids`, `prompt.max_tokens` → `[[prompt]] max_tokens`.
+fn table_key(keys: &str) -> String {
+    let (head, rest) = keys.split_once('.').unwrap_or((keys, ""));
+    let table = match head {
+        "suite" => "[suite]".to_string(),
+        "prompt" => "[[prompt]]".to_string(),
+        other => return other.to_string() + if rest.is_empty() { "" } else { "." } + rest,
+    };
+    if rest.is_empty() {
+        table
+    } else {
+        format!("{table} {rest}")
+    }
 }
 
 impl Suite {
@@ -232,7 +249,7 @@ impl Suite {
     pub fn parse(text: &str, path: &Path) -> Result<Suite, SuiteError> {
         let raw: RawSuite = toml::from_str(text).map_err(|e| SuiteError::Toml {
             path: path.to_path_buf(),
-            message: e.to_string(),
+            message: crate::toml_error::line(&e, Some(text), table_key),
         })?;
         let mut settings = raw.suite;
         if settings.name.is_empty() {
@@ -311,9 +328,9 @@ impl Suite {
                 id: id_hint.clone(),
                 message,
             };
-            let rp: RawPrompt = value
-                .try_into()
-                .map_err(|e: toml::de::Error| perr(e.to_string()))?;
+            let rp: RawPrompt = value.try_into().map_err(|e: toml::de::Error| {
+                perr(crate::toml_error::line(&e, None, str::to_string))
+            })?;
             let id = rp.id.ok_or_else(|| perr("missing `id`".into()))?;
             if id.is_empty()
                 || !id
@@ -327,12 +344,37 @@ impl Suite {
             }
             let input = match (rp.messages, rp.text) {
                 (Some(m), None) => {
+                    let m = match m {
+                        toml::Value::Array(a) => a,
+                        toml::Value::Table(_) => {
+                            return Err(perr(
+                                "messages: a single [prompt.messages] table; messages are an \
+                                 array: [[prompt.messages]] tables or messages = [{role = …, \
+                                 content = …}]"
+                                    .into(),
+                            ))
+                        }
+                        other => {
+                            return Err(perr(format!(
+                                "messages: invalid type: {}, expected an array of {{role, content}} tables",
+                                other.type_str()
+                            )))
+                        }
+                    };
                     let m = m
                         .into_iter()
                         .enumerate()
                         .map(|(j, v)| {
                             v.try_into::<Message>().map_err(|e| {
-                                perr(format!("messages[{j}]: {}", e.message().trim_end()))
+                                let at = crate::toml_error::keys(&e)
+                                    .map_or(String::new(), |k| format!(".{k}"));
+                                perr(format!(
+                                    "messages[{j}]{at}: {}",
+                                    crate::toml_error::message(&e).replace(
+                                        "expected struct Message",
+                                        "expected a {role, content} table"
+                                    )
+                                ))
                             })
                         })
                         .collect::<Result<Vec<Message>, SuiteError>>()?;
@@ -573,5 +615,68 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("spec:0"), "{e}");
+    }
+
+    /// A key with the wrong type or value is named (the prompt's `max_tokens`, a message's
+    /// `role`, `[suite] stop_ids`), every error is one line (the toml crate's source snippet
+    /// and its `in `key`` line are folded into `line L column C: key: message`), an integer
+    /// beyond 64 bits is said to be out of range, and a single `[prompt.messages]` table is
+    /// named as such.
+    #[test]
+    fn type_errors_name_the_key_on_one_line() {
+        let p = "[[prompt]]\nid = \"a\"\ntext = \"x\"\n";
+        for (toml, want) in [
+            (
+                format!("{p}max_tokens = -1\n"),
+                "suites/t.toml: prompt \"a\": max_tokens: invalid value: integer `-1`, expected \
+                 usize",
+            ),
+            (
+                format!("{p}max_tokens = 99999999999999999999\n"),
+                "suites/t.toml: bad suite TOML: line 4 column 14: [[prompt]] max_tokens: integer \
+                 99999999999999999999 is out of range (TOML integers are 64-bit: \
+                 -9223372036854775808 to 9223372036854775807)",
+            ),
+            (
+                "[suite]\nstop_ids = [1, -1]\n[[prompt]]\nid = \"a\"\ntext = \"x\"\nmax_tokens = 1\n"
+                    .into(),
+                "suites/t.toml: bad suite TOML: line 2 column 16: [suite] stop_ids: invalid \
+                 value: integer `-1`, expected u32",
+            ),
+            (
+                "[suite]\nstop_id = [1]\n[[prompt]]\nid = \"a\"\ntext = \"x\"\nmax_tokens = 1\n"
+                    .into(),
+                "suites/t.toml: bad suite TOML: line 2 column 1: [suite]: unknown field \
+                 `stop_id`, expected one of `name`, `top_k`, `max_tie_flips`, `tie_budget`, \
+                 `modes`, `stop_ids`, `enable_thinking`, `oracle_tie_rel`, `acceptance_floor`, \
+                 `oracle_acceptance`",
+            ),
+            (
+                "[[prompt]]\nid = \"m\"\nmessages = [{role = 5, content = \"x\"}]\nmax_tokens = 4\n"
+                    .into(),
+                "suites/t.toml: prompt \"m\": messages[0].role: invalid type: integer `5`, \
+                 expected a string",
+            ),
+            (
+                "[[prompt]]\nid = \"m\"\nmessages = [{role = \"user\", content.text = \"x\"}]\nmax_tokens = 4\n"
+                    .into(),
+                "suites/t.toml: prompt \"m\": messages[0].content: invalid type: map, expected \
+                 a string",
+            ),
+            (
+                "[[prompt]]\nid = \"m\"\nmessages = [\"hello\"]\nmax_tokens = 4\n".into(),
+                "suites/t.toml: prompt \"m\": messages[0]: invalid type: string \"hello\", \
+                 expected a {role, content} table",
+            ),
+            (
+                "[[prompt]]\nid = \"m\"\nmax_tokens = 4\n[prompt.messages]\nrole = \"user\"\ncontent = \"x\"\n"
+                    .into(),
+                "suites/t.toml: prompt \"m\": messages: a single [prompt.messages] table; \
+                 messages are an array: [[prompt.messages]] tables or messages = [{role = …, \
+                 content = …}]",
+            ),
+        ] {
+            assert_eq!(parse(&toml).unwrap_err().to_string(), want, "{toml}");
+        }
     }
 }
