@@ -191,6 +191,12 @@ pub fn civil_date(days: i64) -> String {
     format!("{y:04}-{m:02}-{d:02}")
 }
 
+/// The `budgets.toml` table an engine spec's engine reads ([`crate::Engine::name`]):
+/// `llama-server` for `llama-server=URL,…`, `openai` for `openai=URL`, the spec itself otherwise.
+fn engine_budget_name(spec: &str) -> &str {
+    spec.split_once('=').map_or(spec, |(kind, _)| kind)
+}
+
 /// One model's calibration as run by `cargo xtask calibrate`.
 #[derive(Debug, Clone)]
 pub struct ModelCalibration {
@@ -219,6 +225,22 @@ pub fn calibrate_models(
     use crate::golden;
     use crate::reference_engine::ReferenceOracle;
     let fatal = |e: &dyn std::fmt::Display| Fatal(e.to_string());
+    let budgets_path = |m: &crate::conformance::ModelSpec| {
+        opts.goldens_root
+            .join(golden::model_stem(&m.path))
+            .join("budgets.toml")
+    };
+    if write {
+        // before anything is measured: a file the result could not be written into (one that
+        // conformance would refuse) stops the run here, not after it
+        let name = engine_budget_name(&opts.engine);
+        if crate::budgets::ENGINE_NAMES.contains(&name) {
+            for m in &opts.models {
+                crate::budgets::Budgets::check_save(&budgets_path(m), name)
+                    .map_err(|e| fatal(&e))?;
+            }
+        }
+    }
     let mut out = Vec::new();
     for m in &opts.models {
         let mut oracle = ReferenceOracle::load(&m.path).map_err(|e| fatal(&e))?;
@@ -250,7 +272,7 @@ pub fn calibrate_models(
             calibrate(engine.as_mut(), &mut oracle, &seqs, safety).map_err(|e| fatal(&e))?;
         let suites = names.join("+");
         let written = if write {
-            let path = opts.goldens_root.join(&stem).join("budgets.toml");
+            let path = budgets_path(m);
             crate::budgets::Budgets::save_engine(
                 &path,
                 &calibration.engine,
@@ -314,5 +336,54 @@ mod tests {
             "{}",
             c.tau
         );
+    }
+
+    /// calibrate checks every model's budgets.toml before it measures anything: a file the
+    /// result could not be written into (one conformance would refuse) stops it naming the
+    /// problem (these models do not exist: a run that started would stop on that instead); a
+    /// dry run writes nothing and does not check.
+    #[test]
+    fn calibrate_refuses_an_unwritable_budgets_file_first() {
+        use crate::conformance::{ModelSpec, Options};
+        let dir = std::env::temp_dir().join(format!("gemma4-cal-first-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let model = |name: &str| ModelSpec {
+            path: dir.join(format!("{name}.gguf")),
+            draft: None,
+            suites: None,
+        };
+        let o = Options {
+            models: vec![model("first"), model("second")],
+            suites: vec![],
+            engine: "llama-server=http://127.0.0.1:1".into(),
+            modes: None,
+            prompts: vec![],
+            goldens_root: dir.join("goldens"),
+            out_dir: dir.join("out"),
+            cache_dir: dir.join("cache"),
+            progress: false,
+            strict_invariance: false,
+            require_acceptance: false,
+            oracle_acceptance: false,
+        };
+        let bad = dir.join("goldens/second/budgets.toml");
+        std::fs::create_dir_all(bad.parent().unwrap()).unwrap();
+        let text = "[llama-server]\nnote = \"hand-tuned\"\n";
+        std::fs::write(&bad, text).unwrap();
+        let e = calibrate_models(&o, 2.0, true).unwrap_err().0;
+        assert_eq!(
+            e,
+            format!(
+                "{}: bad budgets TOML: [llama-server] unknown field `note`, expected one of \
+                 `tau`, `date`, `suite`, `positions`, `pairs`, `max_error`, `quantile_999`, \
+                 `safety_factor`; [llama-server] not written (conformance would refuse the \
+                 file: fix it first)",
+                bad.display()
+            )
+        );
+        assert_eq!(std::fs::read_to_string(&bad).unwrap(), text);
+        let e = calibrate_models(&o, 2.0, false).unwrap_err().0;
+        assert!(!e.contains("budgets"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
