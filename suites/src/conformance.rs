@@ -218,6 +218,19 @@ fn check_models(opts: &Options, suites: &[Suite]) -> Result<Vec<GemmaCodec>, Fat
     Ok(codecs)
 }
 
+/// Every model's `goldens/<stem>/budgets.toml` ([`Budgets::load`]), in `opts.models` order:
+/// read before any model runs, so that a bad file for a later model stops the run before the
+/// earlier models have spent their time (and written nothing).
+fn load_budgets(opts: &Options) -> Result<Vec<Budgets>, Fatal> {
+    opts.models
+        .iter()
+        .map(|m| {
+            let stem = golden::model_stem(&m.path);
+            Budgets::load(&opts.goldens_root.join(stem).join("budgets.toml")).map_err(fatal)
+        })
+        .collect()
+}
+
 /// The drafter `draft` is a readable assistant GGUF that pairs with the target `model` (config
 /// `target`, the loaded oracle's; `AssistantConfig::check_pairing`): checked once up front, so a
 /// truncated or mismatched drafter stops the run with its cause instead of failing every spec:K
@@ -249,15 +262,14 @@ fn model_ref(path: &Path, sha256: &str) -> ModelRef {
 pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
     let suites = load_suites(opts)?;
     check_prompt_ids(opts, &suites)?;
+    let all_budgets = load_budgets(opts)?;
     let codecs = check_models(opts, &suites)?;
     let mut runs: Vec<Run> = Vec::new();
-    for (m, codec) in opts.models.iter().zip(&codecs) {
+    for ((m, codec), budgets) in opts.models.iter().zip(&codecs).zip(&all_budgets) {
         let mut oracle = ReferenceOracle::load(&m.path).map_err(fatal)?;
         let mut engine = make_engine(&opts.engine, m)?;
         let sha = oracle.model_sha256().to_string();
         let stem = golden::model_stem(&m.path);
-        let budgets =
-            Budgets::load(&opts.goldens_root.join(&stem).join("budgets.toml")).map_err(fatal)?;
         if let Some(d) = &m.draft {
             check_drafter(oracle.model().config(), &m.path, d)?;
         }
@@ -695,6 +707,33 @@ mod tests {
                 stops.display()
             )
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Every model's budgets.toml is read before anything runs: a bad file for the second
+    /// model stops the run naming it, before the first model is even opened (these models do
+    /// not exist, so a run that started would stop on that instead).
+    #[test]
+    fn budgets_are_read_before_any_model_runs() {
+        let dir = std::env::temp_dir().join(format!("gemma4-budgets-first-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut o = smoke_options(&[]);
+        o.goldens_root = dir.join("goldens");
+        let mut second = o.models[0].clone();
+        second.path = second.path.with_file_name("later-model.gguf");
+        o.models.push(second);
+        let bad = o.goldens_root.join("later-model/budgets.toml");
+        std::fs::create_dir_all(bad.parent().unwrap()).unwrap();
+        std::fs::write(&bad, "[reference-f23]\ntau = 0.5\n").unwrap();
+        let want = format!(
+            "{}: bad budgets TOML: [reference-f23] is not an engine name (known: reference-f32, \
+             reference-f64, cuda, llama-server, openai): its τ would never be used",
+            bad.display()
+        );
+        assert_eq!(conformance(&o).unwrap_err().0, want);
+        std::fs::remove_file(&bad).unwrap();
+        let e = conformance(&o).unwrap_err().0;
+        assert!(e.starts_with("model not found"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
