@@ -189,11 +189,25 @@ fn check_prompt_ids(opts: &Options, suites: &[Suite]) -> Result<(), Fatal> {
     )))
 }
 
+/// A model's file name (`dense-target.Q4_K_M.gguf`), as errors name it.
+pub(crate) fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
 /// Every model against its suites, before anything runs: the model file exists and its
 /// configuration and tokenizer read, and in every suite it runs the asked prompts fit its
-/// context length and the stop ids lie in its vocabulary ([`suite_requests`]). Returns each
-/// model's codec, in `opts.models` order.
-fn check_models(opts: &Options, suites: &[Suite]) -> Result<Vec<GemmaCodec>, Fatal> {
+/// context length, the stop ids lie in its vocabulary and top_k does not exceed it
+/// ([`suite_requests`], the error naming the model file); with `drafters`, each model's drafter
+/// reads and pairs with it ([`check_drafter`]). Returns each model's codec, in `opts.models`
+/// order.
+fn check_models(
+    opts: &Options,
+    suites: &[Suite],
+    drafters: bool,
+) -> Result<Vec<GemmaCodec>, Fatal> {
     let mut codecs = Vec::new();
     for m in &opts.models {
         if !m.path.exists() {
@@ -206,12 +220,17 @@ fn check_models(opts: &Options, suites: &[Suite]) -> Result<Vec<GemmaCodec>, Fat
             })
         };
         let file = reference::gguf::GgufFile::open(&m.path).map_err(|e| cannot(e.to_string()))?;
-        let limits = model_limits(&Config::from_gguf(&file).map_err(|e| cannot(e.to_string()))?);
+        let config = Config::from_gguf(&file).map_err(|e| cannot(e.to_string()))?;
+        let limits = model_limits(&config);
         let codec = GemmaCodec::load(&m.path).map_err(Fatal)?;
         for p in model_suites(opts, m) {
             if let Some(suite) = suite_for(suites, p, &opts.prompts)? {
-                suite_requests(&suite, &codec, limits).map_err(fatal)?;
+                suite_requests(&suite, &codec, limits)
+                    .map_err(|e| fatal(e.for_model(&file_name(&m.path))))?;
             }
+        }
+        if let (true, Some(d)) = (drafters, &m.draft) {
+            check_drafter(&config, &m.path, d)?;
         }
         codecs.push(codec);
     }
@@ -235,7 +254,7 @@ fn load_budgets(opts: &Options) -> Result<Vec<Budgets>, Fatal> {
 /// `target`, the loaded oracle's; `AssistantConfig::check_pairing`): checked once up front, so a
 /// truncated or mismatched drafter stops the run with its cause instead of failing every spec:K
 /// entry with "error".
-fn check_drafter(target: &Config, model: &Path, draft: &Path) -> Result<(), Fatal> {
+pub(crate) fn check_drafter(target: &Config, model: &Path, draft: &Path) -> Result<(), Fatal> {
     let bad = |e: &dyn std::fmt::Display| Fatal(format!("drafter {}: {e}", draft.display()));
     let a = reference::gguf::GgufFile::open(draft)
         .map_err(|e| bad(&e))
@@ -263,16 +282,13 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
     let suites = load_suites(opts)?;
     check_prompt_ids(opts, &suites)?;
     let all_budgets = load_budgets(opts)?;
-    let codecs = check_models(opts, &suites)?;
+    let codecs = check_models(opts, &suites, true)?;
     let mut runs: Vec<Run> = Vec::new();
     for ((m, codec), budgets) in opts.models.iter().zip(&codecs).zip(&all_budgets) {
         let mut oracle = ReferenceOracle::load(&m.path).map_err(fatal)?;
         let mut engine = make_engine(&opts.engine, m)?;
         let sha = oracle.model_sha256().to_string();
         let stem = golden::model_stem(&m.path);
-        if let Some(d) = &m.draft {
-            check_drafter(oracle.model().config(), &m.path, d)?;
-        }
         let drafter = match &m.draft {
             Some(d) => Some(DrafterRef {
                 stem: golden::model_stem(d),
@@ -424,7 +440,8 @@ pub struct BlessSummary {
 pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
     let suites = load_suites(opts)?;
     check_prompt_ids(opts, &suites)?;
-    let codecs = check_models(opts, &suites)?;
+    // bless runs the f64 oracle alone: drafters are not read
+    let codecs = check_models(opts, &suites, false)?;
     let mut summary = BlessSummary::default();
     for (m, codec) in opts.models.iter().zip(&codecs) {
         let sha = reference::gguf::sha256_file(&m.path)
@@ -676,10 +693,12 @@ mod tests {
             },
         ];
         let want = format!(
-            "{}: prompt \"long\": {n} prompt tokens + max_tokens 5000 = {} exceed the model's \
-             context length 4096: lower max_tokens or shorten the prompt",
+            "{}: prompt \"long\": {n} prompt tokens + max_tokens 5000 = {} exceed the context \
+             length 4096 of dense-target.Q4_K_M.gguf: lower max_tokens to at most {} or shorten \
+             the prompt",
             long.display(),
-            n + 5000
+            n + 5000,
+            4096 - n
         );
         assert_eq!(conformance(&o).unwrap_err().0, want);
         assert_eq!(bless(&o, false).unwrap_err().0, want);
@@ -702,10 +721,19 @@ mod tests {
         assert_eq!(
             conformance(&o).unwrap_err().0,
             format!(
-                "{}: [suite] stop_ids: 16384 is outside the model's vocabulary (16384 ids, \
-                 0..=16383)",
+                "{}: [suite] stop_ids: 16384 is outside the vocabulary of \
+                 dense-target.Q4_K_M.gguf (16384 ids, 0..=16383)",
                 stops.display()
             )
+        );
+        // a drafter that does not read stops the run before the first model runs too
+        o.models[1].suites = Some(vec![fits.clone()]);
+        let missing = dir.join("no-such-assistant.gguf");
+        o.models[1].draft = Some(missing.clone());
+        let e = conformance(&o).unwrap_err().0;
+        assert!(
+            e.starts_with(&format!("drafter {}: ", missing.display())),
+            "{e}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -85,12 +85,16 @@ pub enum RunError {
         message: String,
     },
     /// A prompt's tokens plus its `max_tokens` exceed the model's context length: the run
-    /// would judge positions the model was not made for (refused before anything runs).
+    /// would judge positions the model was not made for (refused before anything runs). The
+    /// hint says how far to lower `max_tokens`, or, when the prompt alone fills the context,
+    /// only to shorten the prompt.
     #[error(
         "{}: prompt {id:?}: {prompt_tokens} prompt tokens + max_tokens {max_tokens} = {} exceed \
-         the model's context length {context}: lower max_tokens or shorten the prompt",
+         the context length {context} of {}: {}",
         suite.display(),
-        .prompt_tokens + .max_tokens
+        .prompt_tokens + .max_tokens,
+        model_name(.model),
+        overflow_hint(*.prompt_tokens, *.context)
     )]
     ContextOverflow {
         /// Suite file.
@@ -103,12 +107,15 @@ pub enum RunError {
         max_tokens: usize,
         /// The model's context length.
         context: usize,
+        /// The model's file name, when known ([`RunError::for_model`]).
+        model: Option<String>,
     },
     /// A `[suite] stop_ids` entry is not an id of the model's vocabulary (no output could ever
     /// stop on it).
     #[error(
-        "{}: [suite] stop_ids: {stop} is outside the model's vocabulary ({vocab} ids, 0..={})",
+        "{}: [suite] stop_ids: {stop} is outside the vocabulary of {} ({vocab} ids, 0..={})",
         suite.display(),
+        model_name(.model),
         .vocab.saturating_sub(1)
     )]
     StopIdOutOfVocab {
@@ -118,6 +125,25 @@ pub enum RunError {
         stop: u32,
         /// The model's vocabulary size.
         vocab: usize,
+        /// The model's file name, when known ([`RunError::for_model`]).
+        model: Option<String>,
+    },
+    /// `[suite] top_k` is larger than the model's vocabulary: no engine or oracle row has that
+    /// many candidates.
+    #[error(
+        "{}: [suite] top_k = {top_k} exceeds the vocabulary of {} ({vocab} ids)",
+        suite.display(),
+        model_name(.model)
+    )]
+    TopKBeyondVocab {
+        /// Suite file.
+        suite: PathBuf,
+        /// The suite's `top_k`.
+        top_k: usize,
+        /// The model's vocabulary size.
+        vocab: usize,
+        /// The model's file name, when known ([`RunError::for_model`]).
+        model: Option<String>,
     },
     /// The modes to run list one twice (`--modes plain,plain`): it would run, and be reported,
     /// twice.
@@ -134,6 +160,39 @@ pub enum RunError {
         /// Cause.
         source: EngineError,
     },
+}
+
+impl RunError {
+    /// The same error naming the model file `name` where it is about the suite against the
+    /// model ([`RunError::ContextOverflow`], [`RunError::StopIdOutOfVocab`],
+    /// [`RunError::TopKBeyondVocab`]): in a run over several models, which one.
+    pub fn for_model(mut self, name: &str) -> RunError {
+        match &mut self {
+            RunError::ContextOverflow { model, .. }
+            | RunError::StopIdOutOfVocab { model, .. }
+            | RunError::TopKBeyondVocab { model, .. } => *model = Some(name.to_string()),
+            _ => {}
+        }
+        self
+    }
+}
+
+/// `the model`, or the model's file name.
+fn model_name(model: &Option<String>) -> String {
+    model.clone().unwrap_or_else(|| "the model".into())
+}
+
+/// What to change when a prompt and its `max_tokens` do not fit `context`: only the prompt
+/// when it fills the context alone (max_tokens is at least 1), else max_tokens or the prompt.
+fn overflow_hint(prompt_tokens: usize, context: usize) -> String {
+    if prompt_tokens >= context {
+        "shorten the prompt (it fills the context alone)".into()
+    } else {
+        format!(
+            "lower max_tokens to at most {} or shorten the prompt",
+            context - prompt_tokens
+        )
+    }
 }
 
 /// The result of judging one trajectory.
@@ -391,8 +450,9 @@ impl ModelLimits {
 /// before anything runs.
 ///
 /// Errors: [`RunError::StopIdOutOfVocab`] (naming the suite file and the id),
-/// [`RunError::Encode`], [`RunError::ContextOverflow`] (naming the suite file, the prompt, its
-/// token count + `max_tokens` and the context length).
+/// [`RunError::TopKBeyondVocab`], [`RunError::Encode`], [`RunError::ContextOverflow`] (naming the
+/// suite file, the prompt, its token count + `max_tokens` and the context length); callers that
+/// know the model file name it with [`RunError::for_model`].
 pub fn suite_requests(
     suite: &Suite,
     codec: &dyn Codec,
@@ -408,6 +468,15 @@ pub fn suite_requests(
             suite: suite.path.clone(),
             stop,
             vocab: limits.vocab_size,
+            model: None,
+        });
+    }
+    if st.top_k > limits.vocab_size {
+        return Err(RunError::TopKBeyondVocab {
+            suite: suite.path.clone(),
+            top_k: st.top_k,
+            vocab: limits.vocab_size,
+            model: None,
         });
     }
     let mut reqs = Vec::new();
@@ -428,6 +497,7 @@ pub fn suite_requests(
                 prompt_tokens: ids.len(),
                 max_tokens: p.max_tokens,
                 context,
+                model: None,
             });
         }
         reqs.push(Request {
@@ -857,4 +927,43 @@ fn cross_mode_forks(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The suite-against-model errors name the model file once it is known (a run over several
+    /// models says which one); other errors are left as they are.
+    #[test]
+    fn suite_against_model_errors_name_the_model() {
+        let e = RunError::StopIdOutOfVocab {
+            suite: "s.toml".into(),
+            stop: 16383,
+            vocab: 1024,
+            model: None,
+        }
+        .for_model("syn-dense-target.UD-Q2_K_XL.gguf");
+        assert_eq!(
+            e.to_string(),
+            "s.toml: [suite] stop_ids: 16383 is outside the vocabulary of \
+             syn-dense-target.UD-Q2_K_XL.gguf (1024 ids, 0..=1023)"
+        );
+        let e = RunError::ContextOverflow {
+            suite: "s.toml".into(),
+            id: "p".into(),
+            prompt_tokens: 2,
+            max_tokens: 4095,
+            context: 4096,
+            model: None,
+        }
+        .for_model("m.gguf");
+        assert_eq!(
+            e.to_string(),
+            "s.toml: prompt \"p\": 2 prompt tokens + max_tokens 4095 = 4097 exceed the context \
+             length 4096 of m.gguf: lower max_tokens to at most 4094 or shorten the prompt"
+        );
+        let e = RunError::DuplicateMode { mode: Mode::Plain }.for_model("m.gguf");
+        assert!(!e.to_string().contains("m.gguf"), "{e}");
+    }
 }

@@ -192,8 +192,10 @@ impl Engine for MustNotRun {
 }
 
 /// A prompt whose tokens + max_tokens exceed the model's context length is refused before the
-/// engine runs, naming the suite file, the prompt and the numbers; the sum equal to the context
-/// length passes; an unknown context length is not checked.
+/// engine runs, naming the suite file, the prompt and the numbers, and how far max_tokens must
+/// come down; when the prompt alone fills the context the hint is to shorten it (lowering
+/// max_tokens cannot help); the sum equal to the context length passes; an unknown context
+/// length is not checked.
 #[test]
 fn prompt_beyond_the_context_length_is_refused() {
     let s = suite();
@@ -204,17 +206,33 @@ fn prompt_beyond_the_context_length_is_refused() {
     let e = try_run_on(short, &mut MustNotRun, &s, &g, &[Mode::Plain]).unwrap_err();
     assert_eq!(
         e,
-        "toy.toml: prompt \"a\": 2 prompt tokens + max_tokens 20 = 22 exceed the model's \
-         context length 21: lower max_tokens or shorten the prompt"
+        "toy.toml: prompt \"a\": 2 prompt tokens + max_tokens 20 = 22 exceed the context \
+         length 21 of the model: lower max_tokens to at most 19 or shorten the prompt"
     );
     // max_tokens alone beyond it
     let mut tiny = ToyModel::new(V);
     tiny.context = Some(10);
     let e = try_run_on(tiny, &mut MustNotRun, &s, &g, &[Mode::Plain]).unwrap_err();
     assert!(
-        e.contains("prompt \"a\": 2 prompt tokens + max_tokens 20 = 22 exceed the model's context length 10"),
+        e.contains(
+            "prompt \"a\": 2 prompt tokens + max_tokens 20 = 22 exceed the context length 10 of \
+             the model: lower max_tokens to at most 8"
+        ),
         "{e}"
     );
+    for context in [1, 2] {
+        let mut full = ToyModel::new(V);
+        full.context = Some(context);
+        let e = try_run_on(full, &mut MustNotRun, &s, &g, &[Mode::Plain]).unwrap_err();
+        assert_eq!(
+            e,
+            format!(
+                "toy.toml: prompt \"a\": 2 prompt tokens + max_tokens 20 = 22 exceed the \
+                 context length {context} of the model: shorten the prompt (it fills the \
+                 context alone)"
+            )
+        );
+    }
     let mut exact = ToyModel::new(V);
     exact.context = Some(22);
     let r = try_run_on(exact, &mut ToyModel::new(V), &s, &g, &[Mode::Plain]).unwrap();
@@ -233,7 +251,7 @@ fn stop_id_outside_the_vocabulary_is_refused() {
     let e = try_run(&mut MustNotRun, &s, &g, &[Mode::Plain]).unwrap_err();
     assert_eq!(
         e,
-        "toy.toml: [suite] stop_ids: 64 is outside the model's vocabulary (64 ids, 0..=63)"
+        "toy.toml: [suite] stop_ids: 64 is outside the vocabulary of the model (64 ids, 0..=63)"
     );
     s.settings.stop_ids = vec![1, 63];
     try_run(&mut ToyModel::new(V), &s, &g, &[Mode::Plain]).unwrap();
@@ -251,6 +269,25 @@ fn stop_id_outside_the_vocabulary_is_refused() {
         e.starts_with("smoke.toml: [suite] stop_ids: 106 is outside"),
         "{e}"
     );
+}
+
+/// A `top_k` larger than the model's vocabulary is refused before the engine runs (no row has
+/// that many candidates); `top_k` equal to it runs.
+#[test]
+fn top_k_beyond_the_vocabulary_is_refused() {
+    let mut s = suite();
+    let g = goldens(&s);
+    s.settings.top_k = V + 1;
+    let e = try_run(&mut MustNotRun, &s, &g, &[Mode::Plain]).unwrap_err();
+    assert_eq!(
+        e,
+        format!(
+            "toy.toml: [suite] top_k = {} exceeds the vocabulary of the model ({V} ids)",
+            V + 1
+        )
+    );
+    s.settings.top_k = V;
+    try_run(&mut ToyModel::new(V), &s, &g, &[Mode::Plain]).unwrap();
 }
 
 /// Modes to run that list one twice (`--modes plain,plain`) are refused before the engine
