@@ -6,13 +6,16 @@
 
 use std::fmt::Write as _;
 
+use reference::config::Config;
+
 use crate::budgets::Budgets;
-use crate::conformance::{make_engine, Fatal, ModelSpec};
+use crate::conformance::{check_drafter, file_name, make_engine, Fatal, ModelSpec};
 use crate::engine::{Engine, Mode, Request, Step, Trajectory};
 use crate::golden;
 use crate::oracle::{Codec, ScoreCache};
-use crate::reference_engine::{GemmaCodec, ReferenceOracle};
+use crate::reference_engine::{model_limits, GemmaCodec, ReferenceOracle};
 use crate::rule::OracleRow;
+use crate::runner::suite_requests;
 use crate::suite::Suite;
 
 /// Options of one `explain` run.
@@ -97,17 +100,50 @@ impl Ctx<'_> {
 
 /// Runs the four experiments and returns the text report (ending with the verdict line).
 ///
-/// Errors ([`Fatal`], exit 2): unreadable model/suite, unknown prompt, engine without one of the
-/// modes, engine or oracle failure.
+/// Errors ([`Fatal`], exit 2), all but the last found before anything runs: `prefill` among the
+/// modes, unreadable suite, unknown prompt, a bad `budgets.toml`, unreadable model, the suite
+/// against the model as conformance checks it ([`suite_requests`]: stop ids, top_k, context
+/// length), an unreadable or unpaired drafter, an engine without one of the modes; engine or
+/// oracle failure.
 pub fn explain(o: &ExplainOptions) -> Result<String, Fatal> {
     let m = &o.model;
-    let mut oracle = ReferenceOracle::load(&m.path).map_err(f)?;
-    let codec = GemmaCodec::load(&m.path).map_err(Fatal)?;
-    let mut engine = make_engine(&o.engine, m)?;
+    let (ma, mb) = o.modes;
+    if let Some(md) = [ma, mb].into_iter().find(|md| *md == Mode::Prefill) {
+        return Err(Fatal(format!(
+            "explain compares the outputs of two generating modes; {md} generates nothing (it \
+             scores the golden teacher-forced): use plain, batch:N or spec:K"
+        )));
+    }
+    // everything that can be checked without running is checked first, in the order
+    // conformance checks it: suite and prompt, budgets, the suite against the model, drafter
     let suite = Suite::load(&o.suite).map_err(f)?;
     let p = suite.prompt(&o.prompt).map_err(f)?.clone();
     let stem = golden::model_stem(&m.path);
     let budgets = Budgets::load(&o.goldens_root.join(&stem).join("budgets.toml")).map_err(f)?;
+    if !m.path.exists() {
+        return Err(Fatal(format!("model not found: {}", m.path.display())));
+    }
+    let config = reference::gguf::GgufFile::open(&m.path)
+        .map_err(|e| e.to_string())
+        .and_then(|g| Config::from_gguf(&g).map_err(|e| e.to_string()))
+        .map_err(|message| {
+            f(crate::engine::EngineError::Load {
+                path: m.path.clone(),
+                message,
+            })
+        })?;
+    let codec = GemmaCodec::load(&m.path).map_err(Fatal)?;
+    let mut one = suite.clone();
+    one.prompts.retain(|q| q.id == p.id);
+    let req = suite_requests(&one, &codec, model_limits(&config))
+        .map_err(|e| f(e.for_model(&file_name(&m.path))))?
+        .pop()
+        .ok_or_else(|| Fatal(format!("prompt {}: no request", p.id)))?;
+    if let Some(d) = &m.draft {
+        check_drafter(&config, &m.path, d)?;
+    }
+    let mut oracle = ReferenceOracle::load(&m.path).map_err(f)?;
+    let mut engine = make_engine(&o.engine, m)?;
     let (tau, tau_src) = match budgets.0.get(engine.name()) {
         Some(b) => (
             b.tau,
@@ -115,26 +151,26 @@ pub fn explain(o: &ExplainOptions) -> Result<String, Fatal> {
         ),
         None => (suite.settings.tie_budget, "suite default".to_string()),
     };
-    let (ma, mb) = o.modes;
     let declared = engine.modes();
     for md in [ma, mb] {
-        if !declared.contains(&md) || md == Mode::Prefill {
+        if !declared.contains(&md) {
             return Err(Fatal(format!(
-                "engine {} cannot generate in mode {md} (declares {:?}; spec:K needs --draft)",
+                "engine {} cannot generate in mode {md} (it declares {}{})",
                 engine.name(),
-                declared.iter().map(|m| m.to_string()).collect::<Vec<_>>()
+                declared
+                    .iter()
+                    .filter(|d| **d != Mode::Prefill)
+                    .map(|d| d.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if matches!(md, Mode::Spec { .. }) {
+                    "; spec:K needs a drafter: --draft"
+                } else {
+                    ""
+                }
             )));
         }
     }
-    let prompt_ids = codec
-        .encode(&p.input, suite.settings.enable_thinking)
-        .map_err(|e| Fatal(format!("prompt {}: {e}", p.id)))?;
-    let req = Request {
-        id: p.id.clone(),
-        prompt: prompt_ids,
-        max_tokens: p.max_tokens,
-        stop: suite.settings.stop_ids.clone(),
-    };
     let plen = req.prompt.len();
     let mut s = String::new();
     let _ = writeln!(
@@ -419,4 +455,101 @@ pub fn explain(o: &ExplainOptions) -> Result<String, Fatal> {
     }
     let _ = writeln!(s, "\n{verdict}");
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::{Path, PathBuf};
+
+    /// Options for `prompt` of the suite file `suite` on `model`, with an engine name that no
+    /// build knows: a check that passes reaches `make_engine` and stops there, so a run never
+    /// starts.
+    fn options(model: &Path, suite: &Path, modes: (Mode, Mode)) -> ExplainOptions {
+        ExplainOptions {
+            model: ModelSpec {
+                path: model.to_path_buf(),
+                draft: None,
+                suites: None,
+            },
+            suite: suite.to_path_buf(),
+            prompt: "a".into(),
+            modes,
+            engine: "no-such-engine".into(),
+            goldens_root: std::env::temp_dir().join("gemma4-explain-no-goldens"),
+            cache_dir: None,
+            continuation: 8,
+        }
+    }
+
+    /// `prefill` among the modes is refused first, saying why (it was "cannot generate in mode
+    /// prefill (declares [\"prefill\", …])", which contradicted itself).
+    #[test]
+    fn prefill_is_refused_saying_why() {
+        let o = options(
+            Path::new("no-such-model.gguf"),
+            Path::new("no-such-suite.toml"),
+            (Mode::Prefill, Mode::Plain),
+        );
+        assert_eq!(
+            explain(&o).unwrap_err().0,
+            "explain compares the outputs of two generating modes; prefill generates nothing (it \
+             scores the golden teacher-forced): use plain, batch:N or spec:K"
+        );
+    }
+
+    /// explain checks the suite against the model as conformance and bless do, before anything
+    /// runs, naming the model file: a stop id outside the vocabulary, a prompt + max_tokens
+    /// beyond the context length (it ran for 39 s); a drafter that does not read is named
+    /// before the engine is built (it failed only when spec:K ran, after plain).
+    #[test]
+    fn suite_against_model_is_checked_before_anything_runs() {
+        let fx = std::env::var_os("GEMMA4_FIXTURES")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"));
+        let model = fx.join("models/dense-target.Q4_K_M.gguf");
+        if !model.exists() {
+            println!("skipped: fixtures not found at {}", fx.display());
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("gemma4-explain-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let suite = dir.join("s.toml");
+        let modes = (Mode::Plain, Mode::Batch { n: 4 });
+        let o = options(&model, &suite, modes);
+        let p = "[[prompt]]\nid = \"a\"\ntext = \"x\"\n";
+        std::fs::write(
+            &suite,
+            format!("[suite]\nstop_ids = [1, 16384]\n{p}max_tokens = 4\n"),
+        )
+        .unwrap();
+        assert_eq!(
+            explain(&o).unwrap_err().0,
+            format!(
+                "{}: [suite] stop_ids: 16384 is outside the vocabulary of \
+                 dense-target.Q4_K_M.gguf (16384 ids, 0..=16383)",
+                suite.display()
+            )
+        );
+        std::fs::write(&suite, format!("{p}max_tokens = 4095\n")).unwrap();
+        let e = explain(&o).unwrap_err().0;
+        assert!(
+            e.starts_with(&format!("{}: prompt \"a\": ", suite.display()))
+                && e.contains("exceed the context length 4096 of dense-target.Q4_K_M.gguf"),
+            "{e}"
+        );
+        std::fs::write(&suite, format!("{p}max_tokens = 4\n")).unwrap();
+        let mut o = options(&model, &suite, modes);
+        let missing = dir.join("no-such-assistant.gguf");
+        o.model.draft = Some(missing.clone());
+        let e = explain(&o).unwrap_err().0;
+        assert!(
+            e.starts_with(&format!("drafter {}: ", missing.display())),
+            "{e}"
+        );
+        o.model.draft = None;
+        let e = explain(&o).unwrap_err().0;
+        assert!(e.starts_with("unknown engine \"no-such-engine\""), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
