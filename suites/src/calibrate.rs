@@ -214,14 +214,16 @@ pub struct ModelCalibration {
 /// oracle on the golden sequences (prompt ‖ golden continuation) of every suite, proposes τ and,
 /// when `write`, stores it in `goldens/<model>/budgets.toml` under the engine's name.
 ///
-/// Errors ([`crate::conformance::Fatal`]): unreadable model, missing goldens (run `bless`),
-/// golden pinned to another SHA-256, engine or oracle failure.
+/// Errors ([`crate::conformance::Fatal`]), the first three before anything is measured: a
+/// `budgets.toml` the result could not be written into (when `write`), a suite that does not
+/// load, a suite file given twice or two with one name; unreadable model, missing goldens (run
+/// `bless`), golden pinned to another SHA-256, engine or oracle failure.
 pub fn calibrate_models(
     opts: &crate::conformance::Options,
     safety: f64,
     write: bool,
 ) -> Result<Vec<ModelCalibration>, crate::conformance::Fatal> {
-    use crate::conformance::{make_engine, Fatal};
+    use crate::conformance::{load_suites, make_engine, model_suites, suite_for, Fatal};
     use crate::golden;
     use crate::reference_engine::ReferenceOracle;
     let fatal = |e: &dyn std::fmt::Display| Fatal(e.to_string());
@@ -241,6 +243,9 @@ pub fn calibrate_models(
             }
         }
     }
+    // every suite read once, up front: a file given twice (it was measured twice) or two files
+    // with one name are refused before anything is measured
+    let loaded = load_suites(opts)?;
     let mut out = Vec::new();
     for m in &opts.models {
         let mut oracle = ReferenceOracle::load(&m.path).map_err(|e| fatal(&e))?;
@@ -249,9 +254,10 @@ pub fn calibrate_models(
         let mut engine = make_engine(&opts.engine, m)?;
         let mut seqs = Vec::new();
         let mut names = Vec::new();
-        for suite_path in m.suites.as_ref().unwrap_or(&opts.suites) {
-            let mut suite = crate::suite::Suite::load(suite_path).map_err(|e| fatal(&e))?;
-            suite.retain_ids(&opts.prompts).map_err(|e| fatal(&e))?;
+        for suite_path in model_suites(opts, m) {
+            let Some(suite) = suite_for(&loaded, suite_path, &opts.prompts)? else {
+                continue;
+            };
             let dir = golden::golden_dir(&opts.goldens_root, &stem, &suite.settings.name);
             let ids: Vec<String> = suite.prompts.iter().map(|p| p.id.clone()).collect();
             let goldens = golden::load_goldens(&dir, &ids, &sha).map_err(|e| fatal(&e))?;
@@ -297,6 +303,7 @@ pub fn calibrate_models(
 mod tests {
     use super::*;
     use crate::mock::{Perturbation, Perturbed, ToyModel};
+    use std::path::Path;
 
     #[test]
     fn civil_dates_match_known_days() {
@@ -384,6 +391,19 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&bad).unwrap(), text);
         let e = calibrate_models(&o, 2.0, false).unwrap_err().0;
         assert!(!e.contains("budgets"), "{e}");
+        // a suite given twice was measured twice (--dry-run counted its positions twice)
+        let smoke = Path::new(env!("CARGO_MANIFEST_DIR")).join("smoke.toml");
+        let again = Path::new(env!("CARGO_MANIFEST_DIR")).join("../suites/smoke.toml");
+        let mut o = o;
+        o.suites = vec![smoke.clone(), again.clone()];
+        assert_eq!(
+            calibrate_models(&o, 2.0, false).unwrap_err().0,
+            format!(
+                "suite file given twice: {} and {} are the same file (each suite runs once)",
+                smoke.display(),
+                again.display()
+            )
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -129,30 +129,38 @@ fn retain_prompts(suite: &mut Suite, ids: &[String]) -> Result<bool, Fatal> {
 }
 
 /// The suite files model `m` runs: its own, or `opts.suites`.
-fn model_suites<'a>(opts: &'a Options, m: &'a ModelSpec) -> &'a [PathBuf] {
+pub(crate) fn model_suites<'a>(opts: &'a Options, m: &'a ModelSpec) -> &'a [PathBuf] {
     m.suites.as_deref().unwrap_or(&opts.suites)
 }
 
 /// Every suite file the run reads (each model's suites, or `opts.suites`), each read once, in
-/// first-use order. Errors: the first suite that does not load ([`crate::suite::SuiteError`]).
-fn load_suites(opts: &Options) -> Result<Vec<Suite>, Fatal> {
+/// first-use order, files compared canonically ([`crate::suite::same_file`]). Errors: the first
+/// suite that does not load ([`crate::suite::SuiteError`]), one file given twice to a model or
+/// two files with one `[suite] name` ([`crate::suite::check_distinct`]).
+pub(crate) fn load_suites(opts: &Options) -> Result<Vec<Suite>, Fatal> {
     let mut out: Vec<Suite> = Vec::new();
     for m in &opts.models {
         for p in model_suites(opts, m) {
-            if !out.iter().any(|s| &s.path == p) {
+            if !out.iter().any(|s| crate::suite::same_file(&s.path, p)) {
                 out.push(Suite::load(p).map_err(fatal)?);
             }
         }
     }
+    let lists: Vec<&[PathBuf]> = opts.models.iter().map(|m| model_suites(opts, m)).collect();
+    crate::suite::check_distinct(&lists, &out).map_err(fatal)?;
     Ok(out)
 }
 
 /// The suite of `loaded` ([`load_suites`]) read from `path`, with only the asked prompt ids
 /// kept ([`retain_prompts`]); `None` when it has none of them (the suite is skipped).
-fn suite_for(loaded: &[Suite], path: &Path, ids: &[String]) -> Result<Option<Suite>, Fatal> {
+pub(crate) fn suite_for(
+    loaded: &[Suite],
+    path: &Path,
+    ids: &[String],
+) -> Result<Option<Suite>, Fatal> {
     let mut suite = loaded
         .iter()
-        .find(|s| s.path == path)
+        .find(|s| crate::suite::same_file(&s.path, path))
         .cloned()
         .ok_or_else(|| Fatal(format!("{}: suite not loaded", path.display())))?;
     Ok(retain_prompts(&mut suite, ids)?.then_some(suite))
@@ -237,6 +245,26 @@ fn check_models(
     Ok(codecs)
 }
 
+/// Every `[suite.acceptance_floor]` key meant for a drafter of the run names it exactly
+/// ([`crate::acceptance::floor_for`]): a key in another case (`"dense-assistant.f32"`) left
+/// the drafter without a floor, and `--require-acceptance` passed a slow drafter.
+fn check_floor_keys(opts: &Options, suites: &[Suite]) -> Result<(), Fatal> {
+    for m in &opts.models {
+        let Some(d) = &m.draft else { continue };
+        for p in model_suites(opts, m) {
+            if let Some(s) = suites.iter().find(|s| crate::suite::same_file(&s.path, p)) {
+                crate::acceptance::floor_for(
+                    &s.path.display().to_string(),
+                    &s.settings.acceptance_floor,
+                    &golden::model_stem(d),
+                )
+                .map_err(fatal)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Every model's `goldens/<stem>/budgets.toml` ([`Budgets::load`]), in `opts.models` order:
 /// read before any model runs, so that a bad file for a later model stops the run before the
 /// earlier models have spent their time (and written nothing).
@@ -281,6 +309,7 @@ fn model_ref(path: &Path, sha256: &str) -> ModelRef {
 pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
     let suites = load_suites(opts)?;
     check_prompt_ids(opts, &suites)?;
+    check_floor_keys(opts, &suites)?;
     let all_budgets = load_budgets(opts)?;
     let codecs = check_models(opts, &suites, true)?;
     let mut runs: Vec<Run> = Vec::new();
@@ -359,7 +388,17 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
                 let has_spec = run.modes.iter().any(|x| x.starts_with("spec:"));
                 // the oracle's spec:K is an f64 generation per prompt and K: run by default
                 // only for a drafter the suite sets a floor for, on a suite that asks for it
-                let floor = suite.settings.acceptance_floor.get(&d.stem).copied();
+                let suite_file = suite.path.display().to_string();
+                let floors = &suite.settings.acceptance_floor;
+                let floor =
+                    crate::acceptance::floor_for(&suite_file, floors, &d.stem).map_err(fatal)?;
+                if let (true, true, Some(w)) = (
+                    has_spec,
+                    opts.require_acceptance,
+                    crate::acceptance::no_floor_warning(&suite_file, floors, &d.stem),
+                ) {
+                    eprintln!("warning: {w}");
+                }
                 let want_oracle =
                     opts.oracle_acceptance || (suite.settings.oracle_acceptance && floor.is_some());
                 if has_spec && want_oracle && assistant.is_none() {
@@ -762,6 +801,101 @@ mod tests {
         std::fs::remove_file(&bad).unwrap();
         let e = conformance(&o).unwrap_err().0;
         assert!(e.starts_with("model not found"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// One suite file given twice (by name, by path, by a path through `..`) is refused naming
+    /// both (it ran, and was reported, twice); two files with one `[suite] name` are refused
+    /// naming both (they shared one goldens folder: the second was judged against, or blessed
+    /// over, the first's goldens); conformance and bless refuse before any model is opened.
+    /// One file shared by two models is fine.
+    #[test]
+    fn a_suite_given_twice_or_two_with_one_name_are_refused() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let smoke = root.join("smoke.toml");
+        let dir = std::env::temp_dir().join(format!("gemma4-suite-dup-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for again in [smoke.clone(), root.join("../suites/smoke.toml")] {
+            let mut o = smoke_options(&[]);
+            o.suites = vec![smoke.clone(), root.join("core.toml"), again.clone()];
+            let want = format!(
+                "suite file given twice: {} and {} are the same file (each suite runs once)",
+                smoke.display(),
+                again.display()
+            );
+            assert_eq!(conformance(&o).unwrap_err().0, want);
+            assert_eq!(bless(&o, false).unwrap_err().0, want);
+        }
+        let other = dir.join("namedup.toml");
+        std::fs::write(
+            &other,
+            "[suite]\nname = \"smoke\"\n[[prompt]]\nid = \"story\"\ntext = \"other\"\nmax_tokens = 4\n",
+        )
+        .unwrap();
+        let mut o = smoke_options(&[]);
+        o.suites = vec![smoke.clone(), other.clone()];
+        let want = format!(
+            "{} and {} both have [suite] name = \"smoke\": they would share the goldens folder \
+             goldens/<model>/smoke/ and one name in the report (rename one)",
+            smoke.display(),
+            other.display()
+        );
+        assert_eq!(conformance(&o).unwrap_err().0, want);
+        assert_eq!(bless(&o, false).unwrap_err().0, want);
+        // across models too: each model's own list
+        let mut o = smoke_options(&[]);
+        let mut second = o.models[0].clone();
+        second.suites = Some(vec![other.clone()]);
+        o.models.push(second);
+        assert_eq!(conformance(&o).unwrap_err().0, want);
+        // one file for two models is one suite
+        let mut o = smoke_options(&[]);
+        let mut second = o.models[0].clone();
+        second.suites = Some(vec![root.join("../suites/smoke.toml")]);
+        o.models.push(second);
+        assert_eq!(load_suites(&o).unwrap().len(), 1);
+        let e = conformance(&o).unwrap_err().0;
+        assert!(e.starts_with("model not found"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A `[suite.acceptance_floor]` key that names a drafter of the run in another case is
+    /// refused before anything runs, naming key and drafter (the floor was never applied and
+    /// `--require-acceptance` passed, `(floor none)`); the exact key and an unrelated key are
+    /// fine.
+    #[test]
+    fn a_floor_key_in_another_case_is_refused() {
+        let dir = std::env::temp_dir().join(format!("gemma4-floor-key-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let suite = dir.join("floor.toml");
+        let mut o = smoke_options(&[]);
+        o.suites = vec![suite.clone()];
+        o.models[0].draft = Some(dir.join("dense-assistant.F32.gguf"));
+        for key in ["dense-assistant.f32", "Dense-Assistant.F32.gguf"] {
+            std::fs::write(
+                &suite,
+                format!("[suite.acceptance_floor]\n\"{key}\" = 1.0\n[[prompt]]\nid = \"a\"\ntext = \"x\"\nmax_tokens = 1\n"),
+            )
+            .unwrap();
+            assert_eq!(
+                conformance(&o).unwrap_err().0,
+                format!(
+                    "{}: [suite.acceptance_floor] \"{key}\" does not name the drafter \
+                     \"dense-assistant.F32\" (keys are drafter file stems, exact to the letter): \
+                     its floor would never apply; write \"dense-assistant.F32\"",
+                    suite.display()
+                )
+            );
+        }
+        for key in ["dense-assistant.F32", "moe-assistant.Q8_0"] {
+            std::fs::write(
+                &suite,
+                format!("[suite.acceptance_floor]\n\"{key}\" = 1.0\n[[prompt]]\nid = \"a\"\ntext = \"x\"\nmax_tokens = 1\n"),
+            )
+            .unwrap();
+            let e = conformance(&o).unwrap_err().0;
+            assert!(e.starts_with("model not found"), "{key}: {e}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -71,7 +71,9 @@ pub struct SuiteSettings {
     /// Speculative acceptance floors (§7), `[suite.acceptance_floor]`: drafter file stem (e.g.
     /// `"dense-assistant.F32"`) → minimum acceptance rate (accepted / drafted, in `[0, 1]`) of
     /// every `spec:K` mode with that drafter. Below it: a `slow-spec` note (fails only under
-    /// `--require-acceptance`). Drafters not listed have no floor.
+    /// `--require-acceptance`). Drafters not listed have no floor (under `--require-acceptance`
+    /// a warning names them); a key naming a drafter of the run in another case or with
+    /// `.gguf` is refused ([`crate::acceptance::floor_for`]).
     #[serde(default)]
     pub acceptance_floor: BTreeMap<String, f64>,
     /// Also run the f64 oracle's own `spec:K` (with the real drafter) on this suite's prompts,
@@ -183,6 +185,32 @@ pub enum SuiteError {
         /// The repeated mode.
         mode: Mode,
     },
+    /// The same suite file is given twice to one run (`--suite smoke --suite
+    /// suites/smoke.toml`): it would run, and be reported, twice.
+    #[error(
+        "suite file given twice: {first} and {second} are the same file (each suite runs once)"
+    )]
+    SameFile {
+        /// As given first.
+        first: PathBuf,
+        /// As given again.
+        second: PathBuf,
+    },
+    /// Two suite files of one run have the same `[suite] name`: their goldens would share one
+    /// folder (`goldens/<model>/<name>/`, one overwriting or being judged against the other's)
+    /// and their report sections one name.
+    #[error(
+        "{first} and {second} both have [suite] name = {name:?}: they would share the goldens \
+         folder goldens/<model>/{name}/ and one name in the report (rename one)"
+    )]
+    SameName {
+        /// The first file.
+        first: PathBuf,
+        /// The other file.
+        second: PathBuf,
+        /// The shared name.
+        name: String,
+    },
     /// A prompt id asked for does not exist.
     #[error("{path}: no prompt with id {id:?}")]
     UnknownPrompt {
@@ -211,6 +239,44 @@ struct RawSuite {
     suite: SuiteSettings,
     #[serde(default)]
     prompt: Vec<toml::Value>,
+}
+
+/// Whether two suite paths name the same file (compared canonically: `suites/../suites/x.toml`
+/// is `suites/x.toml`; a path that does not resolve is compared as written).
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    a == b || canon(a) == canon(b)
+}
+
+/// The suite files of one run, each given once and each with its own `[suite] name`.
+///
+/// Errors: [`SuiteError::SameFile`] for a file in `lists` twice within one list (a list is one
+/// model's suites; one file shared by several models is fine), [`SuiteError::SameName`] for two
+/// different files among `loaded` with one name.
+pub fn check_distinct(lists: &[&[PathBuf]], loaded: &[Suite]) -> Result<(), SuiteError> {
+    for list in lists {
+        for (i, p) in list.iter().enumerate() {
+            if let Some(q) = list[..i].iter().find(|q| same_file(q, p)) {
+                return Err(SuiteError::SameFile {
+                    first: q.clone(),
+                    second: p.clone(),
+                });
+            }
+        }
+    }
+    for (i, s) in loaded.iter().enumerate() {
+        if let Some(t) = loaded[..i]
+            .iter()
+            .find(|t| t.settings.name == s.settings.name && !same_file(&t.path, &s.path))
+        {
+            return Err(SuiteError::SameName {
+                first: t.path.clone(),
+                second: s.path.clone(),
+                name: s.settings.name.clone(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A key path of the suite file as its table header and key: `suite.stop_ids` →
