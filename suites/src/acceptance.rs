@@ -72,6 +72,70 @@ pub struct Acceptance {
     pub note: Option<String>,
 }
 
+/// A `[suite.acceptance_floor]` key that is meant for a drafter but does not name it exactly.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{suite}: [suite.acceptance_floor] {key:?} does not name the drafter {drafter:?} (keys are \
+     drafter file stems, exact to the letter): its floor would never apply; write {drafter:?}"
+)]
+pub struct FloorKeyError {
+    /// Suite file.
+    pub suite: String,
+    /// The near-miss key.
+    pub key: String,
+    /// The drafter's file stem.
+    pub drafter: String,
+}
+
+/// The floor for `drafter` (file stem) in `floors` (`[suite.acceptance_floor]` of the suite
+/// file `suite`): the exact key's value, or `None` when no key names it.
+///
+/// Errors: [`FloorKeyError`] when no key is exact but one names the drafter in another case or
+/// with `.gguf` (`"dense-assistant.f32"`, `"dense-assistant.F32.gguf"` for
+/// `dense-assistant.F32`): a typo that would leave the drafter without its floor, silently.
+pub fn floor_for(
+    suite: &str,
+    floors: &BTreeMap<String, f64>,
+    drafter: &str,
+) -> Result<Option<f64>, FloorKeyError> {
+    if let Some(f) = floors.get(drafter) {
+        return Ok(Some(*f));
+    }
+    let loose = |k: &str| {
+        let k = k.strip_suffix(".gguf").unwrap_or(k);
+        k.eq_ignore_ascii_case(drafter)
+    };
+    match floors.keys().find(|k| loose(k)) {
+        Some(key) => Err(FloorKeyError {
+            suite: suite.to_string(),
+            key: key.clone(),
+            drafter: drafter.to_string(),
+        }),
+        None => Ok(None),
+    }
+}
+
+/// Under `--require-acceptance`, the warning for a drafter that `[suite.acceptance_floor]` (not
+/// empty) has no floor for: its acceptance is measured but cannot fail the run, which the
+/// option's user would otherwise not learn. `None` when a key names it or the table is empty.
+pub fn no_floor_warning(
+    suite: &str,
+    floors: &BTreeMap<String, f64>,
+    drafter: &str,
+) -> Option<String> {
+    (!floors.is_empty() && !floors.contains_key(drafter)).then(|| {
+        format!(
+            "{suite}: --require-acceptance: [suite.acceptance_floor] has no floor for drafter \
+             {drafter:?} (keys: {}): its acceptance is reported but cannot fail the run",
+            floors
+                .keys()
+                .map(|k| format!("{k:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })
+}
+
 /// One f64 oracle `spec:K` run (cached).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OracleSpecRun {
@@ -302,4 +366,39 @@ pub fn acceptance_rows(
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The exact key gives the floor; a key naming the drafter in another case or with `.gguf`
+    /// is an error naming both; no key for it is no floor, and under `--require-acceptance` a
+    /// warning naming the drafter and the keys when the table has any.
+    #[test]
+    fn floors_are_found_by_the_exact_drafter_stem() {
+        let floors: BTreeMap<String, f64> = [("dense-assistant.F32".to_string(), 0.85)].into();
+        assert_eq!(
+            floor_for("s.toml", &floors, "dense-assistant.F32"),
+            Ok(Some(0.85))
+        );
+        assert_eq!(
+            floor_for("s.toml", &floors, "syn-dense-assistant"),
+            Ok(None)
+        );
+        let wrong: BTreeMap<String, f64> = [("dense-assistant.f32".to_string(), 1.0)].into();
+        let e = floor_for("s.toml", &wrong, "dense-assistant.F32").unwrap_err();
+        assert_eq!(e.key, "dense-assistant.f32");
+        assert_eq!(
+            no_floor_warning("s.toml", &floors, "syn-dense-assistant.UD-Q2_K_XL").unwrap(),
+            "s.toml: --require-acceptance: [suite.acceptance_floor] has no floor for drafter \
+             \"syn-dense-assistant.UD-Q2_K_XL\" (keys: \"dense-assistant.F32\"): its acceptance \
+             is reported but cannot fail the run"
+        );
+        assert_eq!(
+            no_floor_warning("s.toml", &floors, "dense-assistant.F32"),
+            None
+        );
+        assert_eq!(no_floor_warning("s.toml", &BTreeMap::new(), "x"), None);
+    }
 }
