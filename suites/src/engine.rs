@@ -88,7 +88,8 @@ pub struct ModeParseError {
 }
 
 impl Mode {
-    /// Parses `prefill`, `plain`, `batch:N`, `spec:K` (N, K ≥ 1).
+    /// Parses `prefill`, `plain`, `batch:N`, `spec:K` (N, K ≥ 1, written in digits only: not
+    /// `batch:+4`, not `batch: 4`).
     ///
     /// Errors: [`ModeParseError`] naming the text.
     pub fn parse(text: &str) -> Result<Mode, ModeParseError> {
@@ -102,6 +103,10 @@ impl Mode {
             _ => {}
         }
         let (kind, num) = t.split_once(':').ok_or_else(err)?;
+        // digits only: `usize::from_str` takes `+4`, which `batch: 4` (refused) is not
+        if num.is_empty() || !num.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(err());
+        }
         let n: usize = num.parse().map_err(|_| err())?;
         if n == 0 {
             return Err(err());
@@ -317,6 +322,15 @@ mod tests {
     fn bad_mode_strings_are_rejected() {
         for text in ["", "spec", "spec:0", "batch:x", "greedy", "spec:-1"] {
             assert!(Mode::parse(text).is_err(), "{text}");
+        }
+        // a sign is refused like a space (`batch:+4` ran as batch:4, `batch: 4` was refused)
+        for text in ["batch:+4", "spec:+1", "batch: 4", "batch:4 4", "batch:"] {
+            assert_eq!(
+                Mode::parse(text).unwrap_err().to_string(),
+                format!(
+                    "bad mode {text:?}: expected prefill, plain, batch:N or spec:K with N, K >= 1"
+                )
+            );
         }
         assert_eq!(
             Mode::parse_list("plain, spec:4").unwrap(),

@@ -299,8 +299,9 @@ impl Suite {
     /// Reads and validates a suite file.
     ///
     /// Errors: [`SuiteError`] naming the file (and prompt id): unreadable file, bad TOML,
-    /// missing/duplicate/unsafe id, neither or both of `messages`/`text`, empty messages, an
-    /// unknown role or key in a message, missing or zero `max_tokens`, `modes = []` or a mode
+    /// missing/duplicate/unsafe id or two ids equal ignoring case, neither or both of
+    /// `messages`/`text`, empty messages, an unknown role or key in a message, missing or zero
+    /// `max_tokens`, a mistyped key (named), `modes = []` or a mode listed twice, a stop id
     /// listed twice.
     pub fn load(path: impl AsRef<Path>) -> Result<Suite, SuiteError> {
         let path = path.as_ref().to_path_buf();
@@ -361,6 +362,20 @@ impl Suite {
                 ),
             });
         }
+        if let Some((i, id)) = settings
+            .stop_ids
+            .iter()
+            .enumerate()
+            .find(|(i, id)| settings.stop_ids[..*i].contains(id))
+        {
+            return Err(SuiteError::Toml {
+                path: path.to_path_buf(),
+                message: format!(
+                    "[suite] stop_ids lists {id} twice (at {} and {i}; each stop id once)",
+                    settings.stop_ids.iter().position(|x| x == id).unwrap_or(0)
+                ),
+            });
+        }
         if settings.modes.is_empty() {
             return Err(SuiteError::NoModes {
                 path: path.to_path_buf(),
@@ -407,6 +422,13 @@ impl Suite {
             }
             if prompts.iter().any(|p| p.id == id) {
                 return Err(perr("duplicate id".into()));
+            }
+            if let Some(other) = prompts.iter().find(|p| p.id.eq_ignore_ascii_case(&id)) {
+                return Err(perr(format!(
+                    "id differs from prompt {:?} only in case: their goldens ({id}.snap, {}.snap) \
+                     would be one file on a case-insensitive file system",
+                    other.id, other.id
+                )));
             }
             let input = match (rp.messages, rp.text) {
                 (Some(m), None) => {
@@ -744,5 +766,25 @@ mod tests {
         ] {
             assert_eq!(parse(&toml).unwrap_err().to_string(), want, "{toml}");
         }
+    }
+
+    /// A stop id listed twice is refused naming it; prompt ids equal but for case are refused
+    /// naming both (their golden files collide on a case-insensitive file system).
+    #[test]
+    fn repeated_stop_ids_and_ids_equal_ignoring_case_are_refused() {
+        let p = "[[prompt]]\nid = \"a\"\ntext = \"x\"\nmax_tokens = 1\n";
+        let e = parse(&format!("[suite]\nstop_ids = [1, 1, 106]\n{p}")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "suites/t.toml: bad suite TOML: [suite] stop_ids lists 1 twice (at 0 and 1; each stop \
+             id once)"
+        );
+        let e = parse(&format!("{p}{}", p.replace("\"a\"", "\"A\""))).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "suites/t.toml: prompt \"A\": id differs from prompt \"a\" only in case: their \
+             goldens (A.snap, a.snap) would be one file on a case-insensitive file system"
+        );
+        parse(&format!("{p}{}", p.replace("\"a\"", "\"b\""))).unwrap();
     }
 }
