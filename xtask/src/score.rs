@@ -18,6 +18,7 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
+use reference::config::Config;
 use reference::gguf::GgufFile;
 use reference::model::{Float, Model};
 use reference::score::{score, PositionScore};
@@ -77,6 +78,44 @@ fn run_score<F: Float>(model: &PathBuf, ids: &[u32], k: usize) -> Result<Vec<Pos
     s.pop().context("oracle returned no scores")
 }
 
+/// The ids of `--tokens`: comma-separated, spaces around an id allowed. Errors: an empty entry
+/// (`2,,5`, a leading or trailing comma: it was skipped, scoring fewer tokens than written) or
+/// an entry that is not a u32, naming the entry.
+fn parse_tokens(text: &str) -> Result<Vec<u32>, String> {
+    text.split(',')
+        .enumerate()
+        .map(|(i, s)| {
+            let s = s.trim();
+            if s.is_empty() {
+                Err(format!(
+                    "--tokens {text:?}: entry {} is empty (ids are separated by single commas)",
+                    i + 1
+                ))
+            } else {
+                s.parse::<u32>().map_err(|_| {
+                    format!(
+                        "--tokens {text:?}: entry {} ({s:?}) is not a token id",
+                        i + 1
+                    )
+                })
+            }
+        })
+        .collect()
+}
+
+/// `n` tokens fit the context length `context` of `model` (0: unknown, not checked). Errors:
+/// the message (a sequence past the context scores positions the model was not made for).
+fn within_context(n: usize, context: usize, model: &std::path::Path) -> Result<(), String> {
+    if context > 0 && n > context {
+        Err(format!(
+            "{n} tokens exceed the context length {context} of {}: give at most {context}",
+            model.display()
+        ))
+    } else {
+        Ok(())
+    }
+}
+
 /// Runs the verb.
 pub fn run(a: &Args) -> Result<()> {
     let model = match &a.model {
@@ -88,15 +127,7 @@ pub fn run(a: &Args) -> Result<()> {
     let tok = GemmaTokenizer::from_gguf(&file)
         .with_context(|| format!("tokenizer of {}", model.display()))?;
     let ids: Vec<u32> = match (&a.tokens, &a.text) {
-        (Some(t), _) => t
-            .split(',')
-            .filter(|s| !s.trim().is_empty())
-            .map(|s| {
-                s.trim()
-                    .parse::<u32>()
-                    .with_context(|| format!("bad token id {s:?}"))
-            })
-            .collect::<Result<_>>()?,
+        (Some(t), _) => parse_tokens(t).map_err(anyhow::Error::msg)?,
         (None, Some(text)) if a.chat => {
             tok.encode_chat(&[ChatMessage::new("user", text.as_str())], true, false)?
         }
@@ -106,6 +137,9 @@ pub fn run(a: &Args) -> Result<()> {
     if ids.is_empty() {
         bail!("empty token sequence");
     }
+    let config =
+        Config::from_gguf(&file).with_context(|| format!("config of {}", model.display()))?;
+    within_context(ids.len(), config.n_ctx_train, &model).map_err(anyhow::Error::msg)?;
     drop(file);
     let rows = if a.f32 {
         run_score::<f32>(&model, &ids, a.topk)?
@@ -184,5 +218,42 @@ fn write_stdout(text: &str) -> std::io::Result<()> {
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         r => r,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--tokens 2,,5` is refused naming the empty entry (it scored 2 tokens); a leading or
+    /// trailing comma too; spaces are allowed; a bad id is named.
+    #[test]
+    fn token_lists_with_empty_entries_are_refused() {
+        assert_eq!(parse_tokens("2, 818 ,5").unwrap(), [2, 818, 5]);
+        assert_eq!(
+            parse_tokens("2,,5").unwrap_err(),
+            "--tokens \"2,,5\": entry 2 is empty (ids are separated by single commas)"
+        );
+        assert!(parse_tokens("2,5,")
+            .unwrap_err()
+            .contains("entry 3 is empty"));
+        assert!(parse_tokens("").unwrap_err().contains("entry 1 is empty"));
+        assert_eq!(
+            parse_tokens("2,x").unwrap_err(),
+            "--tokens \"2,x\": entry 2 (\"x\") is not a token id"
+        );
+    }
+
+    /// A sequence longer than the context length is refused (it was scored past the context);
+    /// one of exactly the context length and an unknown context length (0) are scored.
+    #[test]
+    fn sequences_beyond_the_context_are_refused() {
+        let m = std::path::Path::new("m.gguf");
+        assert_eq!(
+            within_context(4097, 4096, m).unwrap_err(),
+            "4097 tokens exceed the context length 4096 of m.gguf: give at most 4096"
+        );
+        within_context(4096, 4096, m).unwrap();
+        within_context(5000, 0, m).unwrap();
     }
 }
