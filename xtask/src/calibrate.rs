@@ -79,7 +79,7 @@ pub fn run(a: &Args) -> i32 {
             0
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            crate::print_error(&e);
             2
         }
     }

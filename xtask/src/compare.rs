@@ -152,7 +152,7 @@ pub fn run(a: &Args) -> i32 {
     let (ra, rb) = match (load(&a.run_a), load(&a.run_b)) {
         (Ok(x), Ok(y)) => (x, y),
         (Err(e), _) | (_, Err(e)) => {
-            eprintln!("error: {e}");
+            crate::print_error(&e);
             return 2;
         }
     };

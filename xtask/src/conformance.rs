@@ -269,20 +269,16 @@ pub fn options(
     } else {
         suites.to_vec()
     };
+    let prompts = match prompts.as_deref() {
+        Some(p) => prompts_flag(p)?,
+        None => Vec::new(),
+    };
     Ok(Options {
         models,
         suites: names.iter().map(|n| suite_path(n)).collect(),
         engine: "reference-f32".into(),
         modes: None,
-        prompts: prompts
-            .as_deref()
-            .map(|p| {
-                p.split(',')
-                    .map(|s| s.trim().to_string())
-                    .filter(|s| !s.is_empty())
-                    .collect()
-            })
-            .unwrap_or_default(),
+        prompts,
         goldens_root: workspace_root().join("goldens"),
         out_dir: workspace_root().join("target/conformance"),
         cache_dir: workspace_root().join("target/conformance/cache"),
@@ -303,19 +299,49 @@ pub fn verb_options(
     prompts: &Option<String>,
 ) -> Option<Options> {
     options(model, draft, suites, default_suites, prompts)
-        .map_err(|e| eprintln!("error: {e}"))
+        .map_err(crate::print_error)
         .ok()
 }
 
+/// The prompt ids of a `--prompts` flag, comma-separated (empty entries skipped). Errors: a
+/// flag naming no id (`--prompts ""`, `--prompts ","`: it ran every prompt, as if absent).
+pub fn prompts_flag(text: &str) -> Result<Vec<String>, String> {
+    let ids: Vec<String> = text
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    if ids.is_empty() {
+        Err(format!(
+            "--prompts {text:?} names no prompt id (give ids separated by commas, or leave \
+             --prompts out for every prompt)"
+        ))
+    } else {
+        Ok(ids)
+    }
+}
+
 /// The modes of a `--modes` flag: at least one, each once. Errors: the message, naming the flag
-/// and the bad or repeated mode.
-pub fn modes_flag(text: &str) -> Result<Vec<Mode>, String> {
+/// and the bad or repeated mode; an empty list is answered with `example`, a list the verb
+/// takes (`plain,batch:4,spec:4`; explain's two modes `plain,spec:4`).
+pub fn modes_flag(text: &str, example: &str) -> Result<Vec<Mode>, String> {
     match Mode::parse_list(text) {
-        Ok(list) if list.is_empty() => Err(format!(
-            "--modes {text:?} names no mode (e.g. plain,batch:4,spec:4)"
-        )),
+        Ok(list) if list.is_empty() => {
+            Err(format!("--modes {text:?} names no mode (e.g. {example})"))
+        }
         Ok(list) => Ok(list),
         Err(e) => Err(format!("--modes {text:?}: {e}")),
+    }
+}
+
+/// What the terminal's last line adds for `slow-spec` notes: `, N slow-spec` and, when
+/// `--require-acceptance` makes them fail the run, that they are why it exits 1 (the line read
+/// `3 pass, 0 fail` while the exit status was 1).
+fn slow_spec_clause(s: &suites::report::Summary) -> String {
+    match (s.slow_spec, s.require_acceptance) {
+        (0, _) => String::new(),
+        (n, true) => format!(", {n} slow-spec (--require-acceptance: exit 1)"),
+        (n, false) => format!(", {n} slow-spec (a note; --require-acceptance makes it fail)"),
     }
 }
 
@@ -358,10 +384,10 @@ pub fn run(a: &Args) -> i32 {
         o.engine.push_str(",allow-remote");
     }
     if let Some(m) = &a.modes {
-        match modes_flag(m) {
+        match modes_flag(m, "plain,batch:4,spec:4") {
             Ok(m) => o.modes = Some(m),
             Err(e) => {
-                eprintln!("error: {e}");
+                crate::print_error(&e);
                 return 2;
             }
         }
@@ -395,8 +421,16 @@ pub fn run(a: &Args) -> i32 {
                     println!("  skipped {m}: {why}");
                 }
                 println!(
-                    "  engine {:.1} s, oracle {:.1} s (oracle scorings: {} from the cache, {} computed; other positions from the goldens)",
-                    run.engine_s, run.oracle_s, run.cache.0, run.cache.1
+                    "  engine {:.1} s, oracle {:.1} s (oracle scorings: {} from the cache, {} computed{})",
+                    run.engine_s,
+                    run.oracle_s,
+                    run.cache.0,
+                    run.cache.1,
+                    if run.goldens.is_some() {
+                        "; other positions from the goldens"
+                    } else {
+                        ""
+                    }
                 );
                 if run.strict_invariance {
                     let checked: Vec<_> = run
@@ -455,9 +489,10 @@ pub fn run(a: &Args) -> i32 {
                 }
             }
             println!(
-                "{} pass, {} fail in {:.1} s. Report: {}",
+                "{} pass, {} fail{} in {:.1} s. Report: {}",
                 r.summary.passed,
                 r.summary.failed,
+                slow_spec_clause(&r.summary),
                 t0.elapsed().as_secs_f64(),
                 o.out_dir.join("report.md").display()
             );
@@ -469,7 +504,7 @@ pub fn run(a: &Args) -> i32 {
             r.summary.exit_code
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            crate::print_error(&e);
             2
         }
     }
@@ -515,27 +550,73 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// `--prompts ""` and `--prompts ","` are refused (they ran every prompt); ids are trimmed
+    /// and empty entries skipped.
+    #[test]
+    fn prompts_flag_naming_no_id_is_refused() {
+        for text in ["", ",", " , "] {
+            assert_eq!(
+                prompts_flag(text).unwrap_err(),
+                format!(
+                    "--prompts {text:?} names no prompt id (give ids separated by commas, or \
+                     leave --prompts out for every prompt)"
+                )
+            );
+        }
+        assert_eq!(
+            prompts_flag("story, count_chat,").unwrap(),
+            ["story", "count_chat"]
+        );
+        let e = options(
+            &Some("m.gguf".into()),
+            &None,
+            &[],
+            &["smoke"],
+            &Some(",".into()),
+        )
+        .unwrap_err();
+        assert!(e.starts_with("--prompts \",\" names no prompt id"), "{e}");
+    }
+
+    /// The last line says when slow-spec notes make the exit status 1 (`--require-acceptance`)
+    /// and counts them otherwise; nothing without any.
+    #[test]
+    fn last_line_says_why_slow_spec_exits_1() {
+        let mut s = suites::report::Report::with_acceptance(vec![], true).summary;
+        assert_eq!(slow_spec_clause(&s), "");
+        s.slow_spec = 2;
+        assert_eq!(
+            slow_spec_clause(&s),
+            ", 2 slow-spec (--require-acceptance: exit 1)"
+        );
+        s.require_acceptance = false;
+        assert_eq!(
+            slow_spec_clause(&s),
+            ", 2 slow-spec (a note; --require-acceptance makes it fail)"
+        );
+    }
+
     /// `--modes` with a mode twice is refused naming it (it ran, and was reported, twice); an
     /// empty list and a bad mode are named too.
     #[test]
     fn modes_flag_refuses_repeats_and_names_them() {
         assert_eq!(
-            modes_flag("plain,plain").unwrap_err(),
+            modes_flag("plain,plain", "x").unwrap_err(),
             "--modes \"plain,plain\": mode plain is listed twice (each mode runs once)"
         );
         assert_eq!(
-            modes_flag("spec:4,plain,spec:4").unwrap_err(),
+            modes_flag("spec:4,plain,spec:4", "x").unwrap_err(),
             "--modes \"spec:4,plain,spec:4\": mode spec:4 is listed twice (each mode runs once)"
         );
         assert_eq!(
-            modes_flag(",").unwrap_err(),
+            modes_flag(",", "plain,batch:4,spec:4").unwrap_err(),
             "--modes \",\" names no mode (e.g. plain,batch:4,spec:4)"
         );
-        assert!(modes_flag("plain,greedy")
+        assert!(modes_flag("plain,greedy", "x")
             .unwrap_err()
             .starts_with("--modes \"plain,greedy\": bad mode \"greedy\""),);
         assert_eq!(
-            modes_flag("plain,spec:4").unwrap(),
+            modes_flag("plain,spec:4", "x").unwrap(),
             [Mode::Plain, Mode::Spec { k: 4 }]
         );
     }

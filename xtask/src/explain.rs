@@ -32,16 +32,23 @@ pub struct Args {
     pub continuation: usize,
 }
 
+/// The `--modes` example explain's messages give: a list it takes (exactly two modes).
+const EXAMPLE: &str = "plain,spec:4";
+
 /// Runs the verb; returns the exit code (0, or 2 when it could not run).
 pub fn run(a: &Args) -> i32 {
-    let modes = match crate::conformance::modes_flag(&a.modes) {
+    let modes = match crate::conformance::modes_flag(&a.modes, EXAMPLE) {
         Ok(m) if m.len() == 2 => (m[0], m[1]),
-        Ok(_) => {
-            eprintln!("error: --modes needs exactly two modes, e.g. plain,spec:4");
+        Ok(m) => {
+            crate::print_error(format!(
+                "--modes {:?} names {} mode(s); explain compares exactly two (e.g. {EXAMPLE})",
+                a.modes,
+                m.len()
+            ));
             return 2;
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            crate::print_error(&e);
             return 2;
         }
     };
@@ -70,8 +77,25 @@ pub fn run(a: &Args) -> i32 {
             0
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            crate::print_error(&e);
             2
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EXAMPLE;
+    use crate::conformance::modes_flag;
+
+    /// The example explain gives for an empty `--modes` is a list explain takes (it suggested
+    /// `plain,batch:4,spec:4`, three modes, which explain refuses).
+    #[test]
+    fn the_modes_example_is_one_explain_takes() {
+        assert_eq!(
+            modes_flag(",", EXAMPLE).unwrap_err(),
+            "--modes \",\" names no mode (e.g. plain,spec:4)"
+        );
+        assert_eq!(modes_flag(EXAMPLE, EXAMPLE).unwrap().len(), 2);
     }
 }

@@ -73,18 +73,34 @@ fn main() {
         Command::Bench(a) => bench::run(&a),
     };
     if let Err(e) = done {
-        eprintln!("error: {}", error_line(&e));
+        print_error(error_line(&e));
         std::process::exit(2);
     }
 }
 
+/// Prints `error: MESSAGE` on one line ([`one_line`]): how every verb reports what stops it.
+pub(crate) fn print_error(e: impl std::fmt::Display) {
+    eprintln!("error: {}", one_line(&e.to_string()));
+}
+
+/// `text` on one line: its lines trimmed, empty ones dropped, joined with `; ` (a message from a
+/// library that spans lines, e.g. a parser's source snippet, stays one `error: …` line).
+pub(crate) fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// The error and its causes on one line, `a: b: c`, leaving out a cause whose text ends the
-/// previous one's (errors that print their source in their own message, as `GgufError::Io`).
+/// previous one's (errors that print their source in their own message, as `GgufError::Io`);
+/// a cause spanning lines is folded onto one ([`one_line`]).
 fn error_line(e: &anyhow::Error) -> String {
     let mut line = String::new();
     let mut prev = String::new();
     for cause in e.chain() {
-        let text = cause.to_string();
+        let text = one_line(&cause.to_string());
         if !prev.ends_with(&text) {
             if !line.is_empty() {
                 line.push_str(": ");
@@ -116,5 +132,19 @@ mod tests {
         // a cause that only occurs inside an earlier message (not at its end) is kept
         let e = anyhow::anyhow!("x").context("x marks the spot");
         assert_eq!(super::error_line(&e), "x marks the spot: x");
+    }
+
+    /// A cause spanning lines (the toml crate's source snippet) is one line in the
+    /// `error: …` line.
+    #[test]
+    fn multi_line_causes_are_folded_onto_one_line() {
+        let e =
+            anyhow::anyhow!("TOML parse error at line 2, column 1\n  |\n2 | x = \n  | ^\nbad\n")
+                .context("reading f.toml");
+        assert_eq!(
+            super::error_line(&e),
+            "reading f.toml: TOML parse error at line 2, column 1; |; 2 | x =; | ^; bad"
+        );
+        assert_eq!(super::one_line("a\n\n  b  \n"), "a; b");
     }
 }
