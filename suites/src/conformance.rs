@@ -589,15 +589,10 @@ mod tests {
     /// cause named.
     #[test]
     fn drafter_is_checked_up_front() {
-        let fx = std::env::var_os("GEMMA4_FIXTURES")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"));
-        let m = fx.join("models");
-        if !m.join("dense-target.F32.gguf").exists() {
-            println!("skipped: fixtures not found at {}", fx.display());
+        let Some(target) = crate::test_fixture_model("dense-target.F32.gguf") else {
             return;
-        }
-        let target = m.join("dense-target.F32.gguf");
+        };
+        let m = target.parent().unwrap().to_path_buf();
         let t = Config::from_gguf(&reference::gguf::GgufFile::open(&target).unwrap()).unwrap();
         check_drafter(&t, &target, &m.join("dense-assistant.F32.gguf")).unwrap();
         let e = check_drafter(&t, &target, &m.join("moe-assistant.Q8_0.gguf"))
@@ -687,14 +682,9 @@ mod tests {
     /// numbers.
     #[test]
     fn suite_beyond_the_model_is_refused_before_anything_runs() {
-        let fx = std::env::var_os("GEMMA4_FIXTURES")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"));
-        let model = fx.join("models/dense-target.Q4_K_M.gguf");
-        if !model.exists() {
-            println!("skipped: fixtures not found at {}", fx.display());
+        let Some(model) = crate::test_fixture_model("dense-target.Q4_K_M.gguf") else {
             return;
-        }
+        };
         let dir = std::env::temp_dir().join(format!("gemma4-beyond-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let fits = dir.join("fits.toml");

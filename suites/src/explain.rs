@@ -460,7 +460,7 @@ pub fn explain(o: &ExplainOptions) -> Result<String, Fatal> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
 
     /// Options for `prompt` of the suite file `suite` on `model`, with an engine name that no
     /// build knows: a check that passes reaches `make_engine` and stops there, so a run never
@@ -504,14 +504,9 @@ mod tests {
     /// before the engine is built (it failed only when spec:K ran, after plain).
     #[test]
     fn suite_against_model_is_checked_before_anything_runs() {
-        let fx = std::env::var_os("GEMMA4_FIXTURES")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"));
-        let model = fx.join("models/dense-target.Q4_K_M.gguf");
-        if !model.exists() {
-            println!("skipped: fixtures not found at {}", fx.display());
+        let Some(model) = crate::test_fixture_model("dense-target.Q4_K_M.gguf") else {
             return;
-        }
+        };
         let dir = std::env::temp_dir().join(format!("gemma4-explain-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let suite = dir.join("s.toml");

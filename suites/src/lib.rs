@@ -40,6 +40,25 @@ pub mod spec_engine;
 pub mod suite;
 mod toml_error;
 
+/// The real-toolchain fixture model `name` (a file of `models/` under `GEMMA4_FIXTURES`, else
+/// `../shared/fixtures` beside the workspace) for tests that need one, or `None` after printing
+/// `skipped: …` when it is not there (a machine without the fixtures).
+#[cfg(test)]
+pub(crate) fn test_fixture_model(name: &str) -> Option<std::path::PathBuf> {
+    let fx = std::env::var_os("GEMMA4_FIXTURES")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures")
+        });
+    let model = fx.join("models").join(name);
+    if model.exists() {
+        Some(model)
+    } else {
+        println!("skipped: fixture {} not found", model.display());
+        None
+    }
+}
+
 pub use engine::{
     Engine, EngineError, Mode, Request, Scores, SpecStats, Step, StepKind, TopKRows, Trajectory,
 };
