@@ -486,11 +486,7 @@ pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
         let sha = reference::gguf::sha256_file(&m.path)
             .map_err(|e| Fatal(format!("{}: {e}", m.path.display())))?;
         let stem = golden::model_stem(&m.path);
-        let file = m
-            .path
-            .file_name()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let file = file_name(&m.path);
         let mut engine = ReferenceEngine::<f64>::load(&m.path).map_err(fatal)?;
         for suite_path in model_suites(opts, m) {
             let Some(suite) = suite_for(&suites, suite_path, &opts.prompts)? else {
