@@ -12,7 +12,7 @@ use crate::budgets::Budgets;
 use crate::engine::{Engine, Mode, Request};
 use crate::golden::{self, Golden, GoldenError, SnapshotOutcome, ORACLE_VERSION, SIDECAR_SCHEMA};
 use crate::oracle::{Codec, Oracle, ScoreCache};
-use crate::reference_engine::{model_limits, GemmaCodec, ReferenceEngine, ReferenceOracle};
+use crate::reference_engine::{GemmaCodec, ReferenceEngine, ReferenceOracle};
 use crate::report::{ModelRef, Report, Run};
 use crate::runner::{run_suite_with, suite_requests, ModelLimits, RunConfig, RunExtras};
 use crate::suite::Suite;
@@ -229,7 +229,7 @@ fn check_models(
         };
         let file = reference::gguf::GgufFile::open(&m.path).map_err(|e| cannot(e.to_string()))?;
         let config = Config::from_gguf(&file).map_err(|e| cannot(e.to_string()))?;
-        let limits = model_limits(&config);
+        let limits = ModelLimits::from_config(&config);
         let codec = GemmaCodec::load(&m.path).map_err(Fatal)?;
         for p in model_suites(opts, m) {
             if let Some(suite) = suite_for(suites, p, &opts.prompts)? {

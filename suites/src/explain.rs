@@ -13,9 +13,9 @@ use crate::conformance::{check_drafter, file_name, make_engine, Fatal, ModelSpec
 use crate::engine::{Engine, Mode, Request, Step, Trajectory};
 use crate::golden;
 use crate::oracle::{Codec, ScoreCache};
-use crate::reference_engine::{model_limits, GemmaCodec, ReferenceOracle};
+use crate::reference_engine::{GemmaCodec, ReferenceOracle};
 use crate::rule::OracleRow;
-use crate::runner::suite_requests;
+use crate::runner::{suite_requests, ModelLimits};
 use crate::suite::Suite;
 
 /// Options of one `explain` run.
@@ -135,7 +135,7 @@ pub fn explain(o: &ExplainOptions) -> Result<String, Fatal> {
     let codec = GemmaCodec::load(&m.path).map_err(Fatal)?;
     let mut one = suite.clone();
     one.prompts.retain(|q| q.id == p.id);
-    let req = suite_requests(&one, &codec, model_limits(&config))
+    let req = suite_requests(&one, &codec, ModelLimits::from_config(&config))
         .map_err(|e| f(e.for_model(&file_name(&m.path))))?
         .pop()
         .ok_or_else(|| Fatal(format!("prompt {}: no request", p.id)))?;

@@ -22,6 +22,7 @@ use crate::engine::{
 };
 use crate::oracle::{Codec, Oracle};
 use crate::rule::OracleRow;
+use crate::runner::ModelLimits;
 use crate::spec_engine::spec_generate;
 use crate::suite::PromptInput;
 
@@ -309,15 +310,6 @@ impl<F: Float> Engine for ReferenceEngine<F> {
     }
 }
 
-/// What a suite is checked against for a model with this configuration: vocabulary size
-/// `n_vocab`, context length `context_length` (`None` when the GGUF gives none, i.e. 0).
-pub fn model_limits(config: &reference::config::Config) -> crate::runner::ModelLimits {
-    crate::runner::ModelLimits {
-        vocab_size: config.n_vocab,
-        context_length: (config.n_ctx_train > 0).then_some(config.n_ctx_train),
-    }
-}
-
 /// The f64 oracle as the arbiter of the rule.
 pub struct ReferenceOracle {
     model: Model<f64>,
@@ -354,13 +346,13 @@ impl Oracle for ReferenceOracle {
         &self.sha256
     }
     fn vocab_size(&self) -> usize {
-        self.model.vocab_size()
+        ModelLimits::from_config(self.model.config()).vocab_size
     }
     fn suppressed_ids(&self) -> Vec<u32> {
         self.model.suppressed_ids().to_vec()
     }
     fn context_length(&self) -> Option<usize> {
-        model_limits(self.model.config()).context_length
+        ModelLimits::from_config(self.model.config()).context_length
     }
     fn score(
         &mut self,

@@ -427,7 +427,9 @@ fn shape_error(req: &Request, traj: &Trajectory) -> Option<String> {
 }
 
 /// What a suite is checked against before it runs: the model's vocabulary size and context
-/// length ([`Oracle::vocab_size`], [`Oracle::context_length`]).
+/// length. The rule for a Gemma-4 model is [`ModelLimits::from_config`]; the reference oracle
+/// answers [`Oracle::vocab_size`] and [`Oracle::context_length`] with it, so
+/// [`ModelLimits::of`] gives the same limits for it as its configuration does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModelLimits {
     /// Vocabulary size V: every stop id must be below it.
@@ -437,7 +439,18 @@ pub struct ModelLimits {
 }
 
 impl ModelLimits {
-    /// The oracle's limits.
+    /// The limits of a model with this configuration: vocabulary size `n_vocab`, context length
+    /// `n_ctx_train` (`None` when the GGUF gives none, i.e. 0). The one place this rule lives.
+    pub fn from_config(config: &reference::config::Config) -> ModelLimits {
+        ModelLimits {
+            vocab_size: config.n_vocab,
+            context_length: (config.n_ctx_train > 0).then_some(config.n_ctx_train),
+        }
+    }
+
+    /// Any oracle's limits, as it reports them ([`Oracle::vocab_size`],
+    /// [`Oracle::context_length`]); for the reference oracle those of
+    /// [`ModelLimits::from_config`].
     pub fn of(oracle: &dyn Oracle) -> ModelLimits {
         ModelLimits {
             vocab_size: oracle.vocab_size(),
@@ -932,6 +945,32 @@ fn cross_mode_forks(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One rule for a model's limits: the reference oracle reports those of its configuration
+    /// (the dense fixture: 16384 ids, context 4096); a configuration without a context length
+    /// (GGUF `context_length` 0) gives none, which is not checked.
+    #[test]
+    fn limits_come_from_the_configuration() {
+        let Some(path) = crate::test_fixture_model("dense-target.Q4_K_M.gguf") else {
+            return;
+        };
+        let oracle = crate::reference_engine::ReferenceOracle::load(&path).unwrap();
+        let mut config = oracle.model().config().clone();
+        let want = ModelLimits {
+            vocab_size: 16384,
+            context_length: Some(4096),
+        };
+        assert_eq!(ModelLimits::from_config(&config), want);
+        assert_eq!(ModelLimits::of(&oracle), want);
+        config.n_ctx_train = 0;
+        assert_eq!(
+            ModelLimits::from_config(&config),
+            ModelLimits {
+                vocab_size: 16384,
+                context_length: None
+            }
+        );
+    }
 
     /// The suite-against-model errors name the model file once it is known (a run over several
     /// models says which one); other errors are left as they are.
