@@ -14,7 +14,7 @@ use crate::golden::{self, Golden, GoldenError, SnapshotOutcome, ORACLE_VERSION, 
 use crate::oracle::{Codec, Oracle, ScoreCache};
 use crate::reference_engine::{GemmaCodec, ReferenceEngine, ReferenceOracle};
 use crate::report::{ModelRef, Report, Run};
-use crate::runner::{run_suite_with, suite_requests, ModelLimits, RunConfig, RunExtras};
+use crate::runner::{run_requests, suite_requests, ModelLimits, RunConfig, RunExtras};
 use crate::suite::Suite;
 
 /// A run that cannot be judged (exit code 2): bad arguments, unreadable model or suite, golden
@@ -205,18 +205,38 @@ pub(crate) fn file_name(path: &Path) -> String {
     )
 }
 
+/// One suite as a model runs it, built by the up-front check ([`check_models`]): the suite
+/// with only the asked prompts kept ([`suite_for`]) and its requests, encoded and checked
+/// against the model ([`suite_requests`]). The run judges exactly these requests
+/// ([`crate::runner::run_requests`]): each prompt is encoded once per (suite, model).
+struct PreparedSuite {
+    /// The suite (asked prompts only).
+    suite: Suite,
+    /// Its requests for the model, in prompt order.
+    reqs: Vec<Request>,
+}
+
+/// A model after the up-front check ([`check_models`]): its codec and the suites it runs, in
+/// the order it runs them (a suite with none of the asked prompts left out).
+struct CheckedModel {
+    /// The model's tokenizer and chat template.
+    codec: GemmaCodec,
+    /// Its suites with their requests.
+    suites: Vec<PreparedSuite>,
+}
+
 /// Every model against its suites, before anything runs: the model file exists and its
 /// configuration and tokenizer read, and in every suite it runs the asked prompts fit its
 /// context length, the stop ids lie in its vocabulary and top_k does not exceed it
 /// ([`suite_requests`], the error naming the model file); with `drafters`, each model's drafter
-/// reads and pairs with it ([`check_drafter`]). Returns each model's codec, in `opts.models`
-/// order.
+/// reads and pairs with it ([`check_drafter`]). Returns, in `opts.models` order, each model's
+/// codec and the requests it was checked with ([`CheckedModel`]), which the run then uses.
 fn check_models(
     opts: &Options,
     suites: &[Suite],
     drafters: bool,
-) -> Result<Vec<GemmaCodec>, Fatal> {
-    let mut codecs = Vec::new();
+) -> Result<Vec<CheckedModel>, Fatal> {
+    let mut out = Vec::new();
     for m in &opts.models {
         if !m.path.exists() {
             return Err(Fatal(format!("model not found: {}", m.path.display())));
@@ -231,18 +251,23 @@ fn check_models(
         let config = Config::from_gguf(&file).map_err(|e| cannot(e.to_string()))?;
         let limits = ModelLimits::from_config(&config);
         let codec = GemmaCodec::load(&m.path).map_err(Fatal)?;
+        let mut prepared = Vec::new();
         for p in model_suites(opts, m) {
             if let Some(suite) = suite_for(suites, p, &opts.prompts)? {
-                suite_requests(&suite, &codec, limits)
+                let reqs = suite_requests(&suite, &codec, limits)
                     .map_err(|e| fatal(e.for_model(&file_name(&m.path))))?;
+                prepared.push(PreparedSuite { suite, reqs });
             }
         }
         if let (true, Some(d)) = (drafters, &m.draft) {
             check_drafter(&config, &m.path, d)?;
         }
-        codecs.push(codec);
+        out.push(CheckedModel {
+            codec,
+            suites: prepared,
+        });
     }
-    Ok(codecs)
+    Ok(out)
 }
 
 /// Every `[suite.acceptance_floor]` key meant for a drafter of the run names it exactly
@@ -311,9 +336,21 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
     check_prompt_ids(opts, &suites)?;
     check_floor_keys(opts, &suites)?;
     let all_budgets = load_budgets(opts)?;
-    let codecs = check_models(opts, &suites, true)?;
+    let models = check_models(opts, &suites, true)?;
+    run_models(opts, models, &all_budgets)
+}
+
+/// The run of [`conformance`] once everything is checked: every model of `opts` (with its
+/// [`CheckedModel`] and budgets, in `opts.models` order) on the suites and requests of its
+/// check; writes the report.
+fn run_models(
+    opts: &Options,
+    models: Vec<CheckedModel>,
+    all_budgets: &[Budgets],
+) -> Result<Report, Fatal> {
     let mut runs: Vec<Run> = Vec::new();
-    for ((m, codec), budgets) in opts.models.iter().zip(&codecs).zip(&all_budgets) {
+    for ((m, checked), budgets) in opts.models.iter().zip(models).zip(all_budgets) {
+        let codec = &checked.codec;
         let mut oracle = ReferenceOracle::load(&m.path).map_err(fatal)?;
         let mut engine = make_engine(&opts.engine, m)?;
         let sha = oracle.model_sha256().to_string();
@@ -328,10 +365,7 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
         };
         // the f64 assistant for the oracle's own spec:K, loaded on first use
         let mut assistant: Option<Result<reference::spec::Assistant<f64>, String>> = None;
-        for suite_path in model_suites(opts, m) {
-            let Some(suite) = suite_for(&suites, suite_path, &opts.prompts)? else {
-                continue;
-            };
+        for PreparedSuite { suite, reqs } in &checked.suites {
             let gdir = golden::golden_dir(&opts.goldens_root, &stem, &suite.settings.name);
             let ids: Vec<String> = suite.prompts.iter().map(|p| p.id.clone()).collect();
             let goldens = if gdir.exists() {
@@ -371,12 +405,13 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
                 progress: opts.progress,
             };
             let mut cache = ScoreCache::new(Some(opts.cache_dir.clone()));
-            let mut run = run_suite_with(
+            let mut run = run_requests(
                 engine.as_mut(),
                 &mut oracle,
                 codec,
                 &mut cache,
-                &suite,
+                suite,
+                reqs,
                 goldens.as_ref(),
                 &cfg,
                 &RunExtras {
@@ -408,8 +443,6 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
                             .map_err(|e| format!("{}: {e}", path.display())),
                     );
                 }
-                let reqs =
-                    suite_requests(&suite, codec, ModelLimits::of(&oracle)).map_err(fatal)?;
                 let mut os = match assistant.as_ref().filter(|_| want_oracle) {
                     Some(Ok(a)) => Some(OracleSpec {
                         target: oracle.model(),
@@ -424,7 +457,7 @@ pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
                 };
                 let t0 = std::time::Instant::now();
                 run.acceptance =
-                    acceptance_rows(&run, &reqs, d, floor, os.as_mut(), goldens.as_ref())
+                    acceptance_rows(&run, reqs, d, floor, os.as_mut(), goldens.as_ref())
                         .map_err(fatal)?;
                 run.oracle_s += t0.elapsed().as_secs_f64();
                 if let (Some(Err(e)), true) = (&assistant, want_oracle) {
@@ -480,44 +513,33 @@ pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
     let suites = load_suites(opts)?;
     check_prompt_ids(opts, &suites)?;
     // bless runs the f64 oracle alone: drafters are not read
-    let codecs = check_models(opts, &suites, false)?;
+    let models = check_models(opts, &suites, false)?;
     let mut summary = BlessSummary::default();
-    for (m, codec) in opts.models.iter().zip(&codecs) {
+    for (m, checked) in opts.models.iter().zip(&models) {
+        let codec = &checked.codec;
         let sha = reference::gguf::sha256_file(&m.path)
             .map_err(|e| Fatal(format!("{}: {e}", m.path.display())))?;
         let stem = golden::model_stem(&m.path);
         let file = file_name(&m.path);
         let mut engine = ReferenceEngine::<f64>::load(&m.path).map_err(fatal)?;
-        for suite_path in model_suites(opts, m) {
-            let Some(suite) = suite_for(&suites, suite_path, &opts.prompts)? else {
-                continue;
-            };
+        for PreparedSuite { suite, reqs } in &checked.suites {
             let dir = golden::golden_dir(&opts.goldens_root, &stem, &suite.settings.name);
             if !force {
-                for p in &suite.prompts {
-                    match golden::load_goldens(&dir, std::slice::from_ref(&p.id), &sha) {
+                for r in reqs {
+                    match golden::load_goldens(&dir, std::slice::from_ref(&r.id), &sha) {
                         Err(e @ GoldenError::ShaMismatch { .. }) => return Err(fatal(e)),
                         _ => continue,
                     }
                 }
             }
-            let bar = indicatif::ProgressBar::new(suite.prompts.len() as u64);
+            let bar = indicatif::ProgressBar::new(reqs.len() as u64);
             if !opts.progress {
                 bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
             }
-            for p in &suite.prompts {
-                bar.set_message(p.id.clone());
-                let prompt = codec
-                    .encode(&p.input, suite.settings.enable_thinking)
-                    .map_err(|e| Fatal(format!("prompt {}: {e}", p.id)))?;
-                let req = Request {
-                    id: p.id.clone(),
-                    prompt: prompt.clone(),
-                    max_tokens: p.max_tokens,
-                    stop: suite.settings.stop_ids.clone(),
-                };
+            for req in reqs {
+                bar.set_message(req.id.clone());
                 let traj = engine
-                    .generate(&[req], &Mode::Plain)
+                    .generate(std::slice::from_ref(req), &Mode::Plain)
                     .map_err(fatal)?
                     .pop()
                     .ok_or_else(|| Fatal("oracle returned nothing".into()))?;
@@ -527,8 +549,8 @@ pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
                     model_sha256: sha.clone(),
                     oracle_version: ORACLE_VERSION.into(),
                     suite: suite.settings.name.clone(),
-                    prompt_id: p.id.clone(),
-                    prompt,
+                    prompt_id: req.id.clone(),
+                    prompt: req.prompt.clone(),
                     tokens: traj.tokens(),
                     top_k: traj
                         .steps
@@ -541,7 +563,7 @@ pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
                     SnapshotOutcome::Written => summary.written += 1,
                     SnapshotOutcome::Mismatch => summary
                         .mismatched
-                        .push(format!("{stem}/{}/{}", suite.settings.name, p.id)),
+                        .push(format!("{stem}/{}/{}", suite.settings.name, req.id)),
                 }
                 bar.inc(1);
             }
@@ -607,6 +629,45 @@ mod tests {
             "{e}"
         );
         std::fs::remove_file(&cut).unwrap();
+    }
+
+    /// The run judges the requests built and checked up front (it encoded every prompt again,
+    /// and the oracle's spec:K a third time): the check gives the smoke prompt "story" as its
+    /// golden has it (11 tokens), and a prompt changed after the check is what the run gets —
+    /// its golden (made from 11 tokens) is then stale, which the run says before anything runs.
+    #[test]
+    fn the_run_judges_the_requests_checked_up_front() {
+        let Some(model) = crate::test_fixture_model("dense-target.Q4_K_M.gguf") else {
+            return;
+        };
+        let dir = std::env::temp_dir().join(format!("gemma4-checked-reqs-{}", std::process::id()));
+        let mut o = smoke_options(&["story"]);
+        o.models[0].path = model;
+        o.modes = Some(vec![Mode::Plain]);
+        o.out_dir = dir.join("out");
+        o.cache_dir = dir.join("cache");
+        let suites = load_suites(&o).unwrap();
+        let mut models = check_models(&o, &suites, true).unwrap();
+        let prepared = &mut models[0].suites;
+        assert_eq!(prepared.len(), 1);
+        assert_eq!(prepared[0].suite.settings.name, "smoke");
+        let req = &mut prepared[0].reqs[0];
+        assert_eq!((req.id.as_str(), req.prompt.len()), ("story", 11));
+        assert_eq!(req.prompt[0], 2, "BOS first");
+        let again = req.prompt[10];
+        req.prompt.push(again);
+        let e = run_models(&o, models, &load_budgets(&o).unwrap())
+            .unwrap_err()
+            .0;
+        assert!(
+            e.starts_with(
+                "prompt \"story\": its golden was made from a different prompt (11 tokens, the \
+                 suite gives 12; first difference at token 11)"
+            ),
+            "{e}"
+        );
+        assert!(!o.out_dir.join("report.json").exists());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// [`check_prompt_ids`] on the options' suites, read as the run reads them.

@@ -564,13 +564,38 @@ pub fn run_suite_with(
     cfg: &RunConfig,
     extras: &RunExtras,
 ) -> Result<Run, RunError> {
-    let st = &suite.settings;
     if let Some(mode) = first_duplicate(&cfg.modes) {
         return Err(RunError::DuplicateMode { mode });
     }
     let reqs = suite_requests(suite, codec, ModelLimits::of(oracle))?;
+    run_requests(
+        engine, oracle, codec, cache, suite, &reqs, goldens, cfg, extras,
+    )
+}
+
+/// [`run_suite_with`] on requests already built and checked: `reqs` are
+/// [`suite_requests`]`(suite, codec, limits)` for the limits of `oracle`'s model. `cargo xtask
+/// conformance` builds them once per (suite, model) in its up-front check and hands them
+/// through, so no prompt is encoded again here; `codec` only decodes (report texts). Errors as
+/// [`run_suite_with`], but the suite is not checked against the model again.
+#[allow(clippy::too_many_arguments)]
+pub fn run_requests(
+    engine: &mut dyn Engine,
+    oracle: &mut dyn Oracle,
+    codec: &dyn Codec,
+    cache: &mut ScoreCache,
+    suite: &Suite,
+    reqs: &[Request],
+    goldens: Option<&BTreeMap<String, Golden>>,
+    cfg: &RunConfig,
+    extras: &RunExtras,
+) -> Result<Run, RunError> {
+    let st = &suite.settings;
+    if let Some(mode) = first_duplicate(&cfg.modes) {
+        return Err(RunError::DuplicateMode { mode });
+    }
     if let Some(g) = goldens {
-        for r in &reqs {
+        for r in reqs {
             if let Some(gold) = g.get(&r.id) {
                 if let Some(message) = gold.problem(oracle.vocab_size()) {
                     return Err(RunError::BadGolden {
@@ -647,9 +672,9 @@ pub fn run_suite_with(
         bar.set_message(mode.to_string());
         let t0 = Instant::now();
         let result: Result<Vec<Trajectory>, EngineError> = if *mode == Mode::Prefill {
-            prefill_trajectories(engine, &reqs, goldens, st.top_k)
+            prefill_trajectories(engine, reqs, goldens, st.top_k)
         } else {
-            engine.generate(&reqs, mode)
+            engine.generate(reqs, mode)
         };
         engine_s += t0.elapsed().as_secs_f64();
         let req_errors: BTreeMap<String, String> = engine.request_errors().into_iter().collect();
@@ -757,7 +782,7 @@ pub fn run_suite_with(
         }
     }
     bar.finish_and_clear();
-    let forks = cross_mode_forks(codec, &reqs, &judged_by_prompt, cfg.tau);
+    let forks = cross_mode_forks(codec, reqs, &judged_by_prompt, cfg.tau);
     // entries in (prompt, mode) order
     let order: BTreeMap<&str, usize> = reqs
         .iter()

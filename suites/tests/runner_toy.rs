@@ -16,7 +16,7 @@ use suites::mock::{ByteCodec, Perturbation, Perturbed, ToyModel};
 use suites::oracle::{Codec, ScoreCache};
 use suites::report::{ModelRef, Report};
 use suites::rule::{PositionVerdict, Verdict};
-use suites::runner::{run_suite, RunConfig};
+use suites::runner::{run_requests, run_suite, suite_requests, ModelLimits, RunConfig, RunExtras};
 use suites::suite::Suite;
 use suites::{Engine, Mode, Request};
 
@@ -465,4 +465,70 @@ fn cross_mode_fork_and_report_files_are_written() {
     res.unwrap();
     assert!(std::fs::read_to_string(&svg2).unwrap().starts_with("<svg"));
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// [`ByteCodec`] counting its encodes.
+struct CountingCodec {
+    inner: ByteCodec,
+    encodes: std::cell::Cell<usize>,
+}
+
+impl Codec for CountingCodec {
+    fn encode(
+        &self,
+        input: &suites::suite::PromptInput,
+        enable_thinking: bool,
+    ) -> Result<Vec<u32>, String> {
+        self.encodes.set(self.encodes.get() + 1);
+        self.inner.encode(input, enable_thinking)
+    }
+    fn decode(&self, ids: &[u32]) -> String {
+        self.inner.decode(ids)
+    }
+}
+
+/// Requests built once are run as given: `run_requests` encodes no prompt (`run_suite` encodes
+/// each once more) and judges the requests it is handed — prompt "b" cut to 5 output tokens
+/// gives a 5-token entry, the golden's first 5 tokens.
+#[test]
+fn run_requests_judges_the_requests_given_without_encoding() {
+    let s = suite();
+    let g = goldens(&s);
+    let codec = CountingCodec {
+        inner: ByteCodec { vocab: V },
+        encodes: std::cell::Cell::new(0),
+    };
+    let mut reqs = suite_requests(&s, &codec, ModelLimits::of(&ToyModel::new(V))).unwrap();
+    assert_eq!(codec.encodes.get(), 2);
+    reqs[1].max_tokens = 5;
+    let mut cache = ScoreCache::new(None);
+    let run = run_requests(
+        &mut ToyModel::new(V),
+        &mut ToyModel::new(V),
+        &codec,
+        &mut cache,
+        &s,
+        &reqs,
+        Some(&g),
+        &cfg(&[Mode::Plain]),
+        &RunExtras::default(),
+    )
+    .unwrap();
+    assert_eq!(codec.encodes.get(), 2);
+    let b = &run.entries[1];
+    assert_eq!((b.prompt.as_str(), b.prompt_tokens), ("b", 6));
+    assert_eq!(b.tokens, g["b"].tokens[..5]);
+    assert!(b.passes, "{:?}", b.verdict);
+    assert_eq!(run.entries[0].tokens, g["a"].tokens);
+    run_suite(
+        &mut ToyModel::new(V),
+        &mut ToyModel::new(V),
+        &codec,
+        &mut cache,
+        &s,
+        Some(&g),
+        &cfg(&[Mode::Plain]),
+    )
+    .unwrap();
+    assert_eq!(codec.encodes.get(), 4);
 }
