@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use reference::config::{AssistantConfig, Config};
+use reference::gguf::GgufFile;
+use reference::model::{Faults, Model};
 
 use crate::acceptance::{acceptance_rows, DrafterRef, OracleSpec};
 use crate::budgets::Budgets;
@@ -216,9 +218,53 @@ struct PreparedSuite {
     reqs: Vec<Request>,
 }
 
-/// A model after the up-front check ([`check_models`]): its codec and the suites it runs, in
-/// the order it runs them (a suite with none of the asked prompts left out).
+/// A model file opened once ([`open_model`]): the GGUF, its configuration and its codec.
+pub(crate) struct OpenedModel {
+    /// The GGUF: memory-mapped, metadata and tensor table parsed, no weight read or decoded.
+    pub(crate) file: GgufFile,
+    /// Its Gemma-4 configuration.
+    pub(crate) config: Config,
+    /// Its tokenizer and chat template.
+    pub(crate) codec: GemmaCodec,
+}
+
+/// Opens the model file `path` once for the up-front check and the run: its configuration and
+/// tokenizer read from that one open file, which the caller keeps to build the oracle's model
+/// (`ReferenceOracle::from_gguf`) instead of opening the file again. Errors: the file does not
+/// exist (`model not found: …`), or its GGUF, configuration or tokenizer does not read (the
+/// cause, naming the path).
+pub(crate) fn open_model(path: &Path) -> Result<OpenedModel, Fatal> {
+    if !path.exists() {
+        return Err(Fatal(format!("model not found: {}", path.display())));
+    }
+    let cannot = |message: String| {
+        fatal(crate::engine::EngineError::Load {
+            path: path.to_path_buf(),
+            message,
+        })
+    };
+    let file = GgufFile::open(path).map_err(|e| cannot(e.to_string()))?;
+    let config = Config::from_gguf(&file).map_err(|e| cannot(e.to_string()))?;
+    let codec = GemmaCodec::from_gguf(&file, path).map_err(Fatal)?;
+    Ok(OpenedModel {
+        file,
+        config,
+        codec,
+    })
+}
+
+/// A model after the up-front check ([`check_models`]): the GGUF it opened, its codec and the
+/// suites it runs, in the order it runs them (a suite with none of the asked prompts left out).
+///
+/// The open file is kept, not the oracle: a model is prepared from it (norm vectors decoded)
+/// and hashed only when its turn comes, so the check holds no model for every model of the
+/// run — the file's parsed metadata (~28 MB heap for a 262 144-id Gemma-4 vocabulary, ~2 MB
+/// for the fixtures; weights stay on disk, memory-mapped) beside the codec it already kept
+/// (~68 MB for that vocabulary).
 struct CheckedModel {
+    /// The model file, opened once by the check; the run's oracle (conformance) or f64 engine
+    /// (bless) is made from it.
+    file: GgufFile,
     /// The model's tokenizer and chat template.
     codec: GemmaCodec,
     /// Its suites with their requests.
@@ -238,19 +284,12 @@ fn check_models(
 ) -> Result<Vec<CheckedModel>, Fatal> {
     let mut out = Vec::new();
     for m in &opts.models {
-        if !m.path.exists() {
-            return Err(Fatal(format!("model not found: {}", m.path.display())));
-        }
-        let cannot = |message: String| {
-            fatal(crate::engine::EngineError::Load {
-                path: m.path.clone(),
-                message,
-            })
-        };
-        let file = reference::gguf::GgufFile::open(&m.path).map_err(|e| cannot(e.to_string()))?;
-        let config = Config::from_gguf(&file).map_err(|e| cannot(e.to_string()))?;
+        let OpenedModel {
+            file,
+            config,
+            codec,
+        } = open_model(&m.path)?;
         let limits = ModelLimits::from_config(&config);
-        let codec = GemmaCodec::load(&m.path).map_err(Fatal)?;
         let mut prepared = Vec::new();
         for p in model_suites(opts, m) {
             if let Some(suite) = suite_for(suites, p, &opts.prompts)? {
@@ -263,6 +302,7 @@ fn check_models(
             check_drafter(&config, &m.path, d)?;
         }
         out.push(CheckedModel {
+            file,
             codec,
             suites: prepared,
         });
@@ -350,8 +390,13 @@ fn run_models(
 ) -> Result<Report, Fatal> {
     let mut runs: Vec<Run> = Vec::new();
     for ((m, checked), budgets) in opts.models.iter().zip(models).zip(all_budgets) {
-        let codec = &checked.codec;
-        let mut oracle = ReferenceOracle::load(&m.path).map_err(fatal)?;
+        let CheckedModel {
+            file,
+            codec,
+            suites,
+        } = checked;
+        let codec = &codec;
+        let mut oracle = ReferenceOracle::from_gguf(&m.path, file).map_err(fatal)?;
         let mut engine = make_engine(&opts.engine, m)?;
         let sha = oracle.model_sha256().to_string();
         let stem = golden::model_stem(&m.path);
@@ -365,7 +410,7 @@ fn run_models(
         };
         // the f64 assistant for the oracle's own spec:K, loaded on first use
         let mut assistant: Option<Result<reference::spec::Assistant<f64>, String>> = None;
-        for PreparedSuite { suite, reqs } in &checked.suites {
+        for PreparedSuite { suite, reqs } in &suites {
             let gdir = golden::golden_dir(&opts.goldens_root, &stem, &suite.settings.name);
             let ids: Vec<String> = suite.prompts.iter().map(|p| p.id.clone()).collect();
             let goldens = if gdir.exists() {
@@ -515,14 +560,24 @@ pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
     // bless runs the f64 oracle alone: drafters are not read
     let models = check_models(opts, &suites, false)?;
     let mut summary = BlessSummary::default();
-    for (m, checked) in opts.models.iter().zip(&models) {
-        let codec = &checked.codec;
+    for (m, checked) in opts.models.iter().zip(models) {
+        let CheckedModel {
+            file: gguf,
+            codec,
+            suites,
+        } = checked;
         let sha = reference::gguf::sha256_file(&m.path)
             .map_err(|e| Fatal(format!("{}: {e}", m.path.display())))?;
         let stem = golden::model_stem(&m.path);
         let file = file_name(&m.path);
-        let mut engine = ReferenceEngine::<f64>::load(&m.path).map_err(fatal)?;
-        for PreparedSuite { suite, reqs } in &checked.suites {
+        let model = Model::<f64>::from_gguf(gguf, Faults::default()).map_err(|e| {
+            fatal(crate::engine::EngineError::Load {
+                path: m.path.clone(),
+                message: e.to_string(),
+            })
+        })?;
+        let mut engine = ReferenceEngine::from_model(model);
+        for PreparedSuite { suite, reqs } in &suites {
             let dir = golden::golden_dir(&opts.goldens_root, &stem, &suite.settings.name);
             if !force {
                 for r in reqs {
@@ -668,6 +723,51 @@ mod tests {
         );
         assert!(!o.out_dir.join("report.json").exists());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// One open of the model file gives the check its configuration and codec and the run its
+    /// oracle ([`open_model`], `ReferenceOracle::from_gguf`): the same as opening it for each
+    /// (`GemmaCodec::load`, `ReferenceOracle::load`) — prompt ids, SHA-256 (the goldens' pin),
+    /// vocabulary and scores bit for bit. A missing file and one that is no GGUF are named.
+    #[test]
+    fn one_open_gives_the_codec_and_oracle_of_separate_opens() {
+        let Some(path) = crate::test_fixture_model("dense-target.Q4_K_M.gguf") else {
+            return;
+        };
+        let opened = open_model(&path).unwrap();
+        assert_eq!(opened.config.n_vocab, 16384);
+        let text = crate::suite::PromptInput::Text("Once upon a time".into());
+        let ids = opened.codec.encode(&text, false).unwrap();
+        assert_eq!(
+            ids,
+            GemmaCodec::load(&path)
+                .unwrap()
+                .encode(&text, false)
+                .unwrap()
+        );
+        assert_eq!(ids.len(), 5);
+        let mut once = ReferenceOracle::from_gguf(&path, opened.file).unwrap();
+        let mut twice = ReferenceOracle::load(&path).unwrap();
+        assert_eq!(
+            once.model_sha256(),
+            "ffc2c4a721d6dc0d8768fabe49cb4cb518fa136fa043751dcf9086bae99dde41"
+        );
+        assert_eq!(once.model_sha256(), twice.model_sha256());
+        assert_eq!(once.vocab_size(), 16384);
+        let a = once.score(std::slice::from_ref(&ids), 4).unwrap();
+        let b = twice.score(std::slice::from_ref(&ids), 4).unwrap();
+        assert_eq!(a[0].len(), 5);
+        assert_eq!(a, b);
+        let missing = path.with_file_name("no-such.gguf");
+        assert_eq!(
+            open_model(&missing).err().unwrap().0,
+            format!("model not found: {}", missing.display())
+        );
+        let not_gguf = std::env::temp_dir().join(format!("not-gguf-{}.gguf", std::process::id()));
+        std::fs::write(&not_gguf, b"not a gguf file at all").unwrap();
+        let e = open_model(&not_gguf).err().unwrap().0;
+        std::fs::remove_file(&not_gguf).unwrap();
+        assert!(e.contains(&not_gguf.display().to_string()), "{e}");
     }
 
     /// [`check_prompt_ids`] on the options' suites, read as the run reads them.

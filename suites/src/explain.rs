@@ -6,10 +6,10 @@
 
 use std::fmt::Write as _;
 
-use reference::config::Config;
-
 use crate::budgets::Budgets;
-use crate::conformance::{check_drafter, file_name, make_engine, Fatal, ModelSpec};
+use crate::conformance::{
+    check_drafter, file_name, make_engine, open_model, Fatal, ModelSpec, OpenedModel,
+};
 use crate::engine::{Engine, Mode, Request, Step, Trajectory};
 use crate::golden;
 use crate::oracle::{Codec, ScoreCache};
@@ -120,19 +120,12 @@ pub fn explain(o: &ExplainOptions) -> Result<String, Fatal> {
     let p = suite.prompt(&o.prompt).map_err(f)?.clone();
     let stem = golden::model_stem(&m.path);
     let budgets = Budgets::load(&o.goldens_root.join(&stem).join("budgets.toml")).map_err(f)?;
-    if !m.path.exists() {
-        return Err(Fatal(format!("model not found: {}", m.path.display())));
-    }
-    let config = reference::gguf::GgufFile::open(&m.path)
-        .map_err(|e| e.to_string())
-        .and_then(|g| Config::from_gguf(&g).map_err(|e| e.to_string()))
-        .map_err(|message| {
-            f(crate::engine::EngineError::Load {
-                path: m.path.clone(),
-                message,
-            })
-        })?;
-    let codec = GemmaCodec::load(&m.path).map_err(Fatal)?;
+    // the model file is opened once: its config and codec now, the oracle's model later
+    let OpenedModel {
+        file,
+        config,
+        codec,
+    } = open_model(&m.path)?;
     let mut one = suite.clone();
     one.prompts.retain(|q| q.id == p.id);
     let req = suite_requests(&one, &codec, ModelLimits::from_config(&config))
@@ -142,7 +135,7 @@ pub fn explain(o: &ExplainOptions) -> Result<String, Fatal> {
     if let Some(d) = &m.draft {
         check_drafter(&config, &m.path, d)?;
     }
-    let mut oracle = ReferenceOracle::load(&m.path).map_err(f)?;
+    let mut oracle = ReferenceOracle::from_gguf(&m.path, file).map_err(f)?;
     let mut engine = make_engine(&o.engine, m)?;
     let (tau, tau_src) = match budgets.0.get(engine.name()) {
         Some(b) => (

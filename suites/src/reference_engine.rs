@@ -319,14 +319,24 @@ pub struct ReferenceOracle {
 impl ReferenceOracle {
     /// Loads the model and hashes the file. Errors name the path.
     pub fn load(path: &Path) -> Result<ReferenceOracle, EngineError> {
-        let sha256 = reference::gguf::sha256_file(path).map_err(|e| EngineError::Load {
+        let file = GgufFile::open(path).map_err(|e| EngineError::Load {
             path: path.to_path_buf(),
             message: e.to_string(),
         })?;
-        let model = Model::<f64>::load(path).map_err(|e| EngineError::Load {
+        ReferenceOracle::from_gguf(path, file)
+    }
+
+    /// The oracle over `file`, the GGUF already opened from `path` (conformance and explain
+    /// keep the file their up-front check opened, so the model is opened once): the model
+    /// prepared from it (`Model::from_gguf`) and the SHA-256 of `path`. Errors name the path.
+    pub fn from_gguf(path: &Path, file: GgufFile) -> Result<ReferenceOracle, EngineError> {
+        let load = |message: String| EngineError::Load {
             path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
+            message,
+        };
+        let sha256 = reference::gguf::sha256_file(path).map_err(|e| load(e.to_string()))?;
+        let model = Model::<f64>::from_gguf(file, reference::model::Faults::default())
+            .map_err(|e| load(e.to_string()))?;
         Ok(ReferenceOracle { model, sha256 })
     }
 
@@ -383,7 +393,13 @@ impl GemmaCodec {
     /// Reads the tokenizer from the GGUF file. Errors name the path.
     pub fn load(path: &Path) -> Result<GemmaCodec, String> {
         let f = GgufFile::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let tok = GemmaTokenizer::from_gguf(&f).map_err(|e| format!("{}: {e}", path.display()))?;
+        GemmaCodec::from_gguf(&f, path)
+    }
+
+    /// Reads the tokenizer from `file`, the GGUF already opened from `path` (named by errors).
+    pub fn from_gguf(file: &GgufFile, path: &Path) -> Result<GemmaCodec, String> {
+        let tok =
+            GemmaTokenizer::from_gguf(file).map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(GemmaCodec { tok })
     }
 
