@@ -53,7 +53,9 @@ pub struct Options {
     pub modes: Option<Vec<Mode>>,
     /// Only these prompt ids (all if empty).
     pub prompts: Vec<String>,
-    /// `goldens/` root.
+    /// `goldens/` root. The `suites/` folder beside it holds the suite files whose names own
+    /// their goldens folders (`suites/<name>.toml` is the suite named `<name>`:
+    /// [`crate::suite::check_names_owned`]).
     pub goldens_root: PathBuf,
     /// Output folder (`target/conformance`, or `target/conformance/runs/LABEL`).
     pub out_dir: PathBuf,
@@ -135,10 +137,20 @@ pub(crate) fn model_suites<'a>(opts: &'a Options, m: &'a ModelSpec) -> &'a [Path
     m.suites.as_deref().unwrap_or(&opts.suites)
 }
 
+/// The folder of the named suites: `suites/` beside the goldens root (`goldens/`), where
+/// `--suite <name>` finds `<name>.toml`.
+fn named_suites_dir(goldens_root: &Path) -> PathBuf {
+    goldens_root
+        .parent()
+        .unwrap_or_else(|| Path::new(""))
+        .join("suites")
+}
+
 /// Every suite file the run reads (each model's suites, or `opts.suites`), each read once, in
 /// first-use order, files compared canonically ([`crate::suite::same_file`]). Errors: the first
 /// suite that does not load ([`crate::suite::SuiteError`]), one file given twice to a model or
-/// two files with one `[suite] name` ([`crate::suite::check_distinct`]).
+/// two files with one `[suite] name` ([`crate::suite::check_distinct`]), a file with the name of
+/// another file in `suites/` ([`crate::suite::check_names_owned`]: it would share its goldens).
 pub(crate) fn load_suites(opts: &Options) -> Result<Vec<Suite>, Fatal> {
     let mut out: Vec<Suite> = Vec::new();
     for m in &opts.models {
@@ -150,6 +162,7 @@ pub(crate) fn load_suites(opts: &Options) -> Result<Vec<Suite>, Fatal> {
     }
     let lists: Vec<&[PathBuf]> = opts.models.iter().map(|m| model_suites(opts, m)).collect();
     crate::suite::check_distinct(&lists, &out).map_err(fatal)?;
+    crate::suite::check_names_owned(&named_suites_dir(&opts.goldens_root), &out).map_err(fatal)?;
     Ok(out)
 }
 
@@ -1003,6 +1016,50 @@ mod tests {
         assert_eq!(load_suites(&o).unwrap().len(), 1);
         let e = conformance(&o).unwrap_err().0;
         assert!(e.starts_with("model not found"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A suite file with the name of a file in suites/ that it is not — `[suite] name =
+    /// "smoke"`, or a file called smoke.toml without a name — is refused by conformance, bless
+    /// and calibrate before any model is opened, naming both files (bless wrote its goldens into
+    /// the committed goldens/<model>/smoke/ and conformance judged it against them); the
+    /// committed suites/smoke.toml itself, edited or not and by any path, and a name no file in
+    /// suites/ has are fine.
+    #[test]
+    fn a_suite_with_the_name_of_another_file_in_suites_is_refused() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let owner = std::fs::canonicalize(root.join("smoke.toml")).unwrap();
+        let dir = std::env::temp_dir().join(format!("gemma4-name-owner-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let prompt = "[[prompt]]\nid = \"story\"\ntext = \"other\"\nmax_tokens = 4\n";
+        let other = dir.join("other.toml");
+        std::fs::write(&other, format!("[suite]\nname = \"smoke\"\n{prompt}")).unwrap();
+        let unnamed = dir.join("smoke.toml");
+        std::fs::write(&unnamed, prompt).unwrap();
+        for file in [&other, &unnamed] {
+            let mut o = smoke_options(&[]);
+            o.suites = vec![file.clone()];
+            let want = format!(
+                "{}: the suite name \"smoke\" is taken by {} (goldens/<model>/smoke/ holds that \
+                 file's goldens): rename [suite] name in {}",
+                file.display(),
+                owner.display(),
+                file.display()
+            );
+            assert_eq!(conformance(&o).unwrap_err().0, want);
+            assert_eq!(bless(&o, false).unwrap_err().0, want);
+            let e = crate::calibrate::calibrate_models(&o, 2.0, false).unwrap_err();
+            assert_eq!(e.0, want);
+        }
+        // the committed file by another path, and a free name, reach the model check
+        let free = dir.join("free.toml");
+        std::fs::write(&free, format!("[suite]\nname = \"smoke-mine\"\n{prompt}")).unwrap();
+        for file in [root.join("../suites/smoke.toml"), free] {
+            let mut o = smoke_options(&[]);
+            o.suites = vec![file];
+            let e = bless(&o, false).unwrap_err().0;
+            assert!(e.starts_with("model not found"), "{e}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -211,6 +211,21 @@ pub enum SuiteError {
         /// The shared name.
         name: String,
     },
+    /// A suite file has the `[suite] name` of a file in the `suites/` folder (its
+    /// `<name>.toml`, what `--suite <name>` reads) that it is not: it would be judged against,
+    /// or blessed into, that file's goldens (`goldens/<model>/<name>/`).
+    #[error(
+        "{file}: the suite name {name:?} is taken by {owner} (goldens/<model>/{name}/ holds that \
+         file's goldens): rename [suite] name in {file}"
+    )]
+    NameTaken {
+        /// The suite file given.
+        file: PathBuf,
+        /// The file of `suites/` with that name.
+        owner: PathBuf,
+        /// The name.
+        name: String,
+    },
     /// A prompt id asked for does not exist.
     #[error("{path}: no prompt with id {id:?}")]
     UnknownPrompt {
@@ -272,6 +287,28 @@ pub fn check_distinct(lists: &[&[PathBuf]], loaded: &[Suite]) -> Result<(), Suit
             return Err(SuiteError::SameName {
                 first: t.path.clone(),
                 second: s.path.clone(),
+                name: s.settings.name.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Every suite of `loaded` whose `[suite] name` (the file stem when unset) is that of a file in
+/// `suites_dir` — `<suites_dir>/<name>.toml`, what `--suite <name>` reads — is that file
+/// (compared with [`same_file`]): the goldens of a name, `goldens/<model>/<name>/`, belong to
+/// the suite file of that name, so a copy or another file with its name is refused instead of
+/// being judged against, or blessed into, them. An edited file of `suites_dir` keeps its name;
+/// a name no file of `suites_dir` has is free.
+///
+/// Errors: [`SuiteError::NameTaken`], naming both files.
+pub fn check_names_owned(suites_dir: &Path, loaded: &[Suite]) -> Result<(), SuiteError> {
+    for s in loaded {
+        let owner = suites_dir.join(format!("{}.toml", s.settings.name));
+        if owner.is_file() && !same_file(&owner, &s.path) {
+            return Err(SuiteError::NameTaken {
+                file: s.path.clone(),
+                owner: std::fs::canonicalize(&owner).unwrap_or(owner),
                 name: s.settings.name.clone(),
             });
         }

@@ -290,7 +290,19 @@ fn oracle_spec_matches_plain_and_a_high_floor_gives_slow_spec() {
         "[suite]\noracle_acceptance = true\nacceptance_floor = { \"dense-assistant.F32\" = 1.0 }\n",
         1,
     );
-    let suite_path = dir.join("smoke.toml");
+    // a suite named smoke is suites/smoke.toml (conformance refuses another file with its
+    // name): this variant gets a goldens root of its own, with suites/ beside it and the
+    // committed smoke goldens and budgets of the model copied in
+    let goldens = dir.join("goldens/dense-target.Q4_K_M");
+    std::fs::create_dir_all(goldens.join("smoke")).unwrap();
+    let committed = workspace().join("goldens/dense-target.Q4_K_M");
+    std::fs::copy(committed.join("budgets.toml"), goldens.join("budgets.toml")).unwrap();
+    for f in std::fs::read_dir(committed.join("smoke")).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, goldens.join("smoke").join(f.file_name().unwrap())).unwrap();
+    }
+    std::fs::create_dir_all(dir.join("suites")).unwrap();
+    let suite_path = dir.join("suites/smoke.toml");
     std::fs::write(&suite_path, text).unwrap();
     let mut opts = Options {
         models: vec![ModelSpec {
@@ -302,7 +314,7 @@ fn oracle_spec_matches_plain_and_a_high_floor_gives_slow_spec() {
         engine: "reference-f32".into(),
         modes: Some(vec![Mode::Plain, Mode::Spec { k: 1 }, Mode::Spec { k: 2 }]),
         prompts: vec![],
-        goldens_root: workspace().join("goldens"),
+        goldens_root: dir.join("goldens"),
         out_dir: dir.join("out"),
         cache_dir: dir.join("out/cache"),
         progress: false,
