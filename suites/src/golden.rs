@@ -357,13 +357,57 @@ pub enum SnapshotOutcome {
     Mismatch,
 }
 
+/// The environment `cargo xtask bless` runs insta under (insta reads it once per process, at
+/// its first assertion): `INSTA_FORCE_PASS=1`, and with `accept` `INSTA_UPDATE=always` (write
+/// `.snap` directly; otherwise insta's own `INSTA_UPDATE` rules apply: `.snap.new` for review,
+/// `no` in CI).
+///
+/// Force-pass keeps insta from panicking on a changed snapshot, and so from printing, after
+/// each diff, "Stopped on the first failure. Run `cargo insta test` to run all snapshots." —
+/// false for bless, which writes every prompt's golden and counts what changed. Whether a
+/// snapshot changed is [`write_golden`]'s own finding (insta's comparison, recorded), with or
+/// without force-pass.
+pub fn bless_insta_env(accept: bool) -> Vec<(&'static str, &'static str)> {
+    let mut env = vec![("INSTA_FORCE_PASS", "1")];
+    if accept {
+        env.push(("INSTA_UPDATE", "always"));
+    }
+    env
+}
+
+/// insta's own comparison ([`insta::DefaultComparator`]) that records whether it found the
+/// snapshot unchanged: [`write_golden`] reads the outcome from here, not from insta's panic
+/// (none under [`bless_insta_env`]'s force-pass).
+#[derive(Clone)]
+struct Recorded(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Recorded {
+    fn record(&self, matched: bool) -> bool {
+        self.0.store(matched, std::sync::atomic::Ordering::SeqCst);
+        matched
+    }
+}
+
+impl insta::Comparator for Recorded {
+    fn matches(&self, reference: &insta::Snapshot, test: &insta::Snapshot) -> bool {
+        self.record(insta::DefaultComparator.matches(reference, test))
+    }
+    fn matches_fully(&self, reference: &insta::Snapshot, test: &insta::Snapshot) -> bool {
+        self.record(insta::DefaultComparator.matches_fully(reference, test))
+    }
+    fn dyn_clone(&self) -> Box<dyn insta::Comparator> {
+        Box::new(self.clone())
+    }
+}
+
 /// Writes (or compares) the snapshot and writes the sidecar of one golden.
 ///
 /// `text` is the decoded output. The snapshot goes through insta (`assert_yaml_snapshot!`
 /// with `snapshot_path = dir`, no module prefix, `info` = [`GoldenInfo`]), so its behaviour
 /// follows `INSTA_UPDATE`: `always` writes `.snap`, `new`/`auto` writes `.snap.new` for
 /// `cargo insta review`, `no` (CI) only compares. The sidecar is written next to it unless the
-/// snapshot mismatched under `no`.
+/// snapshot mismatched under `no`. The outcome is the same whether insta panics on a change or
+/// not (`INSTA_FORCE_PASS`, [`bless_insta_env`]): insta's comparison is recorded.
 pub fn write_golden(
     dir: &Path,
     golden: &Golden,
@@ -416,17 +460,23 @@ pub fn write_golden(
         "golden: suite {}, prompt {}",
         golden.suite, golden.prompt_id
     ));
+    let matched = Recorded(Default::default());
+    settings.set_comparator(Box::new(matched.clone()));
     let name = golden.prompt_id.clone();
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    // insta panics on a change unless force-pass is set; the outcome does not depend on it
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         settings.bind(|| insta::assert_yaml_snapshot!(name, &snap));
     }));
+    let matched = matched.0.load(std::sync::atomic::Ordering::SeqCst);
     let after = std::fs::read_to_string(&snap_path).ok();
     let new_pending = dir.join(format!("{}.snap.new", golden.prompt_id)).exists();
-    let outcome = match result {
-        Ok(()) if before == after && !new_pending => SnapshotOutcome::Unchanged,
-        Ok(()) => SnapshotOutcome::Written,
-        Err(_) if new_pending => SnapshotOutcome::Written,
-        Err(_) => SnapshotOutcome::Mismatch,
+    // a change (or a first snapshot) is written as `.snap` (`always`), as `.snap.new` (`new`,
+    // `auto`), or not at all (`no`: a mismatch)
+    let written = new_pending || before != after;
+    let outcome = match (matched, written) {
+        (_, true) => SnapshotOutcome::Written,
+        (true, false) => SnapshotOutcome::Unchanged,
+        (false, false) => SnapshotOutcome::Mismatch,
     };
     if outcome != SnapshotOutcome::Mismatch {
         // the sidecar follows the snapshot: written when the `.snap` holds this golden, kept

@@ -27,35 +27,12 @@ pub struct Args {
     pub force: bool,
 }
 
-/// Drops the panic message of a failed insta snapshot assertion, keeping every other panic's:
-/// insta prints its diff and then panics, `write_golden` catches the panic and bless reports
-/// the `.snap.new` it left, but the default hook's `thread 'main' panicked at …insta…` line (and
-/// a backtrace under `RUST_BACKTRACE`) read as a crash.
-fn quiet_insta_panics() {
-    let previous = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        if !from_insta(info.location().map(|l| l.file())) {
-            previous(info);
-        }
-    }));
-}
-
-/// Whether a panic at source file `file` is insta's (a file of the `insta-X.Y.Z` crate).
-fn from_insta(file: Option<&str>) -> bool {
-    file.is_some_and(|f| {
-        std::path::Path::new(f)
-            .components()
-            .any(|c| c.as_os_str().to_string_lossy().starts_with("insta-"))
-    })
-}
-
 /// Runs the verb; returns the process exit code.
 pub fn run(a: &Args) -> i32 {
-    if a.accept {
-        // SAFETY-free: single-threaded at this point; insta reads it on first assertion.
-        std::env::set_var("INSTA_UPDATE", "always");
+    // single-threaded at this point; insta reads these at its first assertion
+    for (key, value) in suites::golden::bless_insta_env(a.accept) {
+        std::env::set_var(key, value);
     }
-    std::env::set_var("INSTA_FORCE_PASS", "0");
     let Some(o) = crate::conformance::verb_options(
         &a.model,
         &None,
@@ -65,7 +42,6 @@ pub fn run(a: &Args) -> i32 {
     ) else {
         return 2;
     };
-    quiet_insta_panics();
     let t0 = std::time::Instant::now();
     match bless(&o, a.force) {
         Ok(s) => {
@@ -91,21 +67,5 @@ pub fn run(a: &Args) -> i32 {
             crate::print_error(&e);
             2
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::from_insta;
-
-    /// Only insta's own panics are silenced.
-    #[test]
-    fn only_insta_panics_are_recognised() {
-        assert!(from_insta(Some(
-            "/root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/insta-1.49.0/src/runtime.rs"
-        )));
-        assert!(!from_insta(Some("suites/src/golden.rs")));
-        assert!(!from_insta(Some("/src/installer/x.rs")));
-        assert!(!from_insta(None));
     }
 }
