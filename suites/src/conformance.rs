@@ -403,13 +403,8 @@ fn run_models(
 ) -> Result<Report, Fatal> {
     let mut runs: Vec<Run> = Vec::new();
     for ((m, checked), budgets) in opts.models.iter().zip(models).zip(all_budgets) {
-        let CheckedModel {
-            file,
-            codec,
-            suites,
-        } = checked;
-        let codec = &codec;
-        let mut oracle = ReferenceOracle::from_gguf(&m.path, file).map_err(fatal)?;
+        let mut oracle = ReferenceOracle::from_gguf(&m.path, checked.file).map_err(fatal)?;
+        let codec = &checked.codec;
         let mut engine = make_engine(&opts.engine, m)?;
         let sha = oracle.model_sha256().to_string();
         let stem = golden::model_stem(&m.path);
@@ -423,7 +418,7 @@ fn run_models(
         };
         // the f64 assistant for the oracle's own spec:K, loaded on first use
         let mut assistant: Option<Result<reference::spec::Assistant<f64>, String>> = None;
-        for PreparedSuite { suite, reqs } in &suites {
+        for PreparedSuite { suite, reqs } in &checked.suites {
             let gdir = golden::golden_dir(&opts.goldens_root, &stem, &suite.settings.name);
             let ids: Vec<String> = suite.prompts.iter().map(|p| p.id.clone()).collect();
             let goldens = if gdir.exists() {
@@ -574,23 +569,19 @@ pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
     let models = check_models(opts, &suites, false)?;
     let mut summary = BlessSummary::default();
     for (m, checked) in opts.models.iter().zip(models) {
-        let CheckedModel {
-            file: gguf,
-            codec,
-            suites,
-        } = checked;
         let sha = reference::gguf::sha256_file(&m.path)
             .map_err(|e| Fatal(format!("{}: {e}", m.path.display())))?;
         let stem = golden::model_stem(&m.path);
         let file = file_name(&m.path);
-        let model = Model::<f64>::from_gguf(gguf, Faults::default()).map_err(|e| {
+        let model = Model::<f64>::from_gguf(checked.file, Faults::default()).map_err(|e| {
             fatal(crate::engine::EngineError::Load {
                 path: m.path.clone(),
                 message: e.to_string(),
             })
         })?;
         let mut engine = ReferenceEngine::from_model(model);
-        for PreparedSuite { suite, reqs } in &suites {
+        let codec = &checked.codec;
+        for PreparedSuite { suite, reqs } in &checked.suites {
             let dir = golden::golden_dir(&opts.goldens_root, &stem, &suite.settings.name);
             if !force {
                 for r in reqs {
