@@ -256,6 +256,21 @@ struct RawSuite {
     prompt: Vec<toml::Value>,
 }
 
+/// The rule [`is_safe_name`] checks, as error messages state it.
+pub const SAFE_NAME_RULE: &str = "[A-Za-z0-9_.-], not starting with '.'";
+
+/// Whether `name` is safe as one file or folder name inside a folder of ours: non-empty, only
+/// `[A-Za-z0-9_.-]`, not starting with `.` (no path separator, no `..`, no hidden file). The rule
+/// of a `[suite] name` (its goldens folder `goldens/<model>/<name>/`) and of a conformance run's
+/// `--label` (its report folder `target/conformance/runs/<label>/`).
+pub fn is_safe_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
 /// Whether two suite paths name the same file (compared canonically: `suites/../suites/x.toml`
 /// is `suites/x.toml`; a path that does not resolve is compared as written).
 pub fn same_file(a: &Path, b: &Path) -> bool {
@@ -384,17 +399,11 @@ impl Suite {
             });
         }
         // The name is the goldens folder (goldens/<model>/<name>/): a path component only.
-        if settings.name.starts_with('.')
-            || !settings
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-        {
+        if !is_safe_name(&settings.name) {
             return Err(SuiteError::Toml {
                 path: path.to_path_buf(),
                 message: format!(
-                    "[suite] name = {:?} (must be [A-Za-z0-9_.-], not starting with '.': it names \
-                     the goldens folder)",
+                    "[suite] name = {:?} (must be {SAFE_NAME_RULE}: it names the goldens folder)",
                     settings.name
                 ),
             });
@@ -647,6 +656,29 @@ mod tests {
             "name = \"core-2.b\"",
         ] {
             parse(&format!("[suite]\n{ok}\n{p}")).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+    }
+
+    /// The file-name rule of suite names and run labels: letters, digits, `_ - .`, non-empty,
+    /// no leading dot (so no `..`, no separator, no hidden file).
+    #[test]
+    fn safe_names_are_one_plain_path_component() {
+        for ok in ["smoke", "core-2.b", "mtp_4", "a.", "A9"] {
+            assert!(is_safe_name(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "../../etc",
+            ".hidden",
+            "a/b",
+            "a\\b",
+            "a b",
+            "é",
+            "x\0",
+        ] {
+            assert!(!is_safe_name(bad), "{bad:?}");
         }
     }
 

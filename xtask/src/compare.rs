@@ -45,7 +45,15 @@ pub fn report_path(run: &str) -> PathBuf {
         .join("report.json")
 }
 
+/// Reads a run's report. Errors: a run that is neither a file, a folder nor a label
+/// ([`crate::conformance::label_flag`]: `../../etc` read outside `runs/`), or an unreadable report.
 fn load(run: &str) -> Result<Report, String> {
+    if !Path::new(run).exists() && !suites::suite::is_safe_name(run) {
+        return Err(format!(
+            "run {run:?}: no such file or folder, and not a label (labels are {})",
+            suites::suite::SAFE_NAME_RULE
+        ));
+    }
     let path = report_path(run);
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))

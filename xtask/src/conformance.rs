@@ -334,6 +334,27 @@ pub fn modes_flag(text: &str, example: &str) -> Result<Vec<Mode>, String> {
     }
 }
 
+/// The run folder of a `--label`: `target/conformance/runs/LABEL` ([`runs_dir`]). Errors: a
+/// label that is not one plain folder name ([`suites::suite::is_safe_name`], the rule of suite
+/// names): `--label "../../etc"` wrote the report outside `runs/`, `--label ""` into `runs/`
+/// itself.
+pub fn label_flag(label: &str) -> Result<PathBuf, String> {
+    if suites::suite::is_safe_name(label) {
+        Ok(runs_dir().join(label))
+    } else {
+        Err(format!(
+            "--label {label:?}: a label names a folder of {} and must be {} (as suite names)",
+            runs_dir().display(),
+            suites::suite::SAFE_NAME_RULE
+        ))
+    }
+}
+
+/// Where labelled runs go: `target/conformance/runs` of the workspace.
+pub fn runs_dir() -> PathBuf {
+    workspace_root().join("target/conformance/runs")
+}
+
 /// What the terminal's last line adds for `slow-spec` notes: `, N slow-spec` and, when
 /// `--require-acceptance` makes them fail the run, that they are why it exits 1 (the line read
 /// `3 pass, 0 fail` while the exit status was 1).
@@ -347,6 +368,13 @@ fn slow_spec_clause(s: &suites::report::Summary) -> String {
 
 /// Runs the verb; returns the process exit code.
 pub fn run(a: &Args) -> i32 {
+    let label_dir = match a.label.as_deref().map(label_flag).transpose() {
+        Ok(d) => d,
+        Err(e) => {
+            crate::print_error(e);
+            return 2;
+        }
+    };
     let Some(mut o) = verb_options(
         &a.model,
         &a.draft,
@@ -364,8 +392,8 @@ pub fn run(a: &Args) -> i32 {
     if let Some(out) = &a.out {
         o.out_dir.clone_from(out);
     }
-    if let Some(label) = &a.label {
-        o.out_dir = workspace_root().join("target/conformance/runs").join(label);
+    if let Some(dir) = label_dir {
+        o.out_dir = dir;
     }
     // checked before the run, not after it (a file given as --out failed only at the end)
     if let Err(e) = std::fs::create_dir_all(&o.out_dir) {
@@ -576,6 +604,17 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.starts_with("--prompts \",\" names no prompt id"), "{e}");
+    }
+
+    /// A label is one folder under target/conformance/runs; `..`, `""` and separators are
+    /// refused naming the option.
+    #[test]
+    fn labels_stay_inside_the_runs_folder() {
+        assert_eq!(label_flag("mtp-4.b").unwrap(), runs_dir().join("mtp-4.b"));
+        for bad in ["", "..", "../../etc", "a/b", "/abs", ".x"] {
+            let e = label_flag(bad).unwrap_err();
+            assert!(e.starts_with(&format!("--label {bad:?}: ")), "{e}");
+        }
     }
 
     /// The last line says when slow-spec notes make the exit status 1 (`--require-acceptance`)

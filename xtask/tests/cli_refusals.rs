@@ -1,0 +1,61 @@
+//! Flags the verbs refuse before anything runs: each refusal is one `error: …` line (or clap's
+//! usage error) naming the option, exit status 2, and nothing written. The model paths given do
+//! not exist: the refusal must come first.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The workspace root (the folder above `xtask/`).
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// Runs `cargo xtask ARGS`; returns (exit status, stderr).
+fn xtask(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A model path that does not exist.
+const NO_MODEL: &str = "/nonexistent/cli-refusals-model.gguf";
+
+/// `--label` is a folder name under target/conformance/runs: `../..` (it wrote the report to
+/// target/…), an empty label (report.md straight into runs/) and a separator are refused
+/// before the report folder is made.
+#[test]
+fn labels_that_leave_the_runs_folder_are_refused() {
+    let escape = format!("cli-refusals-escape-{}", std::process::id());
+    let outside = root().join("target").join(&escape);
+    for label in [format!("../../{escape}"), String::new(), "a/b".into()] {
+        let (code, err) = xtask(&["conformance", "--model", NO_MODEL, "--label", &label]);
+        assert_eq!(code, Some(2), "{label:?}: {err}");
+        assert!(
+            err.starts_with(&format!(
+                "error: --label {label:?}: a label names a folder of "
+            )) && err.contains("must be [A-Za-z0-9_.-], not starting with '.'")
+                && err.lines().count() == 1,
+            "{label:?}: {err}"
+        );
+    }
+    assert!(!outside.exists(), "{} was made", outside.display());
+    // compare reads runs by label: the same rule
+    let (code, err) = xtask(&["compare", &format!("../../{escape}"), "plain"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "error: run \"../../{escape}\": no such file or folder, and not a label (labels are \
+             [A-Za-z0-9_.-], not starting with '.')"
+        )
+    );
+}
