@@ -195,6 +195,20 @@ fn overflow_hint(prompt_tokens: usize, context: usize) -> String {
     }
 }
 
+/// Why a mode the engine does not declare is skipped, listing what it declares (a drafter
+/// declares only some `spec:K`: `spec:8` with `--draft` read as if the drafter were missing):
+/// `engine reference-f32 does not declare it (it declares prefill, plain, batch:4, spec:1,
+/// spec:2, spec:4)`; `hint` is appended inside the parentheses.
+pub fn undeclared_reason(engine: &str, declared: &[Mode], hint: &str) -> String {
+    let list: Vec<String> = declared.iter().map(Mode::to_string).collect();
+    let list = if list.is_empty() {
+        "no mode".to_string()
+    } else {
+        list.join(", ")
+    };
+    format!("engine {engine} does not declare it (it declares {list}{hint})")
+}
+
 /// The result of judging one trajectory.
 #[derive(Debug, Clone)]
 pub struct Judged {
@@ -636,13 +650,13 @@ pub fn run_requests(
             let hint = if matches!(m, Mode::Spec { .. })
                 && !declared.iter().any(|d| matches!(d, Mode::Spec { .. }))
             {
-                " (spec:K needs a drafter: --draft with --model; an HTTP engine takes ,spec=K in --engine)"
+                "; spec:K needs a drafter: --draft with --model; an HTTP engine takes ,spec=K in --engine"
             } else {
                 ""
             };
             skipped.push((
                 m.to_string(),
-                format!("engine {} does not declare it{hint}", engine.name()),
+                undeclared_reason(engine.name(), &declared, hint),
             ));
         } else if *m == Mode::Prefill && goldens.is_none() {
             skipped.push((

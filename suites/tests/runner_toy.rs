@@ -532,3 +532,42 @@ fn run_requests_judges_the_requests_given_without_encoding() {
     .unwrap();
     assert_eq!(codec.encodes.get(), 4);
 }
+
+/// A mode the engine does not declare is skipped (§2: the suite runs each declared mode), and
+/// the skip says what the engine declares — with a drafter too (`spec:100000` beside spec:1,
+/// spec:2, spec:4 read "does not declare it", as if the drafter were missing) — in the run and
+/// in report.md and report.json.
+#[test]
+fn undeclared_modes_are_skipped_naming_the_declared_ones() {
+    let mut toy = ToyModel::new(V);
+    toy.modes.extend([1, 2, 4].map(|k| Mode::Spec { k }));
+    let r = run(&mut toy, &[Mode::Plain, Mode::Spec { k: 100_000 }]);
+    let reason = "engine toy does not declare it (it declares prefill, plain, batch:4, spec:1, \
+                  spec:2, spec:4)";
+    assert_eq!(
+        r.skipped_modes,
+        [("spec:100000".to_string(), reason.to_string())]
+    );
+    assert_eq!(r.entries.len(), 2, "plain ran on both prompts");
+    // without any spec mode: the drafter hint, inside the same parentheses
+    let r2 = run(&mut ToyModel::new(V), &[Mode::Plain, Mode::Spec { k: 8 }]);
+    assert_eq!(
+        r2.skipped_modes[0].1,
+        "engine toy does not declare it (it declares prefill, plain, batch:4; spec:K needs a \
+         drafter: --draft with --model; an HTTP engine takes ,spec=K in --engine)"
+    );
+    let dir = std::env::temp_dir().join(format!("suites-skipped-{}", std::process::id()));
+    Report::new(vec![r]).write(&dir).unwrap();
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        md.contains(&format!("- mode `spec:100000` skipped: {reason}\n")),
+        "{md}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    assert_eq!(
+        json["runs"][0]["skipped_modes"],
+        serde_json::json!([["spec:100000", reason]])
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
