@@ -631,3 +631,29 @@ fn io_errors_name_the_path_plainly() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The magic is shown as hex bytes with `0x` and as text (it read `bad magic [47, 47, 55]`,
+/// hex digits without a prefix, indistinguishable from decimal).
+#[test]
+fn bad_magic_prints_hex_bytes_and_text() {
+    let show = |found: &[u8]| {
+        GgufError::BadMagic {
+            found: found.to_vec(),
+        }
+        .to_string()
+    };
+    assert_eq!(
+        show(b"GGU"),
+        "bad magic 0x47 0x47 0x55 (\"GGU\", only 3 bytes): not a GGUF file (expected 0x47 0x47 \
+         0x55 0x46, \"GGUF\")"
+    );
+    assert_eq!(
+        show(b"\x7fELF"),
+        "bad magic 0x7f 0x45 0x4c 0x46 (\"\\x7fELF\"): not a GGUF file (expected 0x47 0x47 0x55 \
+         0x46, \"GGUF\")"
+    );
+    assert_eq!(
+        show(b""),
+        "bad magic (the file is empty): not a GGUF file (expected 0x47 0x47 0x55 0x46, \"GGUF\")"
+    );
+}

@@ -22,7 +22,10 @@ pub enum GgufError {
         source: std::io::Error,
     },
     /// The first four bytes are not `GGUF` (§1.1).
-    #[error("bad magic {found:02x?}: not a GGUF file (expected \"GGUF\")")]
+    #[error(
+        "bad magic {}: not a GGUF file (expected 0x47 0x47 0x55 0x46, \"GGUF\")",
+        magic_text(found)
+    )]
     BadMagic {
         /// The first four bytes (fewer when the file is shorter).
         found: Vec<u8>,
@@ -412,4 +415,23 @@ impl GgufError {
             e => e,
         }
     }
+}
+
+/// The first bytes of a file as `0x47 0x47 0x55 ("GGU", only 3 bytes)`: each byte in hex, then
+/// the bytes as text (escaped) and, for fewer than 4, how many there are.
+fn magic_text(found: &[u8]) -> String {
+    if found.is_empty() {
+        return "(the file is empty)".into();
+    }
+    let hex: Vec<String> = found.iter().map(|b| format!("{b:#04x}")).collect();
+    let text: String = found
+        .iter()
+        .flat_map(|&b| std::ascii::escape_default(b))
+        .map(char::from)
+        .collect();
+    let short = match found.len() {
+        n if n < 4 => format!(", only {n} byte{}", if n == 1 { "" } else { "s" }),
+        _ => String::new(),
+    };
+    format!("{} (\"{text}\"{short})", hex.join(" "))
 }
