@@ -513,9 +513,32 @@ fn probe_candidates(lib_name: &str, candidates: &[String], symbol: &str) -> Resu
     }
     Err(format!(
         "could not open lib{lib_name} (tried {}); set LD_LIBRARY_PATH",
-        candidates.join(", ")
+        tried_names(candidates)
     ))
 }
+
+/// The names tried, for a message: each once, in order (cudarc's list repeats some); beyond
+/// [`TRIED_SHOWN`] names the first ones, `…`, the last one and the count.
+fn tried_names(candidates: &[String]) -> String {
+    let mut unique: Vec<&str> = Vec::new();
+    for c in candidates {
+        if !unique.contains(&c.as_str()) {
+            unique.push(c);
+        }
+    }
+    if unique.len() <= TRIED_SHOWN {
+        return unique.join(", ");
+    }
+    format!(
+        "{}, …, {}: {} names",
+        unique[..TRIED_SHOWN - 1].join(", "),
+        unique[unique.len() - 1],
+        unique.len()
+    )
+}
+
+/// How many library names a "could not open" message lists before abbreviating.
+const TRIED_SHOWN: usize = 3;
 
 /// Whether `libnvrtc` can be opened; `Err` carries a printable reason. Call before any NVRTC
 /// use, because cudarc panics when the library is missing.
@@ -822,11 +845,38 @@ mod tests {
         let missing = dir.join("missing.so").display().to_string();
         let e =
             super::probe_candidates("cuda", std::slice::from_ref(&missing), "cuInit").unwrap_err();
-        assert!(
-            e.contains("could not open libcuda") && e.contains(&missing),
-            "{e}"
+        assert_eq!(
+            e,
+            format!("could not open libcuda (tried {missing}); set LD_LIBRARY_PATH")
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A missing library's message names each candidate once and abbreviates a long list
+    /// (cudarc's 17 libcuda names, three of them the same, made a 350-character line).
+    #[test]
+    fn tried_names_are_deduplicated_and_abbreviated() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            super::tried_names(&names(&["a.so", "b.so", "a.so"])),
+            "a.so, b.so"
+        );
+        assert_eq!(
+            super::tried_names(&names(&["a.so", "b.so", "b.so", "c.so", "d.so", "a.so"])),
+            "a.so, b.so, …, d.so: 4 names"
+        );
+        let real = cudarc::get_lib_name_candidates("cuda");
+        let e = super::probe_candidates(
+            "cuda",
+            &real
+                .iter()
+                .map(|c| format!("/nonexistent/{c}"))
+                .collect::<Vec<_>>(),
+            "cuInit",
+        )
+        .unwrap_err();
+        assert!(e.len() < 160, "{} characters: {e}", e.len());
+        assert_eq!(e.matches("/nonexistent/libcuda.so,").count(), 1, "{e}");
     }
 
     #[test]
