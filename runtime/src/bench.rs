@@ -205,6 +205,38 @@ pub fn synthetic(
     })
 }
 
+/// Whether [`synthetic`] can build `cfg` in `mix` (checked on the CPU): every weight matrix's
+/// row length a whole number of blocks of its format, with a GPU kernel for that format.
+///
+/// Errors: [`RuntimeError::Shape`] (row length), [`RuntimeError::UnsupportedType`].
+pub fn check_mix(cfg: &Config, mix: WeightMix) -> Result<(), RuntimeError> {
+    let h = cfg.n_embd;
+    let mut rows: Vec<(&str, usize)> = vec![("token_embd", h)];
+    for l in 0..cfg.n_layer {
+        rows.extend([
+            ("attn_q", h),
+            ("attn_k", h),
+            ("attn_v", h),
+            ("attn_output", cfg.n_head[l] * cfg.head_dim(l)),
+            ("ffn_gate", h),
+            ("ffn_up", h),
+            ("ffn_down", cfg.n_ff[l]),
+        ]);
+    }
+    check_rows(mix, &rows)
+}
+
+/// `(name, row length)` of each matrix: its format (`mix.type_for(name)`) has a GPU kernel and
+/// the row is a whole number of its blocks ([`row_bytes`]).
+pub(crate) fn check_rows(mix: WeightMix, rows: &[(&str, usize)]) -> Result<(), RuntimeError> {
+    for &(name, k) in rows {
+        let ty = mix.type_for(name);
+        format_suffix(ty, name)?;
+        row_bytes(ty, k, name)?;
+    }
+    Ok(())
+}
+
 /// `B_read` in bytes/s: best median of `sum_f32x4` over 4 GiB.
 pub fn b_read(gpu: &Gpu) -> Result<f64, RuntimeError> {
     let n: usize = 1 << 30;

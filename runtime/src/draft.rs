@@ -142,6 +142,53 @@ fn pairing(detail: String) -> RuntimeError {
     }
 }
 
+/// Whether the assistant of `config` can draft for the target of `tc` on the GPU
+/// (`spec/gemma4-assistant-mtp.md` §1.1 pairing: backbone width, vocabulary, RoPE and window of
+/// the layer types it uses; per layer a target store layer of its type with the same KV heads
+/// and head dim, a head dim the attention kernel takes). Reads no weights and needs no GPU, so
+/// the `runtime` binary checks its arguments with it before probing CUDA. Returns the store
+/// layers.
+///
+/// Errors: [`RuntimeError::Model`] (`assistant/target pairing`) naming what differs;
+/// [`RuntimeError::Shape`] for a head dim beyond the attention kernel's limit.
+pub fn check_pairing(config: &AssistantConfig, tc: &Config) -> Result<StoreLayers, RuntimeError> {
+    config
+        .check_pairing(tc)
+        .map_err(|e| pairing(e.to_string()))?;
+    let store = StoreLayers::of(tc);
+    let uses = |swa: bool| config.is_swa.contains(&swa);
+    if uses(true)
+        && (config.rope_base_swa != tc.rope_base_swa || config.sliding_window != tc.sliding_window)
+    {
+        return Err(pairing(
+            "sliding RoPE θ or window differs from the target".into(),
+        ));
+    }
+    if uses(false)
+        && (config.rope_base_full != tc.rope_base_full
+            || config.rope_pairs_full != tc.rope_pairs_full)
+    {
+        return Err(pairing("full-layer RoPE differs from the target".into()));
+    }
+    for l in 0..config.n_layer {
+        let d = config.head_dim(l);
+        crate::loader::check_head_dim(l, d)?;
+        let src = store.of_type(config.is_swa[l]).ok_or_else(|| {
+            pairing(format!(
+                "drafter layer {l}: the target has no store layer of its type"
+            ))
+        })?;
+        let (tkv, td) = (tc.n_head_kv[src], tc.head_dim(src));
+        let (nh, nkv) = (config.n_head[l], config.n_head_kv[l]);
+        if tkv != nkv || td != d || nkv == 0 || nh % nkv != 0 {
+            return Err(pairing(format!(
+                "drafter layer {l}: {nh} heads over {nkv} KV heads of dim {d}, target layer {src} has {tkv} of dim {td}"
+            )));
+        }
+    }
+    Ok(store)
+}
+
 impl DeviceAssistant {
     /// Loads the assistant GGUF at `path` for `target` (checks §1.1 pairing: backbone width,
     /// vocabulary, per-type head dims and KV heads of the store layers, RoPE, window).
@@ -164,25 +211,7 @@ impl DeviceAssistant {
         config: AssistantConfig,
         tc: &Config,
     ) -> Result<DeviceAssistant, RuntimeError> {
-        config
-            .check_pairing(tc)
-            .map_err(|e| pairing(e.to_string()))?;
-        let store = StoreLayers::of(tc);
-        let uses = |swa: bool| config.is_swa.contains(&swa);
-        if uses(true)
-            && (config.rope_base_swa != tc.rope_base_swa
-                || config.sliding_window != tc.sliding_window)
-        {
-            return Err(pairing(
-                "sliding RoPE θ or window differs from the target".into(),
-            ));
-        }
-        if uses(false)
-            && (config.rope_base_full != tc.rope_base_full
-                || config.rope_pairs_full != tc.rope_pairs_full)
-        {
-            return Err(pairing("full-layer RoPE differs from the target".into()));
-        }
+        let store = check_pairing(&config, tc)?;
         let mut ld = Loader {
             gpu,
             file,
@@ -193,19 +222,7 @@ impl DeviceAssistant {
             let name = |s: &str| blk(l, s);
             let sliding = config.is_swa[l];
             let d = config.head_dim(l);
-            crate::loader::check_head_dim(l, d)?;
-            let src = store.of_type(sliding).ok_or_else(|| {
-                pairing(format!(
-                    "drafter layer {l}: the target has no store layer of its type"
-                ))
-            })?;
-            let (tkv, td) = (tc.n_head_kv[src], tc.head_dim(src));
             let (nh, nkv) = (config.n_head[l], config.n_head_kv[l]);
-            if tkv != nkv || td != d || nkv == 0 || nh % nkv != 0 {
-                return Err(pairing(format!(
-                    "drafter layer {l}: {nh} heads over {nkv} KV heads of dim {d}, target layer {src} has {tkv} of dim {td}"
-                )));
-            }
             let (theta, pairs) = if sliding {
                 (config.rope_base_swa, d / 2)
             } else {

@@ -7,6 +7,7 @@
 //!
 //! Spec: `spec/gguf-gemma4.md` §3 (block formats), `spec/gemma4-text.md` §3–§5, §9 (math).
 
+pub mod args;
 pub mod bench;
 pub mod check;
 pub mod device;

@@ -3,8 +3,11 @@
 //! `runtime gpu-check [--out DIR] [--quick] [--seed N]`: every kernel against the CPU
 //! reference plus bandwidth probes (see `runtime::check`); `bench`, `mv-bench`, `model-check`,
 //! `spec-check` (see `runtime --help`). Exit status of every verb: 0 done (all checks passed),
-//! 1 a check or run failed, 2 bad arguments or no usable GPU (the reason is printed, as
-//! `skipped: …` for the GPU).
+//! 1 a check or run failed, 2 bad arguments or no usable GPU (one `error: …` line). Arguments —
+//! options, model files, their configs, a drafter's pairing — are checked first
+//! (`runtime::args`), so a typo is reported on any machine, not only where CUDA works.
+//! (`skipped: …` is what a *test* prints when it cannot run here and passes; this binary never
+//! skips: without a GPU it cannot do what it was asked.)
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -122,6 +125,21 @@ enum Cmd {
     },
 }
 
+/// Prints `error: MESSAGE` (how every verb reports what stops it) and returns exit status 2.
+fn refuse(e: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {e}");
+    ExitCode::from(2)
+}
+
+/// `Err(exit status 2)` with `error: CUDA unavailable: …` printed when no GPU can be used here.
+/// Called after a verb's arguments are checked, so a typo is reported on any machine.
+fn require_gpu() -> Result<(), ExitCode> {
+    match runtime::device::unavailable_reason() {
+        Some(why) => Err(refuse(why)),
+        None => Ok(()),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
@@ -137,29 +155,27 @@ fn main() -> ExitCode {
             let out_dir = out
                 .or_else(|| std::env::var_os("OUT").map(PathBuf::from))
                 .unwrap_or_else(|| PathBuf::from("target/bench"));
-            let Some(ty) = runtime::bench::WeightMix::parse(&format) else {
-                eprintln!(
-                    "--format {format}: not Q2_K_MIX or a ggml type name (e.g. Q4_K, Q8_0, BF16)"
-                );
-                return ExitCode::from(2);
+            let ty = match runtime::args::weight_mix("--format", &format) {
+                Ok(t) => t,
+                Err(e) => return refuse(e),
             };
             let draft = if draft_format.eq_ignore_ascii_case("none") {
                 None
             } else {
-                let Some(mix) = runtime::bench::WeightMix::parse(&draft_format) else {
-                    eprintln!(
-                        "--draft-format {draft_format}: not none, Q2_K_MIX or a ggml type name (e.g. BF16, Q8_0)"
-                    );
-                    return ExitCode::from(2);
+                let mix = match runtime::args::weight_mix("--draft-format", &draft_format) {
+                    Ok(m) => m,
+                    Err(e) => return refuse(e),
                 };
                 Some(runtime::bench::DraftOptions {
                     shape: runtime::bench::AssistantShape::with_size(draft_width, draft_layers),
                     mix,
                 })
             };
-            if let Some(why) = runtime::device::unavailable_reason() {
-                eprintln!("skipped: {why}");
-                return ExitCode::from(2);
+            if let Err(e) = runtime::args::bench(ty, prompt, decode, draft.as_ref()) {
+                return refuse(e);
+            }
+            if let Err(code) = require_gpu() {
+                return code;
             }
             match runtime::bench::run(ty, prompt, decode, draft.as_ref()) {
                 Ok(v) => {
@@ -181,9 +197,11 @@ fn main() -> ExitCode {
                     .map(|d| PathBuf::from(d).join("mv-bench.json"))
                     .unwrap_or_else(|| PathBuf::from("target/mv-bench.json"))
             });
-            if let Some(why) = runtime::device::unavailable_reason() {
-                eprintln!("skipped: {why}");
-                return ExitCode::from(2);
+            if let Err(e) = runtime::args::mv_bench(iters, case.as_deref()) {
+                return refuse(e);
+            }
+            if let Err(code) = require_gpu() {
+                return code;
             }
             match runtime::Gpu::new(0)
                 .and_then(|gpu| runtime::mvbench::run(&gpu, iters, case.as_deref()))
@@ -203,9 +221,11 @@ fn main() -> ExitCode {
             let out_dir = out
                 .or_else(|| std::env::var_os("OUT").map(PathBuf::from))
                 .unwrap_or_else(|| PathBuf::from("target/model-check"));
-            if let Some(why) = runtime::device::unavailable_reason() {
-                eprintln!("skipped: {why}");
-                return ExitCode::from(2);
+            if let Err(e) = runtime::args::model_check(&models, gen) {
+                return refuse(e);
+            }
+            if let Err(code) = require_gpu() {
+                return code;
             }
             let mut all = Vec::new();
             let mut ok = true;
@@ -248,10 +268,6 @@ fn main() -> ExitCode {
             let out_dir = out
                 .or_else(|| std::env::var_os("OUT").map(PathBuf::from))
                 .unwrap_or_else(|| PathBuf::from("target/spec-check"));
-            if let Some(why) = runtime::device::unavailable_reason() {
-                eprintln!("skipped: {why}");
-                return ExitCode::from(2);
-            }
             let opts = runtime::speccheck::SpecCheckOptions {
                 ks,
                 max_tokens,
@@ -262,14 +278,17 @@ fn main() -> ExitCode {
                 drafter_tol,
                 batch,
             };
+            if let Err(e) = runtime::args::spec_check(&pairs, &opts) {
+                return refuse(e);
+            }
+            if let Err(code) = require_gpu() {
+                return code;
+            }
             let mut all = Vec::new();
             let mut ok = true;
             for pair in &pairs {
-                let (t, d) = match pair.split_once('=') {
-                    Some((t, d)) => (t, Some(std::path::Path::new(d))),
-                    None => (pair.as_str(), None),
-                };
-                match runtime::speccheck::check_pair(t.as_ref(), d, &opts) {
+                let (t, d) = runtime::args::split_pair(pair);
+                match runtime::speccheck::check_pair(&t, d.as_deref(), &opts) {
                     Ok(v) => {
                         ok &= v["ok"].as_bool().unwrap_or(false);
                         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
@@ -297,9 +316,8 @@ fn main() -> ExitCode {
             let out_dir = out
                 .or_else(|| std::env::var_os("OUT").map(PathBuf::from))
                 .unwrap_or_else(|| PathBuf::from("target/gpu-check"));
-            if let Some(why) = runtime::device::unavailable_reason() {
-                eprintln!("skipped: {why}");
-                return ExitCode::from(2);
+            if let Err(code) = require_gpu() {
+                return code;
             }
             match runtime::check::run(&runtime::check::CheckOptions {
                 out_dir,

@@ -27,6 +27,9 @@ pub const PROMPTS: [&str; 3] = [
     "The sun rose over the quiet town. A small dog ran to the park. Numbers: 40, 41, 42, 43,",
 ];
 
+/// Context of the model-check engine (positions per slot): a prompt plus `--gen` tokens fit it.
+pub const CHECK_CTX: usize = 512;
+
 fn err(what: &str, e: impl std::fmt::Display) -> RuntimeError {
     RuntimeError::Model {
         what: what.to_string(),
@@ -73,7 +76,7 @@ pub fn check_model(path: &Path, gen_tokens: usize) -> Result<serde_json::Value, 
         path,
         EngineOptions {
             slots: 4,
-            max_ctx: 512,
+            max_ctx: CHECK_CTX,
         },
     )?;
     let load_s = t0.elapsed().as_secs_f64();

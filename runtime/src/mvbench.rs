@@ -56,6 +56,11 @@ fn cases() -> Vec<Case> {
     ]
 }
 
+/// The names of the cases [`run`] times (what `--case` filters by substring).
+pub fn case_names() -> Vec<&'static str> {
+    cases().iter().map(|c| c.name).collect()
+}
+
 /// SHA-256 (first 16 hex digits) of the output bits, little-endian f32.
 fn bits_hash(bits: &[f32]) -> String {
     use sha2::{Digest, Sha256};

@@ -125,7 +125,7 @@ fn timed_check(
 }
 
 /// Context of the spec-check engine (positions per slot).
-const CHECK_CTX: usize = 1024;
+pub const CHECK_CTX: usize = 1024;
 
 fn first_argmax(r: &[f32]) -> usize {
     let mut b = 0;

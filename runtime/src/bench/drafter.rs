@@ -25,6 +25,39 @@ pub struct DraftOptions {
     pub mix: WeightMix,
 }
 
+impl DraftOptions {
+    /// Whether `DeviceAssistant::synthetic` can build this drafter for `target`, checked on the
+    /// CPU: the shape ([`AssistantShape::config`]), the pairing ([`crate::draft::check_pairing`])
+    /// and every weight matrix's row length a whole number of blocks of its format, with a GPU
+    /// kernel for that format.
+    ///
+    /// Errors: [`RuntimeError::Model`] (shape, pairing), [`RuntimeError::Shape`] (row length),
+    /// [`RuntimeError::UnsupportedType`].
+    pub fn check(&self, target: &Config) -> Result<(), RuntimeError> {
+        let config = self.shape.config(target)?;
+        crate::draft::check_pairing(&config, target)?;
+        let ha = config.n_embd;
+        let mut rows: Vec<(&str, usize)> = vec![
+            ("token_embd", ha),
+            ("nextn.pre_projection", 2 * config.n_embd_out),
+            ("nextn.post_projection", ha),
+        ];
+        if config.num_centroids.is_some() {
+            rows.push(("masked_embd_centroids", ha));
+        }
+        for l in 0..config.n_layer {
+            rows.extend([
+                ("attn_q", ha),
+                ("attn_output", config.n_head[l] * config.head_dim(l)),
+                ("ffn_gate", ha),
+                ("ffn_up", ha),
+                ("ffn_down", config.n_ff[l]),
+            ]);
+        }
+        super::check_rows(self.mix, &rows)
+    }
+}
+
 /// The shape of the synthetic 12B drafter (`spec/gemma4-assistant-mtp.md` §8: the real 12B
 /// assistant's width, layer count and heads are unknown, so this is a stated guess). Everything
 /// the pairing fixes (§1.1: `backbone_hidden_size` = `H_T`, `V`, per-type head dims and KV heads

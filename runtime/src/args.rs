@@ -1,0 +1,580 @@
+//! Argument checks of the `runtime` binary, run before CUDA is probed: a typo in an option, a
+//! missing or unreadable model file, a number out of range or a drafter that does not fit its
+//! target is reported on any machine (exit 2), not only on the GPU machine. Everything here
+//! reads files and metadata on the CPU; nothing touches the GPU.
+
+use std::path::{Path, PathBuf};
+
+use reference::config::{AssistantConfig, Config};
+use reference::gguf::GgufFile;
+use reference::quant::WeightMix;
+use reference::tokenizer::GemmaTokenizer;
+
+use crate::bench::DraftOptions;
+use crate::draft::MAX_DRAFT;
+use crate::forward::{CHUNK_ROWS, MAX_CTX};
+use crate::modelcheck::PROMPTS;
+use crate::speccheck::SpecCheckOptions;
+
+/// A command-line argument of the `runtime` binary that cannot be used; each names the option
+/// or the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ArgError {
+    /// An option's value is out of range or names nothing known (`--decode 0`, `--format NOPE`).
+    #[error("{option} {value}: {why}")]
+    Option {
+        /// The option, e.g. `--decode`.
+        option: &'static str,
+        /// The value as given.
+        value: String,
+        /// The rule it breaks.
+        why: String,
+    },
+    /// A model file that cannot be used: missing, unreadable, not GGUF, no Gemma-4 config.
+    #[error("{role} {}: {why}", path.display())]
+    File {
+        /// What the file is for (`model`, `target`, `drafter`).
+        role: &'static str,
+        /// The path as given.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+    /// A target and a drafter that do not pair (`spec/gemma4-assistant-mtp.md` §1.1).
+    #[error("target {} with drafter {}: {why}", target.display(), draft.display())]
+    Pairing {
+        /// The target file.
+        target: PathBuf,
+        /// The drafter file.
+        draft: PathBuf,
+        /// What differs.
+        why: String,
+    },
+}
+
+fn option(option: &'static str, value: impl ToString, why: impl Into<String>) -> ArgError {
+    ArgError::Option {
+        option,
+        value: value.to_string(),
+        why: why.into(),
+    }
+}
+
+fn file(role: &'static str, path: &Path, why: impl Into<String>) -> ArgError {
+    ArgError::File {
+        role,
+        path: path.to_path_buf(),
+        why: why.into(),
+    }
+}
+
+/// Opens the GGUF at `path` (all shards of a split model) after checking that it is a
+/// readable file. Errors: [`ArgError::File`] (no such file, a folder, unreadable, not GGUF).
+fn open_gguf(role: &'static str, path: &Path) -> Result<GgufFile, ArgError> {
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(file(role, path, "no such file"))
+        }
+        Err(e) => return Err(file(role, path, format!("cannot be read: {e}"))),
+        Ok(m) if m.is_dir() => return Err(file(role, path, "is a folder, not a GGUF file")),
+        Ok(_) => {}
+    }
+    if let Err(e) = std::fs::File::open(path) {
+        return Err(file(role, path, format!("cannot be read: {e}")));
+    }
+    GgufFile::open(path).map_err(|e| file(role, path, e.to_string()))
+}
+
+/// A target model's file, configuration and the token counts of `texts` (BOS included).
+struct Target {
+    config: Config,
+    prompt_lens: Vec<usize>,
+}
+
+/// Opens the target model at `path`, reads its Gemma-4 configuration and tokenizer and encodes
+/// `texts`. Errors: [`ArgError::File`] naming the file and the failing step.
+fn read_target(role: &'static str, path: &Path, texts: &[&str]) -> Result<Target, ArgError> {
+    let f = open_gguf(role, path)?;
+    let config =
+        Config::from_gguf(&f).map_err(|e| file(role, path, format!("Gemma-4 config: {e}")))?;
+    let tok =
+        GemmaTokenizer::from_gguf(&f).map_err(|e| file(role, path, format!("tokenizer: {e}")))?;
+    let prompt_lens = texts
+        .iter()
+        .map(|t| tok.encode(t, true).map(|ids| ids.len()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| file(role, path, format!("tokenizer: {e}")))?;
+    Ok(Target {
+        config,
+        prompt_lens,
+    })
+}
+
+/// Positions one sequence of a check may use: the engine's context `ctx` ([`MAX_CTX`] at most)
+/// and the model's trained context.
+fn usable_ctx(ctx: usize, config: &Config) -> usize {
+    let mut c = ctx.min(MAX_CTX);
+    if config.n_ctx_train > 0 {
+        c = c.min(config.n_ctx_train);
+    }
+    c
+}
+
+/// `runtime model-check MODELS… --gen N`: every model a readable GGUF with a Gemma-4 config and
+/// tokenizer, and each built-in prompt plus `gen` oracle tokens within the check's context
+/// ([`crate::modelcheck::CHECK_CTX`] and the model's trained context).
+///
+/// Errors: [`ArgError::File`] for the first unusable model, [`ArgError::Option`] for `--gen`.
+pub fn model_check(models: &[PathBuf], gen: usize) -> Result<(), ArgError> {
+    for m in models {
+        let t = read_target("model", m, &PROMPTS)?;
+        let longest = t.prompt_lens.iter().copied().max().unwrap_or(0);
+        let ctx = usable_ctx(crate::modelcheck::CHECK_CTX, &t.config);
+        let most = ctx.saturating_sub(longest);
+        if gen > most {
+            return Err(option(
+                "--gen",
+                gen,
+                format!(
+                    "must be at most {most} for {}: its longest built-in prompt has {longest} \
+                     tokens and the check's context is {ctx} positions",
+                    m.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// One `spec-check` pair: `TARGET.gguf=DRAFT.gguf`, or `TARGET.gguf` alone.
+pub fn split_pair(pair: &str) -> (PathBuf, Option<PathBuf>) {
+    match pair.split_once('=') {
+        Some((t, d)) => (PathBuf::from(t), Some(PathBuf::from(d))),
+        None => (PathBuf::from(pair), None),
+    }
+}
+
+/// `runtime spec-check PAIRS… [options]`: the numeric options in range (`--ks` each in
+/// `1 ..= MAX_DRAFT`, `--prompts` 1..=3, `--max-tokens` ≥ 1, `--drafter-steps` ≤ `MAX_DRAFT`,
+/// `--drafter-tol` finite and > 0, `--batch` ≤ 16), every target and drafter a readable GGUF
+/// with its configuration, each drafter paired with its target ([`crate::draft::check_pairing`])
+/// and every run within the check's context ([`crate::speccheck::CHECK_CTX`]): the longest
+/// prompt + `--max-tokens` (or `--rollback-tokens`) + the largest K + 1. A target alone needs
+/// `--rollback-tokens` > 0 (it runs nothing else).
+///
+/// Errors: [`ArgError::Option`], [`ArgError::File`] or [`ArgError::Pairing`], the first found.
+pub fn spec_check(pairs: &[String], opts: &SpecCheckOptions) -> Result<(), ArgError> {
+    let ks = opts
+        .ks
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    if opts.ks.is_empty() || opts.ks.iter().any(|&k| k == 0 || k > MAX_DRAFT) {
+        return Err(option(
+            "--ks",
+            ks,
+            format!("every draft length K must be in 1..={MAX_DRAFT}"),
+        ));
+    }
+    if !(1..=PROMPTS.len()).contains(&opts.prompts) {
+        return Err(option(
+            "--prompts",
+            opts.prompts,
+            format!("must be in 1..={} (the built-in prompts)", PROMPTS.len()),
+        ));
+    }
+    if opts.max_tokens == 0 {
+        return Err(option("--max-tokens", 0, "must be at least 1"));
+    }
+    if opts.drafter_steps > MAX_DRAFT {
+        return Err(option(
+            "--drafter-steps",
+            opts.drafter_steps,
+            format!("must be at most {MAX_DRAFT} (the longest draft; 0 skips the check)"),
+        ));
+    }
+    if !(opts.drafter_tol.is_finite() && opts.drafter_tol > 0.0) {
+        return Err(option(
+            "--drafter-tol",
+            opts.drafter_tol,
+            "must be a finite tolerance > 0 (logits)",
+        ));
+    }
+    let max_batch = CHUNK_ROWS / 2;
+    if opts.batch > max_batch {
+        return Err(option(
+            "--batch",
+            opts.batch,
+            format!(
+                "must be at most {max_batch}: one verify forward holds {CHUNK_ROWS} rows, K + 1 \
+                 ≥ 2 per sequence (0 or 1 skips the check)"
+            ),
+        ));
+    }
+    let k_max = opts.ks.iter().copied().max().unwrap_or(1);
+    for pair in pairs {
+        let (target, draft) = split_pair(pair);
+        if draft.is_none() && opts.rollback_tokens == 0 {
+            return Err(option(
+                "--rollback-tokens",
+                0,
+                format!(
+                    "{pair} has no drafter, so only the scripted-rollback check would run, and \
+                     --rollback-tokens 0 skips it: give TARGET=DRAFT or --rollback-tokens N > 0"
+                ),
+            ));
+        }
+        let t = read_target("target", &target, &PROMPTS)?;
+        let ctx = usable_ctx(crate::speccheck::CHECK_CTX, &t.config);
+        let fits = |name: &'static str, tokens: usize, prompt: usize| {
+            let most = ctx.saturating_sub(prompt + k_max + 1);
+            if tokens > most {
+                Err(option(
+                    name,
+                    tokens,
+                    format!(
+                        "must be at most {most} for {}: its prompt of {prompt} tokens, the \
+                         tokens and K + 1 = {} verify rows fit the check's context of {ctx} \
+                         positions",
+                        target.display(),
+                        k_max + 1
+                    ),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        if draft.is_some() {
+            let longest = t.prompt_lens[..opts.prompts]
+                .iter()
+                .copied()
+                .max()
+                .unwrap_or(0);
+            fits("--max-tokens", opts.max_tokens, longest)?;
+        }
+        if opts.rollback_tokens > 0 {
+            // the scripted-rollback check runs on a prefix of PROMPTS[1] and on PROMPTS[2]
+            let longest = t.prompt_lens[1..].iter().copied().max().unwrap_or(0);
+            fits("--rollback-tokens", opts.rollback_tokens, longest)?;
+        }
+        if let Some(d) = &draft {
+            let f = open_gguf("drafter", d)?;
+            let a = AssistantConfig::from_gguf(&f)
+                .map_err(|e| file("drafter", d, format!("assistant config: {e}")))?;
+            crate::draft::check_pairing(&a, &t.config).map_err(|e| ArgError::Pairing {
+                target: target.clone(),
+                draft: d.clone(),
+                why: match e {
+                    crate::RuntimeError::Model { detail, .. } => detail,
+                    e => e.to_string(),
+                },
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Parses a `--format` / `--draft-format` value: `Q2_K_MIX` or a ggml type name with a GPU
+/// kernel ([`crate::ops::format_suffix`]).
+///
+/// Errors: [`ArgError::Option`] naming `name` (the option) and the value.
+pub fn weight_mix(name: &'static str, text: &str) -> Result<WeightMix, ArgError> {
+    let mix = WeightMix::parse(text).ok_or_else(|| {
+        option(
+            name,
+            text,
+            "not Q2_K_MIX or a ggml type name (e.g. Q4_K, Q8_0, BF16)",
+        )
+    })?;
+    if let WeightMix::Uniform(ty) = mix {
+        crate::ops::format_suffix(ty, name)
+            .map_err(|_| option(name, text, format!("the GPU has no kernel for {ty}")))?;
+    }
+    Ok(mix)
+}
+
+/// `runtime bench`: `--prompt` and `--decode` ≥ 1 with `prompt + decode + 64` ≤ [`MAX_CTX`]
+/// (the bench's context), the 12B shapes whole blocks of `mix`'s formats, and the drafter (if
+/// any) a valid shape for the 12B target in its formats ([`DraftOptions::check`]).
+///
+/// Errors: [`ArgError::Option`] naming the option.
+pub fn bench(
+    mix: WeightMix,
+    prompt: usize,
+    decode: usize,
+    draft: Option<&DraftOptions>,
+) -> Result<(), ArgError> {
+    if prompt == 0 {
+        return Err(option("--prompt", 0, "must be at least 1"));
+    }
+    if decode == 0 {
+        return Err(option(
+            "--decode",
+            0,
+            "must be at least 1 (decode steps timed)",
+        ));
+    }
+    let most = MAX_CTX - 64;
+    if prompt + decode > most {
+        return Err(option(
+            "--decode",
+            decode,
+            format!(
+                "--prompt {prompt} + --decode {decode} must be at most {most} (the bench's \
+                 context of {MAX_CTX} positions, less 64)"
+            ),
+        ));
+    }
+    let target = crate::bench::config_12b();
+    crate::bench::check_mix(&target, mix)
+        .map_err(|e| option("--format", mix.name(), e.to_string()))?;
+    if let Some(d) = draft {
+        if d.shape.is_swa.is_empty() {
+            return Err(option("--draft-layers", 0, "must be at least 1"));
+        }
+        if d.shape.n_embd == 0 {
+            return Err(option("--draft-width", 0, "must be at least 1"));
+        }
+        d.check(&target).map_err(|e| {
+            option(
+                "--draft-width",
+                d.shape.n_embd,
+                format!("drafter in {}: {e}", d.mix.name()),
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// `runtime mv-bench`: `--iters` ≥ 1 and `--case` naming at least one case
+/// ([`crate::mvbench::case_names`]).
+///
+/// Errors: [`ArgError::Option`] (an unknown case lists the names).
+pub fn mv_bench(iters: usize, case: Option<&str>) -> Result<(), ArgError> {
+    if iters == 0 {
+        return Err(option("--iters", 0, "must be at least 1"));
+    }
+    if let Some(c) = case {
+        let names = crate::mvbench::case_names();
+        if !names.iter().any(|n| n.contains(c)) {
+            return Err(option(
+                "--case",
+                c,
+                format!("no case name contains it (cases: {})", names.join(", ")),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> SpecCheckOptions {
+        SpecCheckOptions {
+            ks: vec![1, 2, 4, 8],
+            max_tokens: 64,
+            prompts: 3,
+            oracle: true,
+            rollback_tokens: 96,
+            drafter_steps: 4,
+            drafter_tol: 1e-3,
+            batch: 2,
+        }
+    }
+
+    fn fixture(name: &str) -> Option<PathBuf> {
+        let fx = std::env::var_os("GEMMA4_FIXTURES")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"));
+        let p = fx.join(format!("models/{name}.gguf"));
+        if p.exists() {
+            Some(p)
+        } else {
+            println!("skipped: fixtures not found at {}", fx.display());
+            None
+        }
+    }
+
+    /// Numeric options are refused by name, before any file is read (`x` does not exist).
+    #[test]
+    fn spec_check_options_are_refused_by_name() {
+        let pairs = ["x".to_string()];
+        type Edit = fn(&mut SpecCheckOptions);
+        let cases: [(Edit, &str); 6] = [
+            (
+                |o| o.prompts = 9,
+                "--prompts 9: must be in 1..=3 (the built-in prompts)",
+            ),
+            (
+                |o| o.ks = vec![0],
+                "--ks 0: every draft length K must be in 1..=16",
+            ),
+            (
+                |o| o.ks = vec![2, 17],
+                "--ks 2,17: every draft length K must be in 1..=16",
+            ),
+            (|o| o.max_tokens = 0, "--max-tokens 0: must be at least 1"),
+            (
+                |o| o.drafter_tol = f64::NAN,
+                "--drafter-tol NaN: must be a finite tolerance > 0 (logits)",
+            ),
+            (
+                |o| o.batch = 17,
+                "--batch 17: must be at most 16: one verify forward holds 32 rows, K + 1 ≥ 2 \
+                 per sequence (0 or 1 skips the check)",
+            ),
+        ];
+        for (edit, want) in cases {
+            let mut o = opts();
+            edit(&mut o);
+            assert_eq!(spec_check(&pairs, &o).unwrap_err().to_string(), want);
+        }
+        assert_eq!(
+            spec_check(&pairs, &opts()).unwrap_err().to_string(),
+            "target x: no such file"
+        );
+        let mut o = opts();
+        o.rollback_tokens = 0;
+        assert!(spec_check(&pairs, &o)
+            .unwrap_err()
+            .to_string()
+            .starts_with("--rollback-tokens 0: x has no drafter"));
+    }
+
+    /// Missing, folder and non-GGUF files are named with their role.
+    #[test]
+    fn model_files_are_checked() {
+        let dir = std::env::temp_dir().join(format!("runtime-args-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let junk = dir.join("junk.gguf");
+        std::fs::write(&junk, b"GGU").unwrap();
+        let e = model_check(&[dir.join("nope.gguf")], 16).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("model {}: no such file", dir.join("nope.gguf").display())
+        );
+        let e = model_check(std::slice::from_ref(&dir), 16).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("model {}: is a folder, not a GGUF file", dir.display())
+        );
+        let e = model_check(std::slice::from_ref(&junk), 16).unwrap_err();
+        assert!(
+            e.to_string().starts_with(&format!(
+                "model {}: bad magic 0x47 0x47 0x55",
+                junk.display()
+            )),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// On the fixtures: a dense target with the MoE drafter is refused (pairing), the dense
+    /// pair passes, and `--gen` / `--max-tokens` beyond the context are refused naming the
+    /// bound.
+    #[test]
+    fn pairing_and_context_on_the_fixtures() {
+        let (Some(t), Some(d), Some(moe_d)) = (
+            fixture("dense-target.Q4_K_M"),
+            fixture("dense-assistant.F32"),
+            fixture("moe-assistant.Q8_0"),
+        ) else {
+            return;
+        };
+        let pair = |d: &Path| format!("{}={}", t.display(), d.display());
+        spec_check(&[pair(&d)], &opts()).unwrap();
+        let e = spec_check(&[pair(&moe_d)], &opts()).unwrap_err();
+        assert!(matches!(e, ArgError::Pairing { .. }), "{e}");
+        assert!(
+            e.to_string()
+                == format!(
+                    "target {} with drafter {}: inconsistent metadata: assistant key_length 64 != \
+                 target key_length 128",
+                    t.display(),
+                    moe_d.display()
+                ),
+            "{e}"
+        );
+        let mut o = opts();
+        o.max_tokens = 5000;
+        let e = spec_check(&[pair(&d)], &o).unwrap_err().to_string();
+        assert!(e.starts_with("--max-tokens 5000: must be at most "), "{e}");
+        model_check(std::slice::from_ref(&t), 16).unwrap();
+        let e = model_check(std::slice::from_ref(&t), 600)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("--gen 600: must be at most "), "{e}");
+    }
+
+    #[test]
+    fn bench_options() {
+        let mix = WeightMix::Q2KMix;
+        assert_eq!(
+            bench(mix, 32, 0, None).unwrap_err().to_string(),
+            "--decode 0: must be at least 1 (decode steps timed)"
+        );
+        assert_eq!(
+            bench(mix, 0, 32, None).unwrap_err().to_string(),
+            "--prompt 0: must be at least 1"
+        );
+        assert!(bench(mix, 11_000, 1000, None)
+            .unwrap_err()
+            .to_string()
+            .starts_with("--decode 1000: --prompt 11000 + --decode 1000 must be at most 11936"));
+        bench(mix, 32, 32, None).unwrap();
+        assert_eq!(
+            weight_mix("--format", "NOPE").unwrap_err().to_string(),
+            "--format NOPE: not Q2_K_MIX or a ggml type name (e.g. Q4_K, Q8_0, BF16)"
+        );
+        let bf16 = weight_mix("--draft-format", "BF16").unwrap();
+        let draft = |w, l| DraftOptions {
+            shape: crate::bench::AssistantShape::with_size(w, l),
+            mix: bf16,
+        };
+        bench(mix, 32, 32, Some(&draft(1024, 4))).unwrap();
+        assert_eq!(
+            bench(mix, 32, 32, Some(&draft(0, 4)))
+                .unwrap_err()
+                .to_string(),
+            "--draft-width 0: must be at least 1"
+        );
+        assert_eq!(
+            bench(mix, 32, 32, Some(&draft(1024, 0)))
+                .unwrap_err()
+                .to_string(),
+            "--draft-layers 0: must be at least 1"
+        );
+        let q4 = weight_mix("--draft-format", "Q4_K").unwrap();
+        let e = bench(
+            mix,
+            32,
+            32,
+            Some(&DraftOptions {
+                shape: crate::bench::AssistantShape::with_size(1000, 4),
+                mix: q4,
+            }),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("--draft-width 1000: drafter in Q4_K: ")
+                && e.contains(
+                    "row length 1000 must be a multiple of 32 and of the Q4_K block size 256"
+                ),
+            "{e}"
+        );
+        assert_eq!(
+            mv_bench(0, None).unwrap_err().to_string(),
+            "--iters 0: must be at least 1"
+        );
+        assert!(mv_bench(50, Some("nope"))
+            .unwrap_err()
+            .to_string()
+            .starts_with("--case nope: no case name contains it (cases: attn_q+attn_k+attn_v, "));
+        mv_bench(50, Some("ffn")).unwrap();
+    }
+}

@@ -1,0 +1,123 @@
+//! The `runtime` binary checks its arguments before it probes CUDA: on any machine (this one
+//! may have no GPU) a bad option, a missing model file or a drafter that does not fit its
+//! target is one `error: …` line naming it, exit status 2; without a GPU, a valid command says
+//! `error: CUDA unavailable: …` on one short line, also exit 2.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Runs the binary with `args`: (exit status, stdout, stderr).
+fn runtime(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_runtime"))
+        .args(args)
+        .env_remove("OUT")
+        .output()
+        .expect("running the runtime binary");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn fixtures() -> PathBuf {
+    std::env::var_os("GEMMA4_FIXTURES")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures")
+        })
+}
+
+#[test]
+fn bad_arguments_are_refused_before_cuda() {
+    let nope = std::env::temp_dir().join("runtime-cli-nope.gguf");
+    let nope = nope.to_str().unwrap();
+    for (args, want) in [
+        (
+            vec!["model-check", nope],
+            format!("error: model {nope}: no such file\n"),
+        ),
+        (
+            vec!["spec-check", "x", "--prompts", "9"],
+            "error: --prompts 9: must be in 1..=3 (the built-in prompts)\n".to_string(),
+        ),
+        (
+            vec!["spec-check", "T=moe-assistant", "--ks", "0"],
+            "error: --ks 0: every draft length K must be in 1..=16\n".to_string(),
+        ),
+        (
+            vec!["spec-check", "x"],
+            "error: target x: no such file\n".to_string(),
+        ),
+        (
+            vec!["bench", "--decode", "0"],
+            "error: --decode 0: must be at least 1 (decode steps timed)\n".to_string(),
+        ),
+        (
+            vec!["bench", "--format", "NOPE"],
+            "error: --format NOPE: not Q2_K_MIX or a ggml type name (e.g. Q4_K, Q8_0, BF16)\n"
+                .to_string(),
+        ),
+        (
+            vec!["mv-bench", "--iters", "0"],
+            "error: --iters 0: must be at least 1\n".to_string(),
+        ),
+    ] {
+        let (code, stdout, stderr) = runtime(&args);
+        assert_eq!(
+            (code, stdout.as_str(), stderr.as_str()),
+            (2, "", want.as_str()),
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
+fn a_drafter_of_another_target_is_refused_before_cuda() {
+    let m = fixtures().join("models");
+    let (t, d) = (
+        m.join("dense-target.Q4_K_M.gguf"),
+        m.join("moe-assistant.Q8_0.gguf"),
+    );
+    if !t.exists() || !d.exists() {
+        println!("skipped: fixtures not found at {}", fixtures().display());
+        return;
+    }
+    let pair = format!("{}={}", t.display(), d.display());
+    let (code, _, stderr) = runtime(&["spec-check", &pair]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        stderr,
+        format!(
+            "error: target {} with drafter {}: inconsistent metadata: assistant key_length 64 != \
+             target key_length 128\n",
+            t.display(),
+            d.display()
+        )
+    );
+}
+
+/// Without a GPU a valid command stops with one short `error: CUDA unavailable: …` line (it
+/// printed `skipped: …`, 352 characters listing libcuda64_130_0.so three times).
+#[test]
+fn no_gpu_is_one_short_error_line() {
+    if runtime::device::unavailable_reason().is_none() {
+        println!("skipped: a GPU is present (this checks the no-GPU message)");
+        return;
+    }
+    let (code, stdout, stderr) = runtime(&["bench", "--draft-format", "none"]);
+    assert_eq!((code, stdout.as_str()), (2, ""));
+    assert!(stderr.starts_with("error: CUDA unavailable: "), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.len() < 200, "{} characters: {stderr}", stderr.len());
+    let names: Vec<&str> = stderr
+        .split([' ', ',', '(', ')'])
+        .filter(|w| w.starts_with("lib") && w.contains(".so"))
+        .collect();
+    let mut unique = names.clone();
+    unique.dedup();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(names.len(), unique.len(), "a name listed twice: {stderr}");
+}
