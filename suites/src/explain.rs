@@ -35,8 +35,36 @@ pub struct ExplainOptions {
     pub goldens_root: std::path::PathBuf,
     /// Scoring cache folder.
     pub cache_dir: Option<std::path::PathBuf>,
-    /// Tokens generated after the truncated prefix (experiment 2).
-    pub continuation: usize,
+    /// Tokens generated after the truncated prefix (experiment 2), `1..=` the prompt's
+    /// `max_tokens` ([`continuation_tokens`]); `None`: [`DEFAULT_CONTINUATION`], at most that.
+    pub continuation: Option<usize>,
+}
+
+/// Tokens generated after the truncated prefix when `--continuation` is not given (at most the
+/// prompt's `max_tokens`).
+pub const DEFAULT_CONTINUATION: usize = 8;
+
+/// The tokens experiment 2 generates after the truncated prefix: `asked` (`--continuation`),
+/// or [`DEFAULT_CONTINUATION`] capped at the prompt's `max_tokens`. Errors: `0` (it generated
+/// one token anyway and printed `then ""`) and more than the prompt's `max_tokens` (it was cut
+/// there silently: `--continuation 1000000000` ran as 8), naming the flag, the prompt and the
+/// suite file.
+pub fn continuation_tokens(
+    asked: Option<usize>,
+    prompt: &crate::suite::Prompt,
+    suite: &std::path::Path,
+) -> Result<usize, Fatal> {
+    let max = prompt.max_tokens;
+    match asked {
+        None => Ok(DEFAULT_CONTINUATION.min(max).max(1)),
+        Some(n) if (1..=max).contains(&n) => Ok(n),
+        Some(n) => Err(Fatal(format!(
+            "--continuation {n}: give 1..={max} (tokens generated after the fork, within max_tokens \
+             {max} of prompt {:?} in {})",
+            prompt.id,
+            suite.display()
+        ))),
+    }
 }
 
 fn f(e: impl std::fmt::Display) -> Fatal {
@@ -118,6 +146,7 @@ pub fn explain(o: &ExplainOptions) -> Result<String, Fatal> {
     // conformance checks it: suite and prompt, budgets, the suite against the model, drafter
     let suite = Suite::load(&o.suite).map_err(f)?;
     let p = suite.prompt(&o.prompt).map_err(f)?.clone();
+    let continuation = continuation_tokens(o.continuation, &p, &o.suite)?;
     let stem = golden::model_stem(&m.path);
     let budgets = Budgets::load(&o.goldens_root.join(&stem).join("budgets.toml")).map_err(f)?;
     // the model file is opened once: its config and codec now, the oracle's model later
@@ -280,7 +309,7 @@ pub fn explain(o: &ExplainOptions) -> Result<String, Fatal> {
     let creq = Request {
         id: format!("{}#cut{cut}", cx.req.id),
         prompt: ids.clone(),
-        max_tokens: o.continuation.min(cx.req.max_tokens - cut).max(1),
+        max_tokens: continuation.min(cx.req.max_tokens - cut).max(1),
         stop: cx.req.stop.clone(),
     };
     let mut cont_first = Vec::new();
@@ -471,7 +500,33 @@ mod tests {
             engine: "no-such-engine".into(),
             goldens_root: std::env::temp_dir().join("gemma4-explain-no-goldens"),
             cache_dir: None,
-            continuation: 8,
+            continuation: None,
+        }
+    }
+
+    /// `--continuation 0` (it generated one token and printed `then ""`) and beyond the
+    /// prompt's max_tokens (silently cut) are refused naming the flag, prompt and suite; the
+    /// default is 8, at most max_tokens.
+    #[test]
+    fn continuation_is_within_the_prompt_output() {
+        let p = |max_tokens| crate::suite::Prompt {
+            id: "a".into(),
+            input: crate::suite::PromptInput::Text("x".into()),
+            max_tokens,
+        };
+        let suite = Path::new("s.toml");
+        assert_eq!(continuation_tokens(None, &p(32), suite).unwrap(), 8);
+        assert_eq!(continuation_tokens(None, &p(3), suite).unwrap(), 3);
+        assert_eq!(continuation_tokens(Some(32), &p(32), suite).unwrap(), 32);
+        assert_eq!(continuation_tokens(Some(1), &p(32), suite).unwrap(), 1);
+        for n in [0, 33, 1_000_000_000] {
+            assert_eq!(
+                continuation_tokens(Some(n), &p(32), suite).unwrap_err().0,
+                format!(
+                    "--continuation {n}: give 1..=32 (tokens generated after the fork, within \
+                     max_tokens 32 of prompt \"a\" in s.toml)"
+                )
+            );
         }
     }
 

@@ -40,7 +40,7 @@ pub struct Args {
     /// not with --out).
     #[arg(long, conflicts_with = "out")]
     pub label: Option<String>,
-    /// Allow an HTTP engine on a non-loopback address.
+    /// Allow an HTTP engine on a non-loopback address (only with `--engine NAME=URL`).
     #[arg(long)]
     pub allow_remote: bool,
     /// Row invariance (conformance §7): compare every prefill / batch:N / spec:K row with the
@@ -304,13 +304,23 @@ pub fn verb_options(
 }
 
 /// The prompt ids of a `--prompts` flag, comma-separated (empty entries skipped). Errors: a
-/// flag naming no id (`--prompts ""`, `--prompts ","`: it ran every prompt, as if absent).
+/// flag naming no id (`--prompts ""`, `--prompts ","`: it ran every prompt, as if absent), an
+/// id listed twice (as `--modes` refuses a mode twice).
 pub fn prompts_flag(text: &str) -> Result<Vec<String>, String> {
     let ids: Vec<String> = text
         .split(',')
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
         .collect();
+    if let Some(id) = ids
+        .iter()
+        .enumerate()
+        .find_map(|(i, id)| ids[..i].contains(id).then_some(id))
+    {
+        return Err(format!(
+            "--prompts {text:?}: prompt {id} is listed twice (each prompt runs once)"
+        ));
+    }
     if ids.is_empty() {
         Err(format!(
             "--prompts {text:?} names no prompt id (give ids separated by commas, or leave \
@@ -375,6 +385,15 @@ pub fn run(a: &Args) -> i32 {
             return 2;
         }
     };
+    if a.allow_remote && !a.engine.contains('=') {
+        // it was ignored: the reference and cuda engines open no connection
+        crate::print_error(format!(
+            "--allow-remote is for an HTTP engine (--engine llama-server=URL or openai=URL); \
+             --engine {} is not one",
+            a.engine
+        ));
+        return 2;
+    }
     let Some(mut o) = verb_options(
         &a.model,
         &a.draft,
@@ -408,7 +427,7 @@ pub fn run(a: &Args) -> i32 {
         );
         return 2;
     }
-    if a.allow_remote && o.engine.contains('=') {
+    if a.allow_remote {
         o.engine.push_str(",allow-remote");
     }
     if let Some(m) = &a.modes {
@@ -615,6 +634,17 @@ mod tests {
             let e = label_flag(bad).unwrap_err();
             assert!(e.starts_with(&format!("--label {bad:?}: ")), "{e}");
         }
+    }
+
+    /// `--prompts story,story` is refused naming the id, as `--modes plain,plain` is (the
+    /// prompt was accepted and run once).
+    #[test]
+    fn prompts_flag_refuses_repeats() {
+        assert_eq!(
+            prompts_flag("story,count_chat, story").unwrap_err(),
+            "--prompts \"story,count_chat, story\": prompt story is listed twice (each prompt \
+             runs once)"
+        );
     }
 
     /// The last line says when slow-spec notes make the exit status 1 (`--require-acceptance`)

@@ -27,9 +27,10 @@ pub struct Args {
     /// Suite name or path holding the prompt.
     #[arg(long, default_value = "core")]
     pub suite: String,
-    /// Tokens generated after the truncated prefix (experiment 2).
-    #[arg(long, default_value_t = 8)]
-    pub continuation: usize,
+    /// Tokens generated after the truncated prefix (experiment 2): 1 up to the prompt's
+    /// max_tokens [default: 8, at most max_tokens].
+    #[arg(long)]
+    pub continuation: Option<usize>,
 }
 
 /// The `--modes` example explain's messages give: a list it takes (exactly two modes).

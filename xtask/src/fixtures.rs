@@ -62,7 +62,7 @@ pub struct Args {
     pub twelve_b: bool,
     /// Real-vocabulary GGUF whose tokenizer the 12B target copies [default:
     /// $GEMMA4_FIXTURES/tokenizer/ggml-vocab-gemma-4.gguf, fixtures default ../shared/fixtures].
-    #[arg(long)]
+    #[arg(long, requires = "twelve_b")]
     pub vocab_gguf: Option<PathBuf>,
     /// Copy the new manifest to goldens/fixtures-manifest.json (re-bless after a recipe change).
     #[arg(long)]

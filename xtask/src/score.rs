@@ -38,7 +38,7 @@ pub struct Args {
     #[arg(long)]
     pub text: Option<String>,
     /// Apply the chat template to `--text` as one user message (generation prompt added).
-    #[arg(long, requires = "text")]
+    #[arg(long, requires = "text", conflicts_with = "tokens")]
     pub chat: bool,
     /// Candidates per position.
     #[arg(long, default_value_t = 16)]

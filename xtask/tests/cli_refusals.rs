@@ -59,3 +59,83 @@ fn labels_that_leave_the_runs_folder_are_refused() {
         )
     );
 }
+
+/// Flags that were accepted and ignored: each refused, exit 2, naming the flag(s).
+#[test]
+fn ignored_flags_are_refused() {
+    let out = std::env::temp_dir().join(format!("cli-refusals-fixtures-{}", std::process::id()));
+    let out_s = out.display().to_string();
+    let cases: [(&[&str], &[&str]); 5] = [
+        // --chat applies to --text; with --tokens it was ignored
+        (
+            &["score", "--model", NO_MODEL, "--tokens", "2", "--chat"],
+            &["'--chat'", "'--tokens <TOKENS>'"],
+        ),
+        // the vocabulary is the 12B target's; without --12b it was ignored
+        (
+            &["fixtures", "--out", &out_s, "--vocab-gguf", "/tmp/v.gguf"],
+            &["--12b", "--vocab-gguf"],
+        ),
+        (
+            &[
+                "conformance",
+                "--model",
+                NO_MODEL,
+                "--engine",
+                "reference-f32",
+                "--allow-remote",
+            ],
+            &[
+                "error: --allow-remote is for an HTTP engine (--engine llama-server=URL or \
+               openai=URL); --engine reference-f32 is not one",
+            ],
+        ),
+        (
+            &[
+                "conformance",
+                "--model",
+                NO_MODEL,
+                "--prompts",
+                "story,story",
+            ],
+            &["error: --prompts \"story,story\": prompt story is listed twice"],
+        ),
+        (
+            &[
+                "explain",
+                "--model",
+                NO_MODEL,
+                "--prompt",
+                "count_300",
+                "--continuation",
+                "0",
+            ],
+            &[
+                "error: --continuation 0: give 1..=1024 (tokens generated after the fork, within \
+               max_tokens 1024 of prompt \"count_300\" in ",
+            ],
+        ),
+    ];
+    for (args, needles) in cases {
+        let (code, err) = xtask(args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        for n in needles {
+            assert!(err.contains(n), "{args:?}: {n:?} not in {err}");
+        }
+    }
+    let (code, err) = xtask(&[
+        "explain",
+        "--model",
+        NO_MODEL,
+        "--prompt",
+        "count_300",
+        "--continuation",
+        "1000000000",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.starts_with("error: --continuation 1000000000: give 1..=1024"),
+        "{err}"
+    );
+    assert!(!out.exists(), "fixtures wrote {}", out.display());
+}
