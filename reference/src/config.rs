@@ -54,6 +54,22 @@ pub enum ConfigError {
         /// What the loader expects (`gemma4` or `gemma4-assistant`).
         expected: String,
     },
+    /// `block_count` is larger than the number of layers the file's tensors name
+    /// (`blk.{l}.*`, §6, §8.2): refused before any per-layer array or loop is sized by it.
+    #[error(
+        "metadata key '{key}' is {block_count}, but the file's {n_tensors} tensors name only \
+         {layers_in_file} layers (blk.{{l}}.*; every layer has its own tensors)"
+    )]
+    LayerCount {
+        /// The key, e.g. `gemma4.block_count`.
+        key: String,
+        /// The value in the file.
+        block_count: usize,
+        /// Distinct `l` among the tensor names `blk.{l}.*`.
+        layers_in_file: usize,
+        /// Tensors in the file.
+        n_tensors: usize,
+    },
     /// Two metadata values contradict each other (§5.1 consistency checks).
     #[error("inconsistent metadata: {0}")]
     Inconsistent(String),
@@ -331,7 +347,10 @@ impl Config {
     }
 
     /// Every tensor the forward reads, with its expected GGUF dims (§6). The tensor-name map:
-    /// model code loads by exactly these names.
+    /// model code loads by exactly these names. Products of metadata values (`nh·d`, `P·L`,
+    /// `2·Ie`) saturate at `u64::MAX`, which no tensor has (the reader refuses dims above
+    /// `i64::MAX`), so an absurd key value gives a shape mismatch naming the tensor instead of
+    /// an overflow.
     pub fn tensor_specs(&self) -> Vec<TensorSpec> {
         let e = self.n_embd as u64;
         let v = self.n_vocab as u64;
@@ -342,8 +361,14 @@ impl Config {
         add("token_embd.weight".into(), vec![e, v]);
         add("output_norm.weight".into(), vec![e]);
         if p > 0 {
-            add("per_layer_token_embd.weight".into(), vec![p * ln, v]);
-            add("per_layer_model_proj.weight".into(), vec![e, p * ln]);
+            add(
+                "per_layer_token_embd.weight".into(),
+                vec![p.saturating_mul(ln), v],
+            );
+            add(
+                "per_layer_model_proj.weight".into(),
+                vec![e, p.saturating_mul(ln)],
+            );
             add("per_layer_proj_norm.weight".into(), vec![p]);
         }
         for l in 0..self.n_layer {
@@ -352,16 +377,16 @@ impl Config {
             let nkv = self.n_head_kv[l] as u64;
             let ff = self.n_ff[l] as u64;
             add(blk(l, "attn_norm.weight"), vec![e]);
-            add(blk(l, "attn_q.weight"), vec![e, nh * hd]);
+            add(blk(l, "attn_q.weight"), vec![e, nh.saturating_mul(hd)]);
             add(blk(l, "attn_q_norm.weight"), vec![hd]);
             if self.has_kv(l) {
-                add(blk(l, "attn_k.weight"), vec![e, nkv * hd]);
+                add(blk(l, "attn_k.weight"), vec![e, nkv.saturating_mul(hd)]);
                 add(blk(l, "attn_k_norm.weight"), vec![hd]);
                 if !self.k_eq_v[l] {
-                    add(blk(l, "attn_v.weight"), vec![e, nkv * hd]);
+                    add(blk(l, "attn_v.weight"), vec![e, nkv.saturating_mul(hd)]);
                 }
             }
-            add(blk(l, "attn_output.weight"), vec![nh * hd, e]);
+            add(blk(l, "attn_output.weight"), vec![nh.saturating_mul(hd), e]);
             add(blk(l, "post_attention_norm.weight"), vec![e]);
             add(blk(l, "ffn_norm.weight"), vec![e]);
             add(blk(l, "ffn_gate.weight"), vec![e, ff]);
@@ -378,7 +403,10 @@ impl Config {
                 add(blk(l, "post_ffw_norm_1.weight"), vec![e]);
                 add(blk(l, "post_ffw_norm_2.weight"), vec![e]);
                 if self.moe_fused_gate_up {
-                    add(blk(l, "ffn_gate_up_exps.weight"), vec![e, 2 * fx, x]);
+                    add(
+                        blk(l, "ffn_gate_up_exps.weight"),
+                        vec![e, fx.saturating_mul(2), x],
+                    );
                 } else {
                     add(blk(l, "ffn_gate_exps.weight"), vec![e, fx, x]);
                     add(blk(l, "ffn_up_exps.weight"), vec![e, fx, x]);

@@ -229,7 +229,7 @@ impl<F: Float> KvCache<F> {
                     n_kv,
                     head_dim,
                     window,
-                    capacity: window.map(|w| w + reserve),
+                    capacity: window.map(|w| w.saturating_add(reserve)),
                     k: Vec::new(),
                     v: Vec::new(),
                     oldest: 0,

@@ -122,7 +122,11 @@ impl AssistantConfig {
         };
         let (e, b, v) = (cfg.n_embd as u64, n_embd_out as u64, cfg.n_vocab as u64);
         check_shape(file, "output_norm.weight", &[e])?;
-        check_shape(file, "nextn.pre_projection.weight", &[2 * b, e])?;
+        check_shape(
+            file,
+            "nextn.pre_projection.weight",
+            &[b.saturating_mul(2), e],
+        )?;
         check_shape(file, "nextn.post_projection.weight", &[e, b])?;
         let _ = v;
         for l in 0..cfg.n_layer {
@@ -131,9 +135,9 @@ impl AssistantConfig {
             let ff = cfg.n_ff[l] as u64;
             for (name, dims) in [
                 (blk(l, "attn_norm.weight"), vec![e]),
-                (blk(l, "attn_q.weight"), vec![e, nh * hd]),
+                (blk(l, "attn_q.weight"), vec![e, nh.saturating_mul(hd)]),
                 (blk(l, "attn_q_norm.weight"), vec![hd]),
-                (blk(l, "attn_output.weight"), vec![nh * hd, e]),
+                (blk(l, "attn_output.weight"), vec![nh.saturating_mul(hd), e]),
                 (blk(l, "post_attention_norm.weight"), vec![e]),
                 (blk(l, "ffn_norm.weight"), vec![e]),
                 (blk(l, "ffn_gate.weight"), vec![e, ff]),

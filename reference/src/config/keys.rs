@@ -212,6 +212,33 @@ pub(super) fn check_shape(file: &GgufFile, name: &str, dims: &[u64]) -> Result<(
     Ok(())
 }
 
+/// Bounds `block_count` (value `n`, key `key`) by the file before anything is sized by it: every
+/// layer of a target (§6) and of an assistant (§8.2) has its own `blk.{l}.*` tensors, so `n`
+/// cannot exceed the number of distinct layer indices `l` among the tensor names (itself at most
+/// the tensor count, which the reader bounds by the file's bytes). The per-layer arrays and
+/// loops of [`Common::read`] and the configs are `O(n)`, so a huge but well-formed value (a u32
+/// of 2^31 − 1) is refused here instead of allocating gigabytes.
+///
+/// Errors: [`ConfigError::LayerCount`] naming the key, `n` and the layers found.
+pub(super) fn check_block_count(file: &GgufFile, key: &str, n: usize) -> Result<(), ConfigError> {
+    let mut layers: Vec<u64> = file
+        .tensors()
+        .iter()
+        .filter_map(|t| t.name.strip_prefix("blk.")?.split_once('.')?.0.parse().ok())
+        .collect();
+    layers.sort_unstable();
+    layers.dedup();
+    if n > layers.len() {
+        return Err(ConfigError::LayerCount {
+            key: key.to_string(),
+            block_count: n,
+            layers_in_file: layers.len(),
+            n_tensors: file.tensors().len(),
+        });
+    }
+    Ok(())
+}
+
 pub(super) fn has_tensor(file: &GgufFile, name: &str) -> bool {
     file.tensor(name).is_ok()
 }
@@ -247,7 +274,19 @@ impl Common {
                 problem: "must be > 0".into(),
             });
         }
-        let n_embd = k.usize_req("embedding_length")?;
+        check_block_count(file, &k.key("block_count"), n_layer)?;
+        // Widths that multiply another header value in a tensor shape (`[H, nh·d]`, `[H, P·L]`)
+        // must be > 0: a zero factor makes the tensor empty, so its shape would bound nothing.
+        let positive = |key: &str| -> Result<usize, ConfigError> {
+            match k.usize_req(key)? {
+                0 => Err(ConfigError::BadValue {
+                    key: k.key(key),
+                    problem: "must be > 0".into(),
+                }),
+                n => Ok(n),
+            }
+        };
+        let n_embd = positive("embedding_length")?;
         let embd = file
             .tensor("token_embd.weight")
             .map_err(|_| ConfigError::MissingTensor {
@@ -268,9 +307,9 @@ impl Common {
                 ConfigError::MissingKey { .. } => Ok(n_head.clone()),
                 e => Err(e),
             })?;
-        let head_dim_full = k.usize_req("attention.key_length")?;
+        let head_dim_full = positive("attention.key_length")?;
         let v_full = k.usize_req("attention.value_length")?;
-        let head_dim_swa = k.usize_req("attention.key_length_swa")?;
+        let head_dim_swa = positive("attention.key_length_swa")?;
         let v_swa = k.usize_req("attention.value_length_swa")?;
         if head_dim_full != v_full || head_dim_swa != v_swa {
             return Err(ConfigError::Inconsistent(format!(

@@ -109,8 +109,10 @@ impl<F: Float> Layer<F> {
         } else {
             Pairing::HalfSplit
         };
-        let window =
-            sliding.then_some(cfg.sliding_window + usize::from(faults.sliding_window_off_by_one));
+        let window = sliding.then_some(
+            cfg.sliding_window
+                .saturating_add(usize::from(faults.sliding_window_off_by_one)),
+        );
         let attn = Attention {
             layer: l,
             n_head: cfg.n_head[l],

@@ -350,7 +350,7 @@ impl<'m, F: Float> SpecDecoder<'m, F> {
         let full = 0..(p.min(tf.last_written) + 1);
         let lo = tf.sliding_tensor.start;
         let end = tf.sliding_tensor.end.min(lo + p + 1);
-        let sliding = end.saturating_sub(w + 1).max(lo)..end;
+        let sliding = end.saturating_sub(w.saturating_add(1)).max(lo)..end;
         Ok(DrafterKv {
             sliding: self
                 .store
