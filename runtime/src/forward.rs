@@ -94,7 +94,7 @@ pub const MAX_CTX: usize = 12_000;
 ///   bookkeeping is exact, not just safe.
 pub fn kv_rows(window: Option<usize>, ctx: usize) -> usize {
     match window {
-        Some(w) => (w + CHUNK_ROWS).min(ctx),
+        Some(w) => w.saturating_add(CHUNK_ROWS).min(ctx),
         None => ctx,
     }
 }
@@ -610,7 +610,13 @@ impl Workspace {
         let nhm = model.layers.iter().map(|l| l.n_head).max().unwrap_or(1);
         let dm = model.layers.iter().map(|l| l.head_dim).max().unwrap_or(1);
         let ff = c.n_ff.iter().copied().max().unwrap_or(1);
-        let (e, k, ie) = (c.n_expert.max(1), c.n_expert_used.max(1), c.n_ff_exp.max(1));
+        // MoE buffers only on MoE models: a dense model's expert keys are checked against no
+        // tensor (`expert_feed_forward_length` could be any number), so nothing is sized by them.
+        let (e, k, ie) = if c.moe {
+            (c.n_expert.max(1), c.n_expert_used.max(1), c.n_ff_exp.max(1))
+        } else {
+            (1, 1, 1)
+        };
         let lp = (c.n_layer * c.n_embd_per_layer).max(1);
         let p = c.n_embd_per_layer.max(1);
         let f32s = |n: usize| {
@@ -1730,7 +1736,8 @@ impl Forward<'_> {
                     Arg::I(src_kv as i32),
                     Arg::I(d as i32),
                     Arg::I(src_rows as i32),
-                    Arg::I(window as i32),
+                    // a window beyond every position is full attention: clamped, not truncated
+                    Arg::I(window.min(i32::MAX as usize) as i32),
                     Arg::P(ptr(gpu, &ws.att_part)),
                     Arg::P(ptr(gpu, &ws.att_cnt)),
                     Arg::P(ptr(gpu, &gpu.tc_xp)),
@@ -2084,6 +2091,9 @@ mod tests {
         assert_eq!(kv_rows(Some(1024), 12_000), 1056);
         assert_eq!(kv_rows(Some(1024), 500), 500);
         assert_eq!(kv_rows(None, 12_000), 12_000);
+        // A window beyond every position (a u64 key of 2^64 − 1) is full attention: the ring is
+        // the whole context, no `W + 32` overflow.
+        assert_eq!(kv_rows(Some(usize::MAX), 12_000), 12_000);
         assert_eq!(ring_row(0, 1056), 0);
         assert_eq!(ring_row(1055, 1056), 1055);
         assert_eq!(ring_row(1056, 1056), 0);
