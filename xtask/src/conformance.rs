@@ -126,12 +126,14 @@ fn fixture_in(dir: &Path, rel: &str, or: &str) -> Result<PathBuf, String> {
 
 /// The default models (README "main job"):
 /// the real-toolchain fixtures (b) first, then (a) the synthetic fixtures of `cargo xtask fixtures` (`target/fixtures/manifest.json`, built
-/// when missing; skipped with a note when that fails): every `UD-Q2_K_XL` target with its
+/// when it or a file it lists is missing; skipped with a note when that fails): every `UD-Q2_K_XL` target with its
 /// `UD-Q2_K_XL` assistant, on the smoke suite;
 /// (b) the real-toolchain fixtures in `$GEMMA4_FIXTURES/models`: `dense-target.Q4_K_M` +
 /// `dense-assistant.F32`, `e2b-target.Q4_0` + `e2b-assistant.Q8_0`, `moe-target.Q4_K_M` +
 /// `moe-assistant.Q8_0`, on the suites given (smoke and core by default).
-pub fn default_models() -> Vec<ModelSpec> {
+///
+/// Errors: a synthetic fixture changed since it was built ([`synthetic_in`]).
+pub fn default_models() -> Result<Vec<ModelSpec>, String> {
     let mut out = Vec::new();
     let m = fixtures_dir().join("models");
     for (t, d) in [
@@ -145,29 +147,60 @@ pub fn default_models() -> Vec<ModelSpec> {
             suites: None,
         });
     }
-    out.extend(synthetic_models());
-    out
+    let root = workspace_root();
+    out.extend(synthetic_in(
+        &root.join("target/fixtures"),
+        &root.join("goldens/fixtures-manifest.json"),
+        |dir| {
+            let args = crate::fixtures::Args {
+                out: Some(dir.to_path_buf()),
+                twelve_b: false,
+                vocab_gguf: None,
+                update_manifest: false,
+            };
+            crate::fixtures::run(&args).map_err(|e| format!("{e:#}"))
+        },
+    )?);
+    Ok(out)
 }
 
-/// The synthetic `UD-Q2_K_XL` target/assistant pairs from `target/fixtures/manifest.json`, each
-/// on the smoke suite; runs `cargo xtask fixtures` first when the manifest is missing.
-fn synthetic_models() -> Vec<ModelSpec> {
-    let dir = workspace_root().join("target/fixtures");
+/// Why the synthetic fixtures in `dir` must be built: its `manifest.json` or a file the
+/// manifest lists is missing (a deleted fixture was reported as `model not found`), or the
+/// manifest is unreadable; `None` when all are there.
+fn synthetic_missing(dir: &Path) -> Option<String> {
     let manifest = dir.join("manifest.json");
-    if !manifest.exists() {
-        println!(
-            "note: {} missing, running `cargo xtask fixtures`",
-            manifest.display()
-        );
-        let args = crate::fixtures::Args {
-            out: Some(dir.clone()),
-            twelve_b: false,
-            vocab_gguf: None,
-            update_manifest: false,
-        };
-        if let Err(e) = crate::fixtures::run(&args) {
-            println!("note: synthetic fixtures skipped (`cargo xtask fixtures` failed: {e:#})");
-            return Vec::new();
+    let Ok(text) = std::fs::read_to_string(&manifest) else {
+        return Some(format!("{} missing", manifest.display()));
+    };
+    let Ok(m) = serde_json::from_str::<crate::fixtures::Manifest>(&text) else {
+        return Some(format!("{} unreadable", manifest.display()));
+    };
+    m.files
+        .iter()
+        .map(|f| dir.join(&f.file))
+        .find(|p| !p.is_file())
+        .map(|p| format!("{} missing", p.display()))
+}
+
+/// The synthetic `UD-Q2_K_XL` target/assistant pairs of the fixtures folder `dir` (its
+/// `manifest.json`), each on the smoke suite; `build(dir)` (`cargo xtask fixtures`) runs first
+/// when [`synthetic_missing`] says so. A target whose manifest SHA-256 is not the one pinned in
+/// `committed` (`goldens/fixtures-manifest.json`: the recipe changed) is skipped with a note.
+///
+/// Errors: a fixture to be run (target or assistant) whose file no longer has its manifest
+/// SHA-256 (edited or damaged after it was built: its goldens would stop the run as "pinned
+/// to another SHA-256"), naming the file and `cargo xtask fixtures`.
+fn synthetic_in(
+    dir: &Path,
+    committed: &Path,
+    build: impl FnOnce(&Path) -> Result<(), String>,
+) -> Result<Vec<ModelSpec>, String> {
+    let manifest = dir.join("manifest.json");
+    if let Some(why) = synthetic_missing(dir) {
+        println!("note: {why}, running `cargo xtask fixtures`");
+        if let Err(e) = build(dir) {
+            println!("note: synthetic fixtures skipped (`cargo xtask fixtures` failed: {e})");
+            return Ok(Vec::new());
         }
     }
     let parsed: Option<crate::fixtures::Manifest> = std::fs::read_to_string(&manifest)
@@ -178,50 +211,60 @@ fn synthetic_models() -> Vec<ModelSpec> {
             "note: synthetic fixtures skipped ({} unreadable)",
             manifest.display()
         );
-        return Vec::new();
+        return Ok(Vec::new());
     };
     // a fixture rebuilt from a changed recipe no longer matches its goldens: skip it, loudly
-    let committed: Option<crate::fixtures::Manifest> =
-        std::fs::read_to_string(workspace_root().join("goldens/fixtures-manifest.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok());
+    let committed: Option<crate::fixtures::Manifest> = std::fs::read_to_string(committed)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
     let pinned = |file: &str, sha: &str| {
         committed
             .as_ref()
             .is_some_and(|c| c.files.iter().any(|f| f.file == file && f.sha256 == sha))
     };
+    let unchanged = |f: &crate::fixtures::ManifestEntry| -> Result<PathBuf, String> {
+        let path = dir.join(&f.file);
+        let sha =
+            reference::gguf::sha256_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        if sha == f.sha256 {
+            Ok(path)
+        } else {
+            Err(format!(
+                "synthetic fixture {} has SHA-256 {sha}, not the {} it was built with ({}): it \
+                 changed since; rebuild it with `cargo xtask fixtures`",
+                path.display(),
+                f.sha256,
+                manifest.display()
+            ))
+        }
+    };
     let variant = "UD-Q2_K_XL";
-    m.files
+    let mut out = Vec::new();
+    for t in m
+        .files
         .iter()
         .filter(|f| f.role == "target" && f.variant == variant)
-        .filter(|t| {
-            let ok = pinned(&t.file, &t.sha256);
-            if !ok {
-                println!(
-                    "note: synthetic fixture {} differs from goldens/fixtures-manifest.json (recipe changed?): skipped",
-                    t.file
-                );
-            }
-            ok
-        })
-        .map(|t| {
-            let family = t.name.trim_end_matches("-target");
-            let draft = m
-                .files
-                .iter()
-                .find(|f| {
-                    f.role == "assistant"
-                        && f.variant == variant
-                        && f.name.trim_end_matches("-assistant") == family
-                })
-                .map(|f| dir.join(&f.file));
-            ModelSpec {
-                path: dir.join(&t.file),
-                draft,
-                suites: Some(vec![suite_path("smoke")]),
-            }
-        })
-        .collect()
+    {
+        if !pinned(&t.file, &t.sha256) {
+            println!(
+                "note: synthetic fixture {} differs from goldens/fixtures-manifest.json (recipe changed?): skipped",
+                t.file
+            );
+            continue;
+        }
+        let family = t.name.trim_end_matches("-target");
+        let draft = m.files.iter().find(|f| {
+            f.role == "assistant"
+                && f.variant == variant
+                && f.name.trim_end_matches("-assistant") == family
+        });
+        out.push(ModelSpec {
+            path: unchanged(t)?,
+            draft: draft.map(unchanged).transpose()?,
+            suites: Some(vec![suite_path("smoke")]),
+        });
+    }
+    Ok(out)
 }
 
 /// Resolves a suite name to `suites/<name>.toml` (a path with `/` or `.toml` is taken as is).
@@ -253,7 +296,7 @@ pub fn options(
             draft: draft.clone(),
             suites: None,
         }],
-        None => default_models()
+        None => default_models()?
             .into_iter()
             .map(|mut m| {
                 // explicit --suite flags apply to every model
@@ -634,6 +677,77 @@ mod tests {
             let e = label_flag(bad).unwrap_err();
             assert!(e.starts_with(&format!("--label {bad:?}: ")), "{e}");
         }
+    }
+
+    /// The synthetic fixtures are built when any file of the manifest is missing (a deleted
+    /// fixture was `model not found`, since only a missing manifest.json rebuilt them), and a
+    /// fixture changed since it was built stops the run saying to run `cargo xtask fixtures`.
+    #[test]
+    fn synthetic_fixtures_are_rebuilt_or_named() {
+        use crate::fixtures::{Manifest, ManifestEntry};
+        let dir = std::env::temp_dir().join(format!("xtask-synthetic-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let entry = |role: &str, name: &str, bytes: &[u8]| ManifestEntry {
+            name: name.into(),
+            variant: "UD-Q2_K_XL".into(),
+            role: role.into(),
+            file: format!("{name}.UD-Q2_K_XL.gguf"),
+            bytes: bytes.len() as u64,
+            sha256: {
+                let p = dir.join("hash-me");
+                std::fs::write(&p, bytes).unwrap();
+                reference::gguf::sha256_file(&p).unwrap()
+            },
+        };
+        let m = Manifest {
+            generator: "test".into(),
+            n_vocab: 8,
+            files: vec![
+                entry("target", "syn-x-target", b"target"),
+                entry("assistant", "syn-x-assistant", b"assistant"),
+            ],
+        };
+        let json = serde_json::to_string(&m).unwrap();
+        std::fs::write(dir.join("manifest.json"), &json).unwrap();
+        let committed = dir.join("committed.json");
+        std::fs::write(&committed, &json).unwrap();
+        // the target file is missing (deleted): built first
+        std::fs::write(dir.join("syn-x-assistant.UD-Q2_K_XL.gguf"), b"assistant").unwrap();
+        assert_eq!(
+            synthetic_missing(&dir),
+            Some(format!(
+                "{} missing",
+                dir.join("syn-x-target.UD-Q2_K_XL.gguf").display()
+            ))
+        );
+        let mut built = false;
+        let models = synthetic_in(&dir, &committed, |d| {
+            built = true;
+            std::fs::write(d.join("syn-x-target.UD-Q2_K_XL.gguf"), b"target")
+                .map_err(|e| e.to_string())
+        })
+        .unwrap();
+        assert!(built);
+        assert_eq!(models.len(), 1);
+        assert_eq!(models[0].path, dir.join("syn-x-target.UD-Q2_K_XL.gguf"));
+        assert_eq!(
+            models[0].draft.as_deref(),
+            Some(dir.join("syn-x-assistant.UD-Q2_K_XL.gguf").as_path())
+        );
+        // all present: not built again
+        synthetic_in(&dir, &committed, |_| panic!("built again")).unwrap();
+        // the assistant changed after it was built: named, with the command that rebuilds it
+        std::fs::write(dir.join("syn-x-assistant.UD-Q2_K_XL.gguf"), b"edited").unwrap();
+        let e = synthetic_in(&dir, &committed, |_| panic!("built again")).unwrap_err();
+        assert!(
+            e.starts_with(&format!(
+                "synthetic fixture {} has SHA-256 ",
+                dir.join("syn-x-assistant.UD-Q2_K_XL.gguf").display()
+            )) && e.ends_with("it changed since; rebuild it with `cargo xtask fixtures`"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// `--prompts story,story` is refused naming the id, as `--modes plain,plain` is (the
