@@ -586,7 +586,12 @@ pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
             if !force {
                 for r in reqs {
                     match golden::load_goldens(&dir, std::slice::from_ref(&r.id), &sha) {
-                        Err(e @ GoldenError::ShaMismatch { .. }) => return Err(fatal(e)),
+                        Err(e @ GoldenError::ShaMismatch { .. }) => {
+                            return Err(Fatal(format!(
+                                "{e}: the model changed since these goldens were blessed; \
+                                 `cargo xtask bless --force` overwrites them (review the diff)"
+                            )))
+                        }
                         _ => continue,
                     }
                 }
@@ -659,6 +664,41 @@ mod tests {
             require_acceptance: false,
             oracle_acceptance: false,
         }
+    }
+
+    /// bless on a model whose SHA-256 is not the goldens' stops (exit 2) and says `--force`
+    /// overwrites them (it named only the two SHA-256s).
+    #[test]
+    fn bless_on_a_changed_model_names_force() {
+        let Some(model) = crate::test_fixture_model("dense-target.Q4_K_M.gguf") else {
+            return;
+        };
+        let root = std::env::temp_dir().join(format!("bless-force-{}", std::process::id()));
+        let dir = root.join("dense-target.Q4_K_M/smoke");
+        std::fs::create_dir_all(&dir).unwrap();
+        let src =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../goldens/dense-target.Q4_K_M/smoke");
+        for f in ["story.snap", "story.oracle.json"] {
+            let text = std::fs::read_to_string(src.join(f)).unwrap();
+            let sha = "ffc2c4a721d6dc0d8768fabe49cb4cb518fa136fa043751dcf9086bae99dde41";
+            assert!(text.contains(sha), "{f}");
+            std::fs::write(dir.join(f), text.replace(sha, &"0".repeat(64))).unwrap();
+        }
+        let mut o = smoke_options(&["story"]);
+        o.models[0].path = model;
+        o.goldens_root = root.clone();
+        let e = bless(&o, false).unwrap_err().0;
+        assert!(
+            e.contains(&format!(
+                "golden pinned to model SHA-256 {}",
+                "0".repeat(64)
+            )) && e.ends_with(
+                ": the model changed since these goldens were blessed; `cargo xtask bless \
+                     --force` overwrites them (review the diff)"
+            ),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     /// A drafter is checked before the run: the fixture pair passes; the MoE drafter against the
