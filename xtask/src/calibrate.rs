@@ -27,10 +27,33 @@ pub struct Args {
     pub dry_run: bool,
 }
 
+/// `--safety` against the bounds `budgets.toml` enforces: a finite factor ≥ 1 (the file takes
+/// `safety_factor` finite > 0; below 1 τ would be under the measured error) and at most
+/// `TAU_MAX` — τ = max error × safety must stay ≤ `TAU_MAX` logits, which a larger factor
+/// breaks at any error of 1 logit (1e300 printed a 300-digit τ with `--dry-run`, and without
+/// it was refused as if the budgets.toml file were at fault).
+fn check_safety(safety: f64) -> Result<(), String> {
+    use suites::budgets::TAU_MAX;
+    if safety.is_finite() && (1.0..=TAU_MAX).contains(&safety) {
+        Ok(())
+    } else {
+        // 1e300, not its 301 digits
+        let shown = if safety.is_finite() && safety.abs() >= 1e6 {
+            format!("{safety:e}")
+        } else {
+            safety.to_string()
+        };
+        Err(format!(
+            "--safety {shown}: must be a finite factor in [1, {TAU_MAX}] (τ = max error × \
+             safety, and budgets.toml takes τ <= {TAU_MAX} logits)"
+        ))
+    }
+}
+
 /// Runs the verb; returns the process exit code (0, or 2 when it could not run).
 pub fn run(a: &Args) -> i32 {
-    if !(a.safety.is_finite() && a.safety >= 1.0) {
-        eprintln!("error: --safety must be >= 1 (got {})", a.safety);
+    if let Err(e) = check_safety(a.safety) {
+        crate::print_error(e);
         return 2;
     }
     let Some(mut o) =
@@ -81,6 +104,28 @@ pub fn run(a: &Args) -> i32 {
         Err(e) => {
             crate::print_error(&e);
             2
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// `--safety` is checked against budgets.toml's bounds, naming the option: 1e300 (a
+    /// 300-digit τ under --dry-run), NaN, below 1 and above TAU_MAX refused; 1 and 2 taken.
+    #[test]
+    fn safety_is_bounded_like_budgets_toml() {
+        for ok in [1.0, 2.0, 1e3] {
+            assert_eq!(super::check_safety(ok), Ok(()), "{ok}");
+        }
+        assert_eq!(
+            super::check_safety(1e300).unwrap_err(),
+            "--safety 1e300: must be a finite factor in [1, 1000] (τ = max error × safety, and \
+             budgets.toml takes τ <= 1000 logits)"
+        );
+        for bad in [f64::NAN, f64::INFINITY, 0.5, 0.0, -2.0, 1000.5] {
+            assert!(super::check_safety(bad)
+                .unwrap_err()
+                .starts_with(&format!("--safety {bad}: ")));
         }
     }
 }

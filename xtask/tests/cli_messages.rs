@@ -1,0 +1,70 @@
+//! What the verbs print when they stop, run through the built binary: each stop is one
+//! `error: …` line naming the option (or file), exit status 2, and nothing else on stdout.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The workspace root (the folder above `xtask/`).
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// Runs `cargo xtask ARGS` in the workspace root with `env` set: (exit status, stdout, stderr).
+fn xtask_env(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_xtask"));
+    c.args(args).current_dir(root());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn xtask(args: &[&str]) -> (Option<i32>, String, String) {
+    xtask_env(args, &[])
+}
+
+/// A temporary folder for one test.
+fn scratch(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-messages-{name}"));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// `calibrate --safety 1e300` is refused before anything is read, naming the option and the
+/// bound budgets.toml enforces (with --dry-run it printed a 300-digit τ and exit 0; without,
+/// the budgets.toml file was blamed).
+#[test]
+fn calibrate_safety_is_bounded_up_front() {
+    for dry in [true, false] {
+        let mut args = vec![
+            "calibrate",
+            "--model",
+            "/nonexistent/cli-messages.gguf",
+            "--safety",
+            "1e300",
+        ];
+        if dry {
+            args.push("--dry-run");
+        }
+        let (code, stdout, stderr) = xtask(&args);
+        assert_eq!(
+            (code, stdout.as_str(), stderr.as_str()),
+            (
+                Some(2),
+                "",
+                "error: --safety 1e300: must be a finite factor in [1, 1000] (τ = max error × \
+                 safety, and budgets.toml takes τ <= 1000 logits)\n"
+            ),
+            "{args:?}"
+        );
+    }
+}
