@@ -167,7 +167,6 @@ pub fn run(a: &Args) -> i32 {
     let mut any_wrong = false;
     let mut compared = 0;
     let (mut identical, mut forks, mut wrong, mut errors) = (0usize, 0usize, 0usize, 0usize);
-    println!("A = {} · B = {}\n", a.run_a, a.run_b);
     let mut lines: Vec<String> = Vec::new();
     for run_a in &ra.runs {
         for run_b in rb
@@ -263,6 +262,12 @@ pub fn run(a: &Args) -> i32 {
             }
         }
     }
+    if compared == 0 {
+        // only the error: "no forks: every compared pair …" before it claimed a comparison
+        crate::print_error("the two runs share no (model, suite, prompt)");
+        return 2;
+    }
+    println!("A = {} · B = {}\n", a.run_a, a.run_b);
     if lines.is_empty() {
         println!("no forks: every compared pair has token-identical outputs");
     } else {
@@ -271,10 +276,6 @@ pub fn run(a: &Args) -> i32 {
         for l in &lines {
             println!("{l}");
         }
-    }
-    if compared == 0 {
-        eprintln!("error: the two runs share no (model, suite, prompt)");
-        return 2;
     }
     println!(
         "\n{compared} (prompt, mode A, mode B) pairs: {identical} identical outputs (not listed), \

@@ -68,3 +68,23 @@ fn calibrate_safety_is_bounded_up_front() {
         );
     }
 }
+
+/// Two runs that share no (model, suite, prompt): only the error (it printed the run names and
+/// "no forks: every compared pair has token-identical outputs" first).
+#[test]
+fn compare_of_disjoint_runs_prints_only_the_error() {
+    let d = scratch("compare");
+    let report = serde_json::to_string(&suites::report::Report::new(Vec::new())).unwrap();
+    let (a, b) = (d.join("a.json"), d.join("b.json"));
+    std::fs::write(&a, &report).unwrap();
+    std::fs::write(&b, &report).unwrap();
+    let (code, stdout, stderr) = xtask(&["compare", a.to_str().unwrap(), b.to_str().unwrap()]);
+    assert_eq!(
+        (code, stdout.as_str(), stderr.as_str()),
+        (
+            Some(2),
+            "",
+            "error: the two runs share no (model, suite, prompt)\n"
+        )
+    );
+}
