@@ -551,8 +551,10 @@ fn write_plots(out_dir: &Path, run: &Run) {
 pub struct BlessSummary {
     /// Snapshots unchanged.
     pub unchanged: usize,
-    /// Snapshots written (`.snap` or `.snap.new`).
+    /// Snapshots written as `.snap` (or their sidecar repaired).
     pub written: usize,
+    /// Snapshots new or changed and written as `.snap.new`, pending `cargo insta review`.
+    pub pending: usize,
     /// Snapshots that differ and were not written (INSTA_UPDATE=no): the caller exits 1.
     pub mismatched: Vec<String>,
     /// Golden folders touched.
@@ -625,6 +627,7 @@ pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
                 match golden::write_golden(&dir, &g, &codec.decode(&g.tokens)).map_err(fatal)? {
                     SnapshotOutcome::Unchanged => summary.unchanged += 1,
                     SnapshotOutcome::Written => summary.written += 1,
+                    SnapshotOutcome::Pending => summary.pending += 1,
                     SnapshotOutcome::Mismatch => summary
                         .mismatched
                         .push(format!("{stem}/{}/{}", suite.settings.name, req.id)),

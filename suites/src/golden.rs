@@ -351,8 +351,11 @@ pub fn load_goldens(
 pub enum SnapshotOutcome {
     /// Identical to the committed snapshot.
     Unchanged,
-    /// Written (new or changed) — `.snap` when accepting, `.snap.new` for review otherwise.
+    /// Written (new or changed) as the `.snap` (and its sidecar), or the sidecar repaired.
     Written,
+    /// New or changed, written as `.snap.new` (sidecar `.oracle.json.new`) for `cargo insta
+    /// review`: the `.snap` is not changed yet.
+    Pending,
     /// Differs and was not written (INSTA_UPDATE=no semantics): the run must fail.
     Mismatch,
 }
@@ -450,6 +453,18 @@ pub fn write_golden(
             })?;
         }
     }
+    // a `.snap.new` and `.oracle.json.new` left by an earlier bless of this prompt are stale:
+    // this run's outcome replaces them (pending again, accepted as `.snap`, or unchanged); kept,
+    // an accepting bless left them behind and wrote its sidecar as the pending one
+    for stale in [
+        format!("{}.snap.new", golden.prompt_id),
+        format!("{}.oracle.json.new", golden.prompt_id),
+    ] {
+        let path = dir.join(stale);
+        if path.exists() {
+            std::fs::remove_file(&path).map_err(|source| GoldenError::Io { path, source })?;
+        }
+    }
     let before = std::fs::read_to_string(&snap_path).ok();
     let mut settings = insta::Settings::clone_current();
     settings.set_snapshot_path(dir);
@@ -474,6 +489,7 @@ pub fn write_golden(
     // `auto`), or not at all (`no`: a mismatch)
     let written = new_pending || before != after;
     let outcome = match (matched, written) {
+        (_, true) if new_pending => SnapshotOutcome::Pending,
         (_, true) => SnapshotOutcome::Written,
         (true, false) => SnapshotOutcome::Unchanged,
         (false, false) => SnapshotOutcome::Mismatch,

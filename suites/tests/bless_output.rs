@@ -91,26 +91,36 @@ fn a_changed_golden_shows_its_diff_and_no_stop_line() {
     assert_eq!(outcome(&out), "Written");
     assert!(dir.join("p.snap").exists() && !dir.join("p.snap.new").exists());
 
-    // changed, for review: the diff, the .snap.new, no stop line
+    // changed, for review: the diff, the .snap.new, no stop line; pending, not written
     let out = bless_child(&dir, "7,8,10", false, Some("new"));
-    assert_eq!(outcome(&out), "Written");
+    assert_eq!(outcome(&out), "Pending");
     assert!(out.contains("│-  - 9") && out.contains("│+  - 10"), "{out}");
     assert!(!out.contains(STOP_LINE), "{out}");
-    assert!(dir.join("p.snap.new").exists());
-    std::fs::remove_file(dir.join("p.snap.new")).unwrap();
-    std::fs::remove_file(dir.join("p.oracle.json.new")).unwrap();
+    assert!(dir.join("p.snap.new").exists() && dir.join("p.oracle.json.new").exists());
+    let sidecar = || std::fs::read_to_string(dir.join("p.oracle.json")).unwrap();
+    let side: Golden = serde_json::from_str(&sidecar()).unwrap();
+    assert_eq!(side.tokens, [7, 8, 9], "the sidecar of the reviewed .snap");
+
+    // then accepted with `bless --accept`: written as .snap and .oracle.json; the pending
+    // files of the plain bless are gone (they stayed, and the sidecar went to .oracle.json.new)
+    let out = bless_child(&dir, "7,8,10", true, None);
+    assert_eq!(outcome(&out), "Written");
+    assert!(!dir.join("p.snap.new").exists());
+    assert!(!dir.join("p.oracle.json.new").exists());
+    assert!(std::fs::read_to_string(dir.join("p.snap"))
+        .unwrap()
+        .contains("- 10"));
+    let side: Golden = serde_json::from_str(&sidecar()).unwrap();
+    assert_eq!(side.tokens, [7, 8, 10]);
 
     // changed under INSTA_UPDATE=no (CI): a mismatch, nothing written, no stop line
-    let out = bless_child(&dir, "7,8,10", false, Some("no"));
+    let out = bless_child(&dir, "7,8,9", false, Some("no"));
     assert_eq!(outcome(&out), "Mismatch");
-    assert!(
-        out.contains("│+  - 10") && !out.contains(STOP_LINE),
-        "{out}"
-    );
+    assert!(out.contains("│+  - 9") && !out.contains(STOP_LINE), "{out}");
     assert!(!dir.join("p.snap.new").exists());
 
     // unchanged: nothing printed but the outcome
-    let out = bless_child(&dir, "7,8,9", false, Some("no"));
+    let out = bless_child(&dir, "7,8,10", false, Some("no"));
     assert_eq!(outcome(&out), "Unchanged");
     assert!(!out.contains("Snapshot"), "{out}");
     std::fs::remove_dir_all(&dir).unwrap();

@@ -34,7 +34,7 @@ fn unreviewed_changes_stay_pending_until_accepted() {
     let old = golden(vec![7, 8, 9]);
     assert_eq!(
         write_golden(&dir, &old, "abc").unwrap(),
-        SnapshotOutcome::Written
+        SnapshotOutcome::Pending
     );
     // nothing reviewed yet: no golden to judge against
     assert!(load_goldens(&dir, &ids, "abc").is_err());
@@ -47,7 +47,7 @@ fn unreviewed_changes_stay_pending_until_accepted() {
     let new = golden(vec![7, 8, 10]);
     assert_eq!(
         write_golden(&dir, &new, "abd").unwrap(),
-        SnapshotOutcome::Written
+        SnapshotOutcome::Pending
     );
     assert!(dir.join("p.snap.new").exists());
     assert!(dir.join("p.oracle.json.new").exists());

@@ -49,14 +49,18 @@ pub fn run(a: &Args) -> i32 {
                 println!("goldens: {}", d.display());
             }
             println!(
-                "{} unchanged, {} written, {} mismatched in {:.1} s",
+                "{} unchanged, {} written, {} pending review, {} mismatched in {:.1} s",
                 s.unchanged,
                 s.written,
+                s.pending,
                 s.mismatched.len(),
                 t0.elapsed().as_secs_f64()
             );
-            if s.written > 0 && !a.accept {
-                println!("review with `cargo insta review` (pending .snap.new files)");
+            if s.pending > 0 {
+                println!(
+                    "review the pending .snap.new files with `cargo insta review`, or accept \
+                     them all with `cargo xtask bless --accept`"
+                );
             }
             for m in &s.mismatched {
                 eprintln!("golden changed: {m}");
