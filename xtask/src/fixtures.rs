@@ -171,12 +171,41 @@ pub fn committed_manifest_path() -> PathBuf {
         .join("fixtures-manifest.json")
 }
 
-/// Runs the verb: builds, prints one line per file and the timings.
+/// The vocabulary GGUF of `--12b`: `--vocab-gguf`, else `tokenizer/ggml-vocab-gemma-4.gguf`
+/// of the fixtures folder `fixtures` ([`crate::conformance::fixtures_dir`]). Errors: the
+/// default file missing, naming it, `GEMMA4_FIXTURES` and `--vocab-gguf` (it was a bare I/O
+/// error, after the 18 small fixtures were written).
+fn vocab_path(given: Option<&Path>, fixtures: &Path) -> Result<PathBuf> {
+    if let Some(p) = given {
+        return Ok(p.to_path_buf());
+    }
+    let p = fixtures.join("tokenizer/ggml-vocab-gemma-4.gguf");
+    anyhow::ensure!(
+        p.is_file(),
+        "the 12B target's vocabulary {} not found: set GEMMA4_FIXTURES to the fixtures folder \
+         (the one holding tokenizer/), or pass --vocab-gguf FILE",
+        p.display()
+    );
+    Ok(p)
+}
+
+/// Runs the verb: builds, prints one line per file and the timings. With `--12b` the
+/// vocabulary GGUF is read and checked first ([`big::read_vocab`]): a bad one wrote all 18
+/// small fixtures (101 MiB) before failing.
 pub fn run(args: &Args) -> Result<()> {
     let out = args
         .out
         .clone()
         .unwrap_or_else(|| crate::conformance::workspace_root().join("target/fixtures"));
+    let vocab = if args.twelve_b {
+        let path = vocab_path(
+            args.vocab_gguf.as_deref(),
+            &crate::conformance::fixtures_dir(),
+        )?;
+        Some(big::read_vocab(&path)?)
+    } else {
+        None
+    };
     let t0 = Instant::now();
     let m = build_small(&out)?;
     let dt = t0.elapsed().as_secs_f64();
@@ -196,12 +225,9 @@ pub fn run(args: &Args) -> Result<()> {
             .with_context(|| format!("copying the manifest to {}", dst.display()))?;
         println!("updated {}", dst.display());
     }
-    if args.twelve_b {
+    if let Some(vocab) = &vocab {
         let t1 = Instant::now();
-        let vocab_gguf = args.vocab_gguf.clone().unwrap_or_else(|| {
-            crate::conformance::fixtures_dir().join("tokenizer/ggml-vocab-gemma-4.gguf")
-        });
-        let (path, bytes) = big::build_12b(&out.join("12b"), &vocab_gguf)?;
+        let (path, bytes) = big::build_12b(&out.join("12b"), vocab)?;
         println!(
             "12b: {} ({:.2} GiB) in {:.1} s",
             path.display(),

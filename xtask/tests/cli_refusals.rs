@@ -139,3 +139,40 @@ fn ignored_flags_are_refused() {
     );
     assert!(!out.exists(), "fixtures wrote {}", out.display());
 }
+
+/// `fixtures --12b` reads its vocabulary GGUF before writing anything (a missing one wrote all
+/// 18 small fixtures, 101 MiB, first); the default one missing is named with GEMMA4_FIXTURES
+/// and --vocab-gguf (it was a bare I/O error).
+#[test]
+fn fixtures_12b_checks_its_vocabulary_first() {
+    let out = std::env::temp_dir().join(format!("cli-refusals-12b-{}", std::process::id()));
+    let out_s = out.display().to_string();
+    let (code, err) = xtask(&[
+        "fixtures",
+        "--out",
+        &out_s,
+        "--12b",
+        "--vocab-gguf",
+        "/nonexistent/nope.gguf",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.starts_with("error: opening the vocabulary GGUF /nonexistent/nope.gguf: "),
+        "{err}"
+    );
+    assert!(!out.exists(), "fixtures wrote {}", out.display());
+    let status = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["fixtures", "--out", &out_s, "--12b"])
+        .env("GEMMA4_FIXTURES", "/nonexistent/fixtures")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&status.stderr);
+    assert_eq!(status.status.code(), Some(2), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        "error: the 12B target's vocabulary \
+         /nonexistent/fixtures/tokenizer/ggml-vocab-gemma-4.gguf not found: set GEMMA4_FIXTURES \
+         to the fixtures folder (the one holding tokenizer/), or pass --vocab-gguf FILE"
+    );
+    assert!(!out.exists(), "fixtures wrote {}", out.display());
+}
