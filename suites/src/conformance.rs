@@ -761,11 +761,13 @@ mod tests {
         let e = run_models(&o, models, &load_budgets(&o).unwrap())
             .unwrap_err()
             .0;
+        // named with the suite file (a suite edited to `text = ""` gave the mismatch alone)
         assert!(
-            e.starts_with(
-                "prompt \"story\": its golden was made from a different prompt (11 tokens, the \
-                 suite gives 12; first difference at token 11)"
-            ),
+            e.starts_with(&format!(
+                "{}: prompt \"story\": its golden was made from a different prompt (11 tokens, \
+                 the suite gives 12; first difference at token 11)",
+                o.suites[0].display()
+            )),
             "{e}"
         );
         assert!(!o.out_dir.join("report.json").exists());

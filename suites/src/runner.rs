@@ -62,11 +62,14 @@ pub enum RunError {
     /// text or chat template changed, or the sidecar was edited): judging against it would
     /// blame the engine for the golden's staleness.
     #[error(
-        "prompt {id:?}: its golden was made from a different prompt ({golden} tokens, the suite \
-         gives {suite}; first difference at token {at}): re-bless it (`cargo xtask bless \
-         --prompts {id}`) or restore the suite text"
+        "{}: prompt {id:?}: its golden was made from a different prompt ({golden} tokens, the \
+         suite gives {suite}; first difference at token {at}): re-bless it (`cargo xtask bless \
+         --prompts {id}`) or restore the suite text",
+        file.display()
     )]
     StaleGolden {
+        /// Suite file.
+        file: PathBuf,
         /// Prompt id.
         id: String,
         /// Prompt tokens in the golden.
@@ -77,8 +80,14 @@ pub enum RunError {
         at: usize,
     },
     /// A golden is not what the oracle's greedy run writes (corrupt or hand-edited sidecar).
-    #[error("prompt {id:?}: its golden is inconsistent: {message}; re-bless it (`cargo xtask bless --prompts {id}`)")]
+    #[error(
+        "{}: prompt {id:?}: its golden is inconsistent: {message}; re-bless it (`cargo xtask \
+         bless --prompts {id}`)",
+        suite.display()
+    )]
     BadGolden {
+        /// Suite file.
+        suite: PathBuf,
         /// Prompt id.
         id: String,
         /// What is wrong, with the output index.
@@ -613,6 +622,7 @@ pub fn run_requests(
             if let Some(gold) = g.get(&r.id) {
                 if let Some(message) = gold.problem(oracle.vocab_size()) {
                     return Err(RunError::BadGolden {
+                        suite: suite.path.clone(),
                         id: r.id.clone(),
                         message,
                     });
@@ -625,6 +635,7 @@ pub fn run_requests(
                         .take_while(|(a, b)| a == b)
                         .count();
                     return Err(RunError::StaleGolden {
+                        file: suite.path.clone(),
                         id: r.id.clone(),
                         golden: gold.prompt.len(),
                         suite: r.prompt.len(),
