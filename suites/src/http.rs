@@ -17,7 +17,7 @@
 //! started with an MTP drafter drafting K tokens; the engine then declares only `spec:K`),
 //! `timeout=SECONDS` (per request, default 600), `retries=N` (connection errors only, default
 //! 4), `concurrency=N` (largest `batch:N`, default: the server's slots, else 16), `top-k=K`
-//! (default 16), `model=NAME` (OpenAI `model` field; default: the first of `/v1/models`).
+//! (default 16, at least 2 as a suite's `top_k`), `model=NAME` (OpenAI `model` field; default: the first of `/v1/models`).
 //!
 //! **Log-probabilities, not logits.** Servers return `log p = logit − logsumexp(logits)`: per
 //! position every candidate is shifted by the same constant, so differences — the engine's
@@ -210,9 +210,24 @@ impl HttpSpec {
                 }
                 "spec" => s.spec_k = Some(num(v)?),
                 "timeout" => s.timeout = Duration::from_secs(num(v)? as u64),
-                "retries" => s.retries = v.parse().map_err(|_| bad(format!("retries={v:?}")))?,
+                "retries" => {
+                    s.retries = v.parse().map_err(|_| {
+                        bad(format!(
+                            "option retries: {v:?} is not a whole number (0 or more)"
+                        ))
+                    })?
+                }
                 "concurrency" => s.concurrency = Some(num(v)?),
-                "top-k" => s.top_k = num(v)?,
+                "top-k" => {
+                    s.top_k = num(v)?;
+                    if s.top_k < crate::suite::MIN_TOP_K {
+                        return Err(bad(format!(
+                            "option top-k: {v:?} must be >= {} (as a suite's top_k: the rule \
+                             needs the top-2)",
+                            crate::suite::MIN_TOP_K
+                        )));
+                    }
+                }
                 "model" if !v.is_empty() => s.model = Some(v.to_string()),
                 _ => return Err(bad(format!("unknown option {opt:?}"))),
             }
@@ -833,6 +848,30 @@ mod tests {
         ] {
             assert!(HttpSpec::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    /// `top-k=1` is refused as a suite's `top_k = 1` is (the rule needs the top-2); a bad
+    /// `retries=` says what it takes.
+    #[test]
+    fn top_k_below_two_and_bad_retries_are_refused() {
+        let e = HttpSpec::parse("llama-server=http://127.0.0.1:1,top-k=1").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "bad engine spec \"llama-server=http://127.0.0.1:1,top-k=1\": option top-k: \"1\" \
+             must be >= 2 (as a suite's top_k: the rule needs the top-2)"
+        );
+        assert_eq!(
+            HttpSpec::parse("llama-server=http://127.0.0.1:1,top-k=2")
+                .unwrap()
+                .top_k,
+            2
+        );
+        let e = HttpSpec::parse("llama-server=http://127.0.0.1:1,retries=-1").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "bad engine spec \"llama-server=http://127.0.0.1:1,retries=-1\": option retries: \
+             \"-1\" is not a whole number (0 or more)"
+        );
     }
 
     #[test]

@@ -85,6 +85,10 @@ pub struct SuiteSettings {
     pub oracle_acceptance: bool,
 }
 
+/// Smallest top-k a suite (`[suite] top_k`) or an engine (`top-k=` of an HTTP engine spec) may
+/// ask for: the rule needs the oracle's and the engine's top-2 (margins, gaps).
+pub const MIN_TOP_K: usize = 2;
+
 fn default_top_k() -> usize {
     16
 }
@@ -377,10 +381,13 @@ impl Suite {
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_else(|| "suite".into());
         }
-        if settings.top_k < 2 {
+        if settings.top_k < MIN_TOP_K {
             return Err(SuiteError::Toml {
                 path: path.to_path_buf(),
-                message: format!("[suite] top_k = {} (must be >= 2)", settings.top_k),
+                message: format!(
+                    "[suite] top_k = {} (must be >= {MIN_TOP_K})",
+                    settings.top_k
+                ),
             });
         }
         if let Some(why) = crate::budgets::tau_problem(settings.tie_budget) {

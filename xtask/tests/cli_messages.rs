@@ -88,3 +88,34 @@ fn compare_of_disjoint_runs_prints_only_the_error() {
         )
     );
 }
+
+/// `top-k=1` is refused as a suite's `top_k = 1` is, before any server is contacted (port 1
+/// has none).
+#[test]
+fn http_engine_top_k_one_is_refused() {
+    let fx = std::env::var_os("GEMMA4_FIXTURES")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("../shared/fixtures"));
+    let model = fx.join("models/dense-target.Q4_K_M.gguf");
+    if !model.exists() {
+        println!("skipped: fixtures not found at {}", fx.display());
+        return;
+    }
+    let (code, stdout, stderr) = xtask(&[
+        "conformance",
+        "--engine",
+        "llama-server=http://127.0.0.1:1,top-k=1",
+        "--model",
+        model.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        (code, stdout.as_str(), stderr.as_str()),
+        (
+            Some(2),
+            "",
+            "error: bad engine spec \"llama-server=http://127.0.0.1:1,top-k=1\": option top-k: \
+             \"1\" must be >= 2 (as a suite's top_k: the rule needs the top-2)\n"
+        )
+    );
+}
