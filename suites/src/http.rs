@@ -15,9 +15,11 @@
 //! Options follow the URL, comma-separated: `allow-remote` (a non-loopback URL is refused
 //! without it), `sha256=HEX` (the served model file's SHA-256), `spec=K` (the server was
 //! started with an MTP drafter drafting K tokens; the engine then declares only `spec:K`),
-//! `timeout=SECONDS` (per request, default 600), `retries=N` (connection errors only, default
-//! 4), `concurrency=N` (largest `batch:N`, default: the server's slots, else 16), `top-k=K`
-//! (default 16, at least 2 as a suite's `top_k`), `model=NAME` (OpenAI `model` field; default: the first of `/v1/models`).
+//! `timeout=SECONDS` (per request, default 600; the first requests, `/props` and `/v1/models`,
+//! give up after at most [`PROBE_TIMEOUT`], 30 s; a request still waiting after 30 s says so on
+//! stderr), `retries=N` (connection errors only, default 4), `concurrency=N` (largest `batch:N`,
+//! default: the server's slots, else 16), `top-k=K` (default 16, at least 2 as a suite's
+//! `top_k`), `model=NAME` (OpenAI `model` field; default: the first of `/v1/models`).
 //!
 //! **Log-probabilities, not logits.** Servers return `log p = logit − logsumexp(logits)`: per
 //! position every candidate is shifted by the same constant, so differences — the engine's
@@ -241,6 +243,16 @@ impl HttpSpec {
     }
 }
 
+/// Longest wait for the first requests of [`HttpEngine::connect`] (`GET /props`, `/v1/models`):
+/// metadata a working server answers at once, so a server that accepts connections but never
+/// answers is reported after this long, not after the per-request `timeout=` (600 s default).
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The limit of the metadata requests: [`PROBE_TIMEOUT`], or the spec's `timeout=` if shorter.
+fn probe_timeout(spec: &HttpSpec) -> Duration {
+    spec.timeout.min(PROBE_TIMEOUT)
+}
+
 /// An external engine behind HTTP (see the module docs).
 pub struct HttpEngine {
     spec: HttpSpec,
@@ -279,7 +291,10 @@ impl HttpEngine {
                 url: spec.url.clone(),
             });
         }
-        let client = Client::new(spec.timeout, spec.retries, Duration::from_millis(500));
+        let backoff = Duration::from_millis(500);
+        let client = Client::new(spec.timeout, spec.retries, backoff);
+        // the metadata GETs answer at once on a working server: a shorter limit
+        let probe = Client::new(probe_timeout(&spec), spec.retries, backoff);
         let name = match spec.api {
             Api::LlamaServer => "llama-server",
             Api::OpenAi => "openai",
@@ -287,9 +302,18 @@ impl HttpEngine {
         .to_string();
         let mut notes = Vec::new();
         let props_url = format!("{}/props", spec.root());
-        let props = match client.get_json(&props_url) {
+        let props = match probe.get_json(&props_url) {
             Ok(p) => p,
             Err(e @ HttpError::Connect { .. }) => return Err(e),
+            Err(HttpError::Timeout { url, secs }) => {
+                return Err(HttpError::Response {
+                    url,
+                    message: format!(
+                        "no answer to the first request within {secs} s: the server accepts \
+                         connections but does not respond (stuck, or not an inference server?)"
+                    ),
+                })
+            }
             Err(e) if spec.api == Api::LlamaServer => return Err(e),
             Err(_) => None,
         };
@@ -316,7 +340,7 @@ impl HttpEngine {
         };
         if engine.spec.api == Api::OpenAi && engine.model_name.is_none() {
             let url = format!("{}/models", engine.spec.url);
-            engine.model_name = engine.client.get_json(&url)?.and_then(|m| {
+            engine.model_name = probe.get_json(&url)?.and_then(|m| {
                 m.pointer("/data/0/id")
                     .and_then(Value::as_str)
                     .map(String::from)
@@ -872,6 +896,34 @@ mod tests {
             "bad engine spec \"llama-server=http://127.0.0.1:1,retries=-1\": option retries: \
              \"-1\" is not a whole number (0 or more)"
         );
+    }
+
+    /// A server that accepts connections but never answers stops the first request after the
+    /// probe limit (30 s, or a shorter timeout=), not after the 600 s request timeout, saying
+    /// what it saw.
+    #[test]
+    fn a_silent_server_is_reported_at_the_first_request() {
+        let d = HttpSpec::parse("llama-server=http://127.0.0.1:1").unwrap();
+        assert_eq!(d.timeout, Duration::from_secs(600));
+        assert_eq!(probe_timeout(&d), Duration::from_secs(30));
+        let url = client::tests::silent_server();
+        for api in ["llama-server", "openai"] {
+            let s = HttpSpec::parse(&format!("{api}={url},timeout=1")).unwrap();
+            assert_eq!(probe_timeout(&s), Duration::from_secs(1));
+            let t0 = Instant::now();
+            let e = HttpEngine::connect(s, Path::new("/nonexistent.gguf"))
+                .err()
+                .unwrap();
+            assert!(t0.elapsed() < Duration::from_secs(10));
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "{url}/props: no answer to the first request within 1 s: the server accepts \
+                     connections but does not respond (stuck, or not an inference server?)"
+                ),
+                "{api}"
+            );
+        }
     }
 
     #[test]

@@ -4,7 +4,10 @@
 //! generation), and the loopback-only rule for base URLs.
 
 use std::net::IpAddr;
-use std::time::Duration;
+use std::sync::mpsc::{self, RecvTimeoutError};
+#[cfg(test)]
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -14,6 +17,21 @@ use super::HttpError;
 /// is about 2 MB of JSON; prompt log-probs of a long prefill a few times that.
 pub const MAX_BODY: u64 = 256 << 20;
 
+/// How long a request waits before the client says so ([`Client::call`]): a server that accepts
+/// connections but never answers is otherwise silent until the timeout (600 s by default). The
+/// next notices come at twice the wait each time (30, 60, 120, … s).
+pub const NOTICE_AFTER: Duration = Duration::from_secs(30);
+
+/// Where a client's waiting notices go.
+#[derive(Debug, Clone)]
+enum Notices {
+    /// One line each on stderr.
+    Stderr,
+    /// Kept (tests).
+    #[cfg(test)]
+    Kept(Arc<Mutex<Vec<String>>>),
+}
+
 /// A blocking JSON-over-HTTP client (cheap to clone; clones share the connection pool).
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -21,11 +39,14 @@ pub struct Client {
     timeout: Duration,
     retries: u32,
     backoff: Duration,
+    notice_after: Duration,
+    notices: Notices,
 }
 
 impl Client {
     /// A client whose requests time out after `timeout` (whole request, connect to last byte)
     /// and are retried `retries` times on connection errors, waiting `backoff`, `2·backoff`, …
+    /// A request still waiting after [`NOTICE_AFTER`] prints a line on stderr saying so.
     pub fn new(timeout: Duration, retries: u32, backoff: Duration) -> Client {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_global(Some(timeout))
@@ -37,7 +58,48 @@ impl Client {
             timeout,
             retries,
             backoff,
+            notice_after: NOTICE_AFTER,
+            notices: Notices::Stderr,
         }
+    }
+
+    /// This client with its waiting notices after `after` kept in `sink` instead of printed.
+    #[cfg(test)]
+    fn keeping_notices(mut self, after: Duration, sink: Arc<Mutex<Vec<String>>>) -> Client {
+        self.notice_after = after;
+        self.notices = Notices::Kept(sink);
+        self
+    }
+
+    /// Runs `f` (one request to `url`), saying on stderr when it has been waiting
+    /// `notice_after`, then twice that, and so on, until it returns.
+    fn waiting<T>(&self, url: &str, f: impl FnOnce() -> T) -> T {
+        let (done, wait) = mpsc::channel::<()>();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let t0 = Instant::now();
+                let mut next = self.notice_after;
+                while let Err(RecvTimeoutError::Timeout) =
+                    wait.recv_timeout(next.saturating_sub(t0.elapsed()))
+                {
+                    let line = format!(
+                        "{url}: no response after {} s, still waiting (gives up after {} s: \
+                         engine option timeout=SECONDS)",
+                        seconds(next),
+                        seconds(self.timeout)
+                    );
+                    match &self.notices {
+                        Notices::Stderr => eprintln!("{line}"),
+                        #[cfg(test)]
+                        Notices::Kept(v) => v.lock().unwrap_or_else(|p| p.into_inner()).push(line),
+                    }
+                    next = next.saturating_mul(2);
+                }
+            });
+            let out = f();
+            drop(done);
+            out
+        })
     }
 
     /// `GET url` → JSON. `Ok(None)` for HTTP 404 (endpoint not offered by this server).
@@ -58,6 +120,11 @@ impl Client {
     }
 
     fn call(&self, url: &str, body: Option<&Value>) -> Result<Value, HttpError> {
+        self.waiting(url, || self.call_now(url, body))
+    }
+
+    /// [`Client::call`] without the waiting notices.
+    fn call_now(&self, url: &str, body: Option<&Value>) -> Result<Value, HttpError> {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
@@ -125,6 +192,15 @@ impl Client {
     }
 }
 
+/// `d` in seconds for a message: whole seconds as an integer (`30`), else one decimal (`0.5`).
+fn seconds(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        d.as_secs().to_string()
+    } else {
+        format!("{:.1}", d.as_secs_f64())
+    }
+}
+
 /// Connection-level failures worth a retry: refused/reset/aborted connections and failed
 /// connects. A timeout or an HTTP status is never retried.
 fn is_connection_error(e: &ureq::Error) -> bool {
@@ -178,8 +254,49 @@ pub fn is_loopback(url: &str) -> Result<bool, HttpError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A loopback server that accepts connections and never answers; its URL.
+    pub(crate) fn silent_server() -> String {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for c in l.incoming() {
+                held.push(c);
+            }
+        });
+        url
+    }
+
+    /// A request to a server that never answers says it is waiting (it was silent until the
+    /// timeout, 10 minutes by default), at the notice time and twice it, and then times out.
+    #[test]
+    fn a_long_wait_is_reported() {
+        let url = format!("{}/props", silent_server());
+        let sink = Arc::new(Mutex::new(Vec::new()));
+        let c = Client::new(Duration::from_millis(1700), 0, Duration::from_millis(10))
+            .keeping_notices(Duration::from_millis(500), sink.clone());
+        let t0 = Instant::now();
+        let e = c.get_json(&url).unwrap_err();
+        assert!(matches!(e, HttpError::Timeout { .. }), "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(5));
+        let lines = sink.lock().unwrap().clone();
+        assert_eq!(
+            lines,
+            [
+                format!(
+                    "{url}: no response after 0.5 s, still waiting (gives up after 1.7 s: \
+                     engine option timeout=SECONDS)"
+                ),
+                format!(
+                    "{url}: no response after 1 s, still waiting (gives up after 1.7 s: engine \
+                     option timeout=SECONDS)"
+                ),
+            ]
+        );
+    }
 
     #[test]
     fn loopback_hosts() {
