@@ -33,14 +33,17 @@ enum Command {
     /// Build the deterministic synthetic Gemma-4 fixture models (and manifest) for CI.
     Fixtures(fixtures::Args),
     /// Judge an engine against the f64 oracle on the conformance suites (exit 0/1/2).
+    #[command(after_help = HTTP_ENGINE_HELP)]
     Conformance(conformance::Args),
     /// Write goldens (insta snapshots + full-precision sidecars) from the f64 oracle.
     Bless(bless::Args),
     /// Teacher-forced scoring of a token sequence: per position top-k logits and the next token's logit.
     Score(score::Args),
     /// Measure an engine's rounding error against the oracle and write its tie budget τ.
+    #[command(after_help = HTTP_ENGINE_HELP)]
     Calibrate(calibrate::Args),
     /// The four experiments for the first fork between two modes on one prompt, and a verdict.
+    #[command(after_help = HTTP_ENGINE_HELP)]
     Explain(explain::Args),
     /// Build llama.cpp's llama-server (CPU) under target/ext and start it on a loopback port.
     LlamaServer(llama_server::Args),
@@ -53,6 +56,21 @@ enum Command {
     #[cfg(feature = "cuda")]
     Run(run::Args),
 }
+
+/// The options of an HTTP engine (`--engine llama-server=URL,…` / `openai=URL,…`), shown after
+/// the flags of the verbs that take `--engine` (`suites::http::HttpSpec::parse` reads them).
+const HTTP_ENGINE_HELP: &str = "\
+HTTP engine options (--engine llama-server=URL,OPTION,… or openai=URL,OPTION,…):
+  top-k=K          log-probabilities asked per token (default 16; at least 2)
+  spec=K           the server runs MTP speculative decoding drafting K tokens: only spec:K is judged
+  sha256=HEX       SHA-256 of the model file the server serves (when /props names no file, or one
+                   not readable here)
+  timeout=SECONDS  per request (default 600; the first request, /props, gives up after 30 s at most;
+                   a request still waiting after 30 s says so)
+  retries=N        retries on connection errors (default 4)
+  concurrency=N    largest batch:N (default: the server's slot count, else 16)
+  model=NAME       the OpenAI `model` field (default: the first of /v1/models)
+  allow-remote     judge a server that is not on this machine (conformance: --allow-remote)";
 
 /// Exit status of every verb: 0 done (conformance: all pass), 1 a finding (conformance: an entry
 /// fails; bless: a golden changed; compare: a side is wrong), 2 could not do it (bad arguments,

@@ -89,6 +89,32 @@ fn compare_of_disjoint_runs_prints_only_the_error() {
     );
 }
 
+/// The HTTP engine options are in the `--help` of every verb that takes `--engine` (only
+/// `top-k`, `spec` and `sha256` were in the README; `timeout`, `retries`, `concurrency` and
+/// `model` only in suites/src/http.rs).
+#[test]
+fn http_engine_options_are_in_the_help() {
+    for verb in ["conformance", "calibrate", "explain"] {
+        let (code, stdout, _) = xtask(&[verb, "--help"]);
+        assert_eq!(code, Some(0), "{verb}");
+        for opt in [
+            "top-k=K ",
+            "spec=K ",
+            "sha256=HEX ",
+            "timeout=SECONDS ",
+            "retries=N ",
+            "concurrency=N ",
+            "model=NAME ",
+            "allow-remote ",
+        ] {
+            assert!(
+                stdout.contains(&format!("\n  {opt}")),
+                "{verb} --help lacks {opt}: {stdout}"
+            );
+        }
+    }
+}
+
 /// `top-k=1` is refused as a suite's `top_k = 1` is, before any server is contacted (port 1
 /// has none).
 #[test]
