@@ -96,6 +96,15 @@ fn main() {
     }
 }
 
+/// `n` and `noun`, plural unless `n` is 1 (`1 token`, `2 tokens`), for counts in messages.
+pub(crate) fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// Prints `error: MESSAGE` on one line ([`one_line`]): how every verb reports what stops it.
 pub(crate) fn print_error(e: impl std::fmt::Display) {
     eprintln!("error: {}", one_line(&e.to_string()));

@@ -93,10 +93,11 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     let decode_s = td.elapsed().as_secs_f64();
     println!();
     eprintln!(
-        "prefill {n} tokens in {:.3} s ({:.1} tok/s); decode {} tokens in {:.3} s ({:.1} tok/s)",
+        "prefill {} in {:.3} s ({:.1} tok/s); decode {} in {:.3} s ({:.1} tok/s)",
+        crate::count(n, "token"),
         prefill_s,
         n as f64 / prefill_s,
-        out.len() - 1,
+        crate::count(out.len() - 1, "token"),
         decode_s,
         (out.len() - 1) as f64 / decode_s.max(1e-9)
     );

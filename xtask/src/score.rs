@@ -186,9 +186,9 @@ fn table(
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "model {} ({float}), {} tokens",
+        "model {} ({float}), {}",
         model.display(),
-        ids.len()
+        crate::count(ids.len(), "token")
     );
     let piece = |id: u32| format!("{:?}", tok.token_piece(id).unwrap_or("?"));
     for p in positions {

@@ -145,3 +145,44 @@ fn http_engine_top_k_one_is_refused() {
         )
     );
 }
+
+/// The fixtures folder (`GEMMA4_FIXTURES`, an empty value as unset, else `../shared/fixtures`
+/// beside the workspace) if it holds `rel`.
+fn fixture(rel: &str) -> Option<PathBuf> {
+    let fx = std::env::var_os("GEMMA4_FIXTURES")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("../shared/fixtures"));
+    let p = fx.join(rel);
+    if p.exists() {
+        Some(p)
+    } else {
+        println!("skipped: fixtures not found at {}", fx.display());
+        None
+    }
+}
+
+/// One scored token is "1 token" (it printed "1 tokens").
+#[test]
+fn score_counts_one_token_in_the_singular() {
+    let Some(m) = fixture("models/dense-target.Q4_K_M.gguf") else {
+        return;
+    };
+    for (tokens, want) in [("2", "1 token\n"), ("2,818", "2 tokens\n")] {
+        let (code, stdout, stderr) = xtask(&[
+            "score",
+            "--model",
+            m.to_str().unwrap(),
+            "--tokens",
+            tokens,
+            "--topk",
+            "2",
+        ]);
+        assert_eq!(code, Some(0), "{stderr}");
+        let first = stdout.lines().next().unwrap_or_default();
+        assert_eq!(
+            format!("{first}\n"),
+            format!("model {} (f64), {want}", m.display())
+        );
+    }
+}
