@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-/// The fixture model `models/<name>.gguf` under `$GEMMA4_FIXTURES` (default
+/// The fixture model `models/<name>.gguf` under `$GEMMA4_FIXTURES` (unset or empty:
 /// `../shared/fixtures` beside the workspace) when a usable GPU and the file are both present;
 /// otherwise prints `skipped: <reason>` and returns `None` (the test then passes without
 /// running, as the CI machine has no GPU).
@@ -12,6 +12,7 @@ pub(crate) fn gpu_fixture_model(name: &str) -> Option<PathBuf> {
         return None;
     }
     let fx = std::env::var_os("GEMMA4_FIXTURES")
+        .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures")

@@ -40,12 +40,13 @@ pub mod spec_engine;
 pub mod suite;
 mod toml_error;
 
-/// The real-toolchain fixture model `name` (a file of `models/` under `GEMMA4_FIXTURES`, else
-/// `../shared/fixtures` beside the workspace) for tests that need one, or `None` after printing
-/// `skipped: …` when it is not there (a machine without the fixtures).
+/// The real-toolchain fixture model `name` (a file of `models/` under `GEMMA4_FIXTURES`, else —
+/// also when it is empty — `../shared/fixtures` beside the workspace) for tests that need one,
+/// or `None` after printing `skipped: …` when it is not there (a machine without the fixtures).
 #[cfg(test)]
 pub(crate) fn test_fixture_model(name: &str) -> Option<std::path::PathBuf> {
     let fx = std::env::var_os("GEMMA4_FIXTURES")
+        .filter(|v| !v.is_empty())
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| {
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures")

@@ -186,3 +186,28 @@ fn score_counts_one_token_in_the_singular() {
         );
     }
 }
+
+/// `GEMMA4_FIXTURES=""` is unset (the default folder beside the workspace), as `.ci/run` reads
+/// it; it named the current folder (`models/…` relative to where xtask ran).
+#[test]
+fn empty_fixtures_variable_is_unset() {
+    let default = root().join("../shared/fixtures");
+    let (code, stdout, stderr) = xtask_env(
+        &["score", "--tokens", "2", "--topk", "2"],
+        &[("GEMMA4_FIXTURES", "")],
+    );
+    let want = default.join("models/dense-target.Q4_K_M.gguf");
+    if want.exists() {
+        assert_eq!(code, Some(0), "{stderr}");
+        assert_eq!(
+            stdout.lines().next().unwrap_or_default(),
+            format!("model {} (f64), 1 token", want.display())
+        );
+    } else {
+        assert_eq!(code, Some(2));
+        assert!(
+            stderr.contains(&default.join("models").display().to_string()),
+            "{stderr}"
+        );
+    }
+}
