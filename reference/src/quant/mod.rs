@@ -10,9 +10,12 @@
 //! [`dequantize`] is exact whatever the evaluation order; [`dequantize_f32`] rounds that exact
 //! value once to f32, which is bit-identical to gguf-py and ggml's reference C dequantizers.
 //! NaN/Inf scale fields propagate IEEE-style (e.g. `Inf·0 = NaN`), they are never flushed;
-//! [`first_nonfinite_block`] finds such blocks without decoding.
+//! [`finite`] finds them without decoding: [`check_finite`] (every tensor of a file, what the
+//! model loaders run, conformance contract §9) and [`check_tensor_finite`] report the first as
+//! a [`NonFiniteError`] naming tensor, block and field.
 
 mod error;
+pub mod finite;
 mod float;
 mod iq4;
 mod kquantize;
@@ -23,6 +26,10 @@ mod scale;
 mod types;
 
 pub use error::QuantError;
+pub use finite::{
+    check_finite, check_tensor_finite, first_nonfinite, scale_fields, NonFiniteError,
+    NonFiniteField,
+};
 pub use iq4::KVALUES_IQ4NL;
 pub use mix::WeightMix;
 pub use scale::quantize_error_bound;
@@ -136,36 +143,14 @@ fn dequantize_into<O: Elem>(ty: GgmlType, bytes: &[u8], out: &mut [O]) -> Result
 }
 
 /// Index of the first block of `bytes` (whole blocks of `ty`, a trailing partial block is
-/// ignored) whose scale fields are NaN or ±Inf, or `None` when all are finite.
-///
-/// Scale fields per format (§3.3–§3.4): `d` for Q4_0, Q5_0, Q8_0, IQ4_NL, Q3_K, Q6_K, IQ4_XS;
-/// `d` and `m` for Q4_1, Q5_1; `d` and `dmin` for Q2_K, Q4_K, Q5_K; the f32 `d` for Q8_K.
-/// For the plain types F32/F16/BF16 every element is its own block and its value is checked,
-/// so the result is the first non-finite element. `None` for a type outside §3.1 (nothing
-/// can be said about it; [`dequantize`] reports it as unsupported).
+/// ignored) whose floating fields are NaN or ±Inf, or `None` when all are finite: the block of
+/// [`first_nonfinite`], whose [`scale_fields`] table lists the fields per format (`d` for Q4_0,
+/// Q5_0, Q8_0, IQ4_NL, Q3_K, Q6_K, IQ4_XS; `d` and `m` for Q4_1, Q5_1; `d` and `dmin` for Q2_K,
+/// Q4_K, Q5_K; the f32 `d` for Q8_K; …). For the plain types F32/F16/BF16/F64 every element is
+/// its own block, so the result is the first non-finite element. `None` for a format without
+/// floating fields (integer types, MXFP4, NVFP4).
 pub fn first_nonfinite_block(ty: GgmlType, bytes: &[u8]) -> Option<usize> {
-    use GgmlType::*;
-    let f16_fields: &[usize] = match ty {
-        F16 | Q4_0 | Q5_0 | Q8_0 | IQ4_NL | IQ4_XS => &[0],
-        Q4_1 | Q5_1 | Q4_K | Q5_K => &[0, 2],
-        Q2_K => &[80, 82],
-        Q3_K => &[108],
-        Q6_K => &[208],
-        F32 | Q8_K => {
-            return bytes
-                .chunks_exact(ty.type_size())
-                .position(|b| !f32::from_le_bytes([b[0], b[1], b[2], b[3]]).is_finite())
-        }
-        BF16 => {
-            return bytes
-                .chunks_exact(2)
-                .position(|b| u16::from_le_bytes([b[0], b[1]]) & 0x7F80 == 0x7F80)
-        }
-        _ => return None,
-    };
-    bytes
-        .chunks_exact(ty.type_size())
-        .position(|b| f16_fields.iter().any(|&off| scale::f16_nonfinite(b, off)))
+    first_nonfinite(ty, bytes).map(|f| f.block)
 }
 
 /// Quantizes `values` to type `ty` with the simple round-to-nearest quantizers of this module

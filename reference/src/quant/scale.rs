@@ -19,12 +19,6 @@ pub(super) fn put_f16(b: &mut [u8], off: usize, h: f16) {
     b[off..off + 2].copy_from_slice(&h.to_bits().to_le_bytes());
 }
 
-/// Whether the f16 at byte `off` of `b` is NaN or ±Inf.
-#[inline]
-pub(super) fn f16_nonfinite(b: &[u8], off: usize) -> bool {
-    u16::from_le_bytes([b[off], b[off + 1]]) & 0x7C00 == 0x7C00
-}
-
 /// A scale that does not fit the format's scale field (f16 overflow).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Overflow;
