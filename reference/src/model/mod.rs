@@ -31,7 +31,7 @@ pub use float::Float;
 use crate::config::{Config, ConfigError};
 use crate::decode::{KvCache, KvCacheError, DEFAULT_ROLLBACK_RESERVE};
 use crate::gguf::{GgufError, GgufFile};
-use crate::quant::QuantError;
+use crate::quant::{NonFiniteError, QuantError};
 use layer::{load_norm, Layer};
 use linear::Mat;
 use ple::PleInput;
@@ -68,6 +68,11 @@ pub enum ModelError {
         /// The dequantizer's error.
         source: QuantError,
     },
+    /// A weight holds NaN or ±Inf (a quantized block's scale field or a float element), found
+    /// by the load-time check (conformance contract §9; skipped with
+    /// [`LoadOptions::allow_nonfinite`]).
+    #[error(transparent)]
+    NonFinite(#[from] NonFiniteError),
     /// A token id is not below the vocabulary size.
     #[error("token id {token} at position {position} of sequence {sequence} is out of range (vocabulary {vocab})")]
     TokenOutOfRange {
@@ -118,6 +123,39 @@ pub struct Faults {
     pub proportional_rope_wrong_lanes: bool,
 }
 
+/// How a model file is loaded ([`Model::load_with`], [`Model::from_gguf_with`],
+/// `spec::Assistant::load_with`; the CUDA runtime's loaders take it too).
+///
+/// The default checks every floating field of every block of every tensor once
+/// ([`crate::quant::check_finite`], conformance contract §9 "Non-finite values") and refuses
+/// the file at the first NaN/±Inf with [`ModelError::NonFinite`] naming tensor, block and
+/// field.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct LoadOptions {
+    /// Skip the non-finite check (forensic use, the CLI's `--allow-nonfinite`): the model
+    /// loads with its NaN/Inf weights, which propagate as IEEE arithmetic gives (§3.6 item 3 of
+    /// `spec/gguf-gemma4.md`). Default false.
+    pub allow_nonfinite: bool,
+}
+
+impl LoadOptions {
+    /// The options with [`LoadOptions::allow_nonfinite`] set to `allow`.
+    pub fn with_allow_nonfinite(mut self, allow: bool) -> LoadOptions {
+        self.allow_nonfinite = allow;
+        self
+    }
+
+    /// Runs the checks these options ask for on an opened file: [`crate::quant::check_finite`]
+    /// unless `allow_nonfinite`. Errors: [`NonFiniteError`] for the first non-finite field.
+    pub fn check(&self, file: &GgufFile) -> Result<(), NonFiniteError> {
+        if self.allow_nonfinite {
+            return Ok(());
+        }
+        crate::quant::check_finite(file)
+    }
+}
+
 /// The rows of one sequence inside a batched forward: rows `start .. start + len` of the
 /// concatenated `[T, ·]` activations, absolute positions `pos0 .. pos0 + len`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,10 +188,20 @@ pub struct Model<F: Float> {
 
 impl<F: Float> Model<F> {
     /// Opens a GGUF (all shards of a split model) and prepares the model: config from metadata
-    /// with every tensor shape checked (`Config::from_gguf`), small vectors decoded, large
-    /// matrices left in the mmapped file.
+    /// with every tensor shape checked (`Config::from_gguf`), every weight checked for NaN/±Inf
+    /// (default [`LoadOptions`]), small vectors decoded, large matrices left in the mmapped
+    /// file.
+    ///
+    /// Errors: [`ModelError::Gguf`], [`ModelError::Config`], [`ModelError::NonFinite`] (the
+    /// first non-finite weight, conformance contract §9), tensor errors.
     pub fn load(path: impl AsRef<Path>) -> Result<Model<F>, ModelError> {
-        Self::from_gguf(GgufFile::open(path)?, Faults::default())
+        Self::load_with(path, LoadOptions::default())
+    }
+
+    /// [`Model::load`] with `opts` (e.g. `LoadOptions::default().with_allow_nonfinite(true)`
+    /// to load a file with NaN/Inf weights for forensic use).
+    pub fn load_with(path: impl AsRef<Path>, opts: LoadOptions) -> Result<Model<F>, ModelError> {
+        Self::from_gguf_with(GgufFile::open(path)?, Faults::default(), opts)
     }
 
     /// [`Model::load`] with planted faults (tests only).
@@ -165,9 +213,23 @@ impl<F: Float> Model<F> {
         Self::from_gguf(GgufFile::open(path)?, faults)
     }
 
-    /// A model over an already opened GGUF file (e.g. `GgufFile::from_bytes` in tests).
+    /// A model over an already opened GGUF file (e.g. `GgufFile::from_bytes` in tests), with
+    /// the default [`LoadOptions`] (every weight checked for NaN/±Inf). Errors as
+    /// [`Model::load`].
     pub fn from_gguf(file: GgufFile, faults: Faults) -> Result<Model<F>, ModelError> {
+        Self::from_gguf_with(file, faults, LoadOptions::default())
+    }
+
+    /// [`Model::from_gguf`] with `opts`: the config is read and every tensor shape checked
+    /// first, then the weights are checked as `opts` asks ([`LoadOptions::check`]), then the
+    /// model is prepared. Errors as [`Model::load`].
+    pub fn from_gguf_with(
+        file: GgufFile,
+        faults: Faults,
+        opts: LoadOptions,
+    ) -> Result<Model<F>, ModelError> {
         let config = Config::from_gguf(&file)?;
+        opts.check(&file)?;
         let layers = (0..config.n_layer)
             .map(|l| Layer::load(&config, &file, l, &faults))
             .collect::<Result<Vec<_>, _>>()?;

@@ -23,7 +23,7 @@ use crate::model::logits::argmax;
 use crate::model::mlp::Mlp;
 use crate::model::norm::{rms_norm, rms_normed};
 use crate::model::rope::{inv_freq, rope, Pairing};
-use crate::model::{Float, Model};
+use crate::model::{Float, LoadOptions, Model, ModelError};
 use crate::quant::GgmlType;
 
 /// Which logits head the drafter runs (§3.4: a drafter option `head = centroid | full`).
@@ -259,17 +259,35 @@ const ORDERING_NAMES: [&str; 2] = ["masked_embd_ordering.weight", "masked_embd_o
 const CENTROIDS_NAME: &str = "masked_embd_centroids.weight";
 
 impl<F: Float> Assistant<F> {
-    /// Opens a `gemma4-assistant` GGUF (`gguf-gemma4.md` §8) and loads the drafter.
+    /// Opens a `gemma4-assistant` GGUF (`gguf-gemma4.md` §8) and loads the drafter, every
+    /// weight checked for NaN/±Inf (default [`LoadOptions`]; conformance contract §9).
+    ///
+    /// Errors: [`SpecError::Gguf`], [`SpecError::Config`], [`SpecError::Model`] wrapping
+    /// [`ModelError::NonFinite`] for the first non-finite weight, [`SpecError::Pairing`], tensor
+    /// errors.
     pub fn load(path: impl AsRef<Path>) -> Result<Assistant<F>, SpecError> {
-        Self::from_gguf(GgufFile::open(path)?)
+        Self::load_with(path, LoadOptions::default())
     }
 
-    /// The drafter over an opened GGUF. Checks the config and tensor shapes
-    /// ([`AssistantConfig::from_gguf`]) and the architecture constraints of §1.1 (no PLE, every
-    /// layer KV-shared). The head defaults per §3.4: [`Head::Centroid`] when
-    /// `use_ordered_embeddings` is set and both centroid tensors are present, else [`Head::Full`].
+    /// [`Assistant::load`] with `opts` (`allow_nonfinite` skips the non-finite check).
+    pub fn load_with(path: impl AsRef<Path>, opts: LoadOptions) -> Result<Assistant<F>, SpecError> {
+        Self::from_gguf_with(GgufFile::open(path)?, opts)
+    }
+
+    /// The drafter over an opened GGUF with the default [`LoadOptions`]. Checks the config and
+    /// tensor shapes ([`AssistantConfig::from_gguf`]), every weight for NaN/±Inf, and the
+    /// architecture constraints of §1.1 (no PLE, every layer KV-shared). The head defaults per
+    /// §3.4: [`Head::Centroid`] when `use_ordered_embeddings` is set and both centroid tensors
+    /// are present, else [`Head::Full`]. Errors as [`Assistant::load`].
     pub fn from_gguf(file: GgufFile) -> Result<Assistant<F>, SpecError> {
+        Self::from_gguf_with(file, LoadOptions::default())
+    }
+
+    /// [`Assistant::from_gguf`] with `opts`: config and shapes first, then the weights as
+    /// `opts` asks ([`LoadOptions::check`]). Errors as [`Assistant::load`].
+    pub fn from_gguf_with(file: GgufFile, opts: LoadOptions) -> Result<Assistant<F>, SpecError> {
         let config = AssistantConfig::from_gguf(&file)?;
+        opts.check(&file).map_err(ModelError::from)?;
         if config.n_kv_shared != 0 && config.n_kv_shared != config.n_layer {
             return Err(SpecError::Pairing(format!(
                 "assistant shared_kv_layers {} != block_count {} (every drafter layer must reuse target K/V, §1.1)",
