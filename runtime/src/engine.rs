@@ -10,13 +10,15 @@
 
 use std::path::Path;
 
-use reference::config::Config;
+use reference::config::{AssistantConfig, Config};
+use reference::gguf::GgufFile;
 use reference::model::logits::top_k as select_top_k;
+use reference::model::LoadOptions;
 
 use crate::draft::DeviceAssistant;
 use crate::error::RuntimeError;
 use crate::forward::{Forward, KvCache, Row, Workspace};
-use crate::loader::DeviceModel;
+use crate::loader::{check_weights, model_err, DeviceModel};
 use crate::Gpu;
 
 mod spec;
@@ -83,8 +85,19 @@ impl CudaEngine {
     ///
     /// Errors: [`RuntimeError::Unavailable`] (no GPU), model/driver errors.
     pub fn load(path: &Path, opts: EngineOptions) -> Result<CudaEngine, RuntimeError> {
+        Self::load_with(path, opts, LoadOptions::default())
+    }
+
+    /// [`CudaEngine::load`] with the model's load options (`load.allow_nonfinite` uploads a
+    /// model with NaN/Inf weights, for forensic use; by default the first such weight is
+    /// [`RuntimeError::NonFiniteWeight`]).
+    pub fn load_with(
+        path: &Path,
+        opts: EngineOptions,
+        load: LoadOptions,
+    ) -> Result<CudaEngine, RuntimeError> {
         let gpu = Gpu::new(0)?;
-        let model = DeviceModel::load(&gpu, path)?;
+        let model = DeviceModel::load_with(&gpu, path, load)?;
         let ctx = opts.max_ctx.min(crate::forward::MAX_CTX);
         let cache = KvCache::new(&gpu, &model, opts.slots, ctx)?;
         let ws = Workspace::new(&gpu, &model)?;
@@ -394,8 +407,22 @@ impl CudaEngine {
     }
 
     /// Loads the MTP assistant at `path` for this target (`spec/gemma4-assistant-mtp.md` §1.1
-    /// pairing checks). Errors: unreadable file, pairing mismatch, driver errors.
+    /// pairing checks; every weight checked for NaN/±Inf first). Errors: unreadable file, bad
+    /// metadata, [`RuntimeError::NonFiniteWeight`], pairing mismatch, driver errors.
     pub fn load_draft(&mut self, path: &Path) -> Result<(), RuntimeError> {
+        self.load_draft_with(path, LoadOptions::default())
+    }
+
+    /// [`CudaEngine::load_draft`] with the assistant's load options: its metadata is read,
+    /// then its weights are checked as `load` asks ([`crate::loader::check_weights`]) before
+    /// the drafter is uploaded.
+    pub fn load_draft_with(&mut self, path: &Path, load: LoadOptions) -> Result<(), RuntimeError> {
+        if !load.allow_nonfinite {
+            let p = path.display().to_string();
+            let file = GgufFile::open(path).map_err(|e| model_err(&p, e))?;
+            AssistantConfig::from_gguf(&file).map_err(|e| model_err(&p, e))?;
+            check_weights(&file, load)?;
+        }
         let d = DeviceAssistant::load(&self.gpu, path, &self.model)?;
         self.gpu.sync()?;
         self.draft = Some(d);

@@ -1,6 +1,6 @@
 //! Error type of the CUDA runtime.
 
-use reference::quant::{GgmlType, QuantError};
+use reference::quant::{GgmlType, NonFiniteError, QuantError};
 
 /// Errors of the CUDA runtime; each names the kernel, tensor or shape involved.
 #[derive(Debug, thiserror::Error)]
@@ -125,6 +125,11 @@ pub enum RuntimeError {
         /// Row index of the result.
         row: usize,
     },
+    /// A weight of the model file holds NaN or ±Inf: the load-time check
+    /// ([`crate::loader::check_weights`], `reference::quant::check_finite`; conformance contract
+    /// §9) names tensor, block and field. Skipped with `LoadOptions::allow_nonfinite`.
+    #[error(transparent)]
+    NonFiniteWeight(#[from] NonFiniteError),
     /// A CPU-side quantization error (reference dequantizer).
     #[error("tensor {name}: {source}")]
     Quant {

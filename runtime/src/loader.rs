@@ -11,6 +11,7 @@ use std::path::Path;
 use cudarc::driver::CudaSlice;
 use reference::config::{blk, Config};
 use reference::gguf::GgufFile;
+use reference::model::LoadOptions;
 use reference::quant::GgmlType;
 
 use crate::error::{drv, RuntimeError};
@@ -194,6 +195,16 @@ pub fn layer_output_scale(file: &GgufFile, l: usize) -> Result<f32, RuntimeError
     Ok(tensor_f32(file, &name)?.first().copied().unwrap_or(1.0))
 }
 
+/// The checks `opts` asks for before any weight of `file` is uploaded: every floating field of
+/// every block of every tensor finite (`reference::quant::check_finite`, the oracle's own check;
+/// conformance contract §9 "Non-finite values") unless `opts.allow_nonfinite`. CPU only.
+///
+/// Errors: [`RuntimeError::NonFiniteWeight`] naming the first non-finite field's tensor, block
+/// and field.
+pub fn check_weights(file: &GgufFile, opts: LoadOptions) -> Result<(), RuntimeError> {
+    Ok(opts.check(file)?)
+}
+
 /// Uploads tensors of one GGUF file, counting bytes (also used by the drafter loader).
 pub(crate) struct Loader<'a> {
     pub(crate) gpu: &'a Gpu,
@@ -261,24 +272,48 @@ impl Loader<'_> {
 }
 
 impl DeviceModel {
-    /// Opens `path` (all shards of a split model), parses the config and uploads every tensor
+    /// Opens `path` (all shards of a split model), parses the config, checks every weight for
+    /// NaN/±Inf ([`check_weights`] with the default [`LoadOptions`]) and uploads every tensor
     /// the forward reads.
     ///
     /// Errors: [`RuntimeError::Model`] (unreadable file, bad metadata, missing tensor),
-    /// [`RuntimeError::UnsupportedType`], [`RuntimeError::Shape`], [`RuntimeError::Driver`].
+    /// [`RuntimeError::NonFiniteWeight`], [`RuntimeError::UnsupportedType`],
+    /// [`RuntimeError::Shape`], [`RuntimeError::Driver`].
     pub fn load(gpu: &Gpu, path: &Path) -> Result<DeviceModel, RuntimeError> {
+        Self::load_with(gpu, path, LoadOptions::default())
+    }
+
+    /// [`DeviceModel::load`] with `opts` (`allow_nonfinite` uploads a file with NaN/Inf
+    /// weights, for forensic use).
+    pub fn load_with(
+        gpu: &Gpu,
+        path: &Path,
+        opts: LoadOptions,
+    ) -> Result<DeviceModel, RuntimeError> {
         let p = path.display().to_string();
         let file = GgufFile::open(path).map_err(|e| model_err(&p, e))?;
         let config = Config::from_gguf(&file).map_err(|e| model_err(&p, e))?;
-        Self::from_gguf(gpu, &file, config)
+        Self::from_gguf_with(gpu, &file, config, opts)
     }
 
-    /// [`DeviceModel::load`] from an opened file and its parsed config.
+    /// [`DeviceModel::load`] from an opened file and its parsed config (default
+    /// [`LoadOptions`]: the weights are checked before the upload).
     pub fn from_gguf(
         gpu: &Gpu,
         file: &GgufFile,
         config: Config,
     ) -> Result<DeviceModel, RuntimeError> {
+        Self::from_gguf_with(gpu, file, config, LoadOptions::default())
+    }
+
+    /// [`DeviceModel::from_gguf`] with `opts`: [`check_weights`] before anything is uploaded.
+    pub fn from_gguf_with(
+        gpu: &Gpu,
+        file: &GgufFile,
+        config: Config,
+        opts: LoadOptions,
+    ) -> Result<DeviceModel, RuntimeError> {
+        check_weights(file, opts)?;
         let mut ld = Loader {
             gpu,
             file,
@@ -454,6 +489,42 @@ mod tests {
             Err(RuntimeError::Model { what, .. }) => assert_eq!(what, "blk.9.attn_norm.weight"),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// The CUDA loader's check is the oracle's: a NaN in the F16 `blk.2.layer_output_scale`
+    /// (element 0) is refused naming tensor, element and field; `allow_nonfinite` passes; the
+    /// clean file passes.
+    #[test]
+    fn check_weights_refuses_nonfinite_unless_allowed() {
+        assert!(check_weights(&file(), LoadOptions::default()).is_ok());
+        let mut w = GgufWriter::new();
+        w.add_tensor(
+            "blk.0.layer_output_scale.weight",
+            &[1],
+            GgmlType::F32,
+            0.5f32.to_le_bytes().to_vec(),
+        )
+        .unwrap();
+        w.add_tensor(
+            "blk.2.layer_output_scale.weight",
+            &[1],
+            GgmlType::F16,
+            0x7E00u16.to_le_bytes().to_vec(),
+        )
+        .unwrap();
+        let bad = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+        match check_weights(&bad, LoadOptions::default()) {
+            Err(RuntimeError::NonFiniteWeight(e)) => {
+                assert_eq!(
+                    (e.tensor.as_str(), e.element, e.field),
+                    ("blk.2.layer_output_scale.weight", 0, "value")
+                );
+                assert_eq!(e.bits, 0x7E00);
+            }
+            other => panic!("{other:?}"),
+        }
+        let allow = LoadOptions::default().with_allow_nonfinite(true);
+        assert!(check_weights(&bad, allow).is_ok());
     }
 
     #[test]
