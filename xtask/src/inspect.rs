@@ -24,20 +24,35 @@ pub struct Args {
     /// Print the SHA-256 of every file.
     #[arg(long)]
     pub sha256: bool,
-    /// Fail when the tensor layout is not canonical (llama.cpp would refuse the file).
+    /// Fail (exit 2, after the dump) when the tensor layout is not canonical (llama.cpp would
+    /// refuse the file) or a Gemma-4 file's derived config cannot be read (without `--strict`
+    /// the dump shows `derived config: error: …` and exits 0).
     #[arg(long)]
     pub strict: bool,
 }
 
-/// Runs the verb: open, render, print.
+/// Runs the verb: open, render, print; with `--strict`, then the layout and config checks.
 pub fn run(args: &Args) -> Result<()> {
     let f =
         GgufFile::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?;
     print!("{}", render(&f, args)?);
     if args.strict {
         f.require_canonical_layout()?;
+        if let Some(e) = config_error(&f) {
+            anyhow::bail!("{}: derived config: {e}", args.file.display());
+        }
     }
     Ok(())
+}
+
+/// Why the derived Gemma-4 (or assistant) config of `f` cannot be read, or `None` when it can
+/// or the file is not Gemma-4 (what [`derived_config`] shows as `error: …`).
+fn config_error(f: &GgufFile) -> Option<String> {
+    match f.get_str("general.architecture").ok()? {
+        "gemma4" => Config::from_gguf(f).err().map(|e| e.to_string()),
+        "gemma4-assistant" => AssistantConfig::from_gguf(f).err().map(|e| e.to_string()),
+        _ => None,
+    }
 }
 
 /// Characters of one array element shown before cutting it.
@@ -346,6 +361,37 @@ fn render_assistant(c: &AssistantConfig) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A Gemma-4 file whose config cannot be derived: plain inspect dumps it (exit 0, the
+    /// error shown in the dump), `--strict` refuses it naming the file (it exited 0 too).
+    #[test]
+    fn strict_refuses_a_config_error() {
+        let dir = std::env::temp_dir().join(format!("inspect-strict-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("broken.gguf");
+        let mut w = reference::gguf::GgufWriter::new();
+        w.set("general.architecture", Value::String("gemma4".into()));
+        w.write_file(&file).unwrap();
+        let mut args = Args {
+            file: file.clone(),
+            max_elems: 8,
+            max_chars: 120,
+            sha256: false,
+            strict: false,
+        };
+        let f = GgufFile::open(&file).unwrap();
+        let why = config_error(&f).expect("a config error");
+        assert!(render(&f, &args)
+            .unwrap()
+            .contains(&format!("derived config:\n  error: {why}\n")));
+        run(&args).unwrap();
+        args.strict = true;
+        assert_eq!(
+            run(&args).unwrap_err().to_string(),
+            format!("{}: derived config: {why}", file.display())
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// The split fixture (README-tokenizer-dequant.md §5): 3 files, 6 tensors, the F32
     /// total 8192 + 256 bytes, string arrays shown in full when short.
