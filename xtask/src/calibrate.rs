@@ -13,7 +13,7 @@ pub struct Args {
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// Engine to calibrate: reference-f32 (default), reference-f64, cuda (built with the `cuda` feature), or an HTTP
-    /// server: `llama-server=URL` or `openai=URL` (see README).
+    /// server: `llama-server=URL` or `openai=URL` (options below).
     #[arg(long, default_value = "reference-f32")]
     pub engine: String,
     /// Suite name or path whose goldens are scored; repeatable (default: smoke and core).

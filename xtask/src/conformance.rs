@@ -21,7 +21,7 @@ pub struct Args {
     #[arg(long = "suite")]
     pub suites: Vec<String>,
     /// Engine: reference-f32 (default), reference-f64, cuda (built with the `cuda` feature), or an HTTP
-    /// server: `llama-server=URL` or `openai=URL` (see README).
+    /// server: `llama-server=URL` or `openai=URL` (options below).
     #[arg(long, default_value = "reference-f32")]
     pub engine: String,
     /// Comma-separated modes (default: the suite's), e.g. `plain,batch:4,spec:4`.

@@ -21,7 +21,7 @@ pub struct Args {
     #[arg(long, requires = "model")]
     pub draft: Option<PathBuf>,
     /// Engine: reference-f32 (default), reference-f64, cuda (built with the `cuda` feature), or an HTTP
-    /// server: `llama-server=URL` or `openai=URL` (see README).
+    /// server: `llama-server=URL` or `openai=URL` (options below).
     #[arg(long, default_value = "reference-f32")]
     pub engine: String,
     /// Suite name or path holding the prompt.
