@@ -455,6 +455,11 @@ mod tests {
     /// value) and `blk.2.layer_output_scale.weight` (F16 `[1]` = 0x3A00 = 0.75 by the IEEE half
     /// layout: exponent 14, mantissa 0.5 → 2^-1 · 1.5).
     fn file() -> GgufFile {
+        file_with_f16(0x3A00)
+    }
+
+    /// [`file`] with `bits` as the F16 element of `blk.2.layer_output_scale.weight`.
+    fn file_with_f16(bits: u16) -> GgufFile {
         let mut w = GgufWriter::new();
         w.add_tensor(
             "blk.0.layer_output_scale.weight",
@@ -467,12 +472,10 @@ mod tests {
             "blk.2.layer_output_scale.weight",
             &[1],
             GgmlType::F16,
-            0x3A00u16.to_le_bytes().to_vec(),
+            bits.to_le_bytes().to_vec(),
         )
         .unwrap();
-        let mut bytes = Vec::new();
-        w.write_to(&mut bytes).unwrap();
-        GgufFile::from_bytes(bytes).unwrap()
+        GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
     }
 
     #[test]
@@ -497,22 +500,8 @@ mod tests {
     #[test]
     fn check_weights_refuses_nonfinite_unless_allowed() {
         assert!(check_weights(&file(), LoadOptions::default()).is_ok());
-        let mut w = GgufWriter::new();
-        w.add_tensor(
-            "blk.0.layer_output_scale.weight",
-            &[1],
-            GgmlType::F32,
-            0.5f32.to_le_bytes().to_vec(),
-        )
-        .unwrap();
-        w.add_tensor(
-            "blk.2.layer_output_scale.weight",
-            &[1],
-            GgmlType::F16,
-            0x7E00u16.to_le_bytes().to_vec(),
-        )
-        .unwrap();
-        let bad = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+        // 0x7E00: exponent all ones, mantissa non-zero — a quiet NaN
+        let bad = file_with_f16(0x7E00);
         match check_weights(&bad, LoadOptions::default()) {
             Err(RuntimeError::NonFiniteWeight(e)) => {
                 assert_eq!(
