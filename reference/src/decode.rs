@@ -476,6 +476,11 @@ pub struct Generation {
     /// Per emitted token: the oracle's top-16 of the row that chose it (descending logit, lower
     /// id first on ties, suppressed ids excluded).
     pub top_k: Vec<Vec<(u32, f64)>>,
+    /// The first row with a NaN/±Inf logit (possible only in a model loaded with
+    /// `LoadOptions::allow_nonfinite`): `(output index, non-finite logits in the row)`. The
+    /// run stops at a row whose every allowed logit is NaN (no argmax), so that row may have
+    /// emitted no token.
+    pub nonfinite: Option<(usize, usize)>,
 }
 
 /// Top-k width reported with every greedy token.
@@ -514,6 +519,7 @@ impl<F: Float> Model<F> {
         let mut gen = Generation {
             tokens: Vec::new(),
             top_k: Vec::new(),
+            nonfinite: None,
         };
         if max_tokens == 0 || prompt.is_empty() {
             return Ok(gen);
@@ -521,6 +527,10 @@ impl<F: Float> Model<F> {
         let mut row = self.prefill(&mut cache, prompt, prompt.len())?;
         loop {
             let suppressed = self.suppressed_ids();
+            let bad = row.iter().filter(|z| !z.is_finite()).count();
+            if bad > 0 && gen.nonfinite.is_none() {
+                gen.nonfinite = Some((gen.tokens.len(), bad));
+            }
             let Some(next) = argmax(&row, suppressed) else {
                 break;
             };

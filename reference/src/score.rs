@@ -20,6 +20,10 @@ pub struct PositionScore {
     /// Logit of `seq[t + 1]` in row `t` (raw, even if that id is suppressed); `None` at the last
     /// position.
     pub next_logit: Option<f64>,
+    /// Logits of row `t` that are NaN or ±Inf after the final soft-cap, if any (0 for a finite
+    /// model; a model loaded with `LoadOptions::allow_nonfinite` can give more). `top_k` leaves
+    /// NaN out, so a row with non-finite logits is reported by this count, not by `top_k`.
+    pub nonfinite: usize,
 }
 
 /// Scores every position of every sequence (each from an empty cache, causal, no padding):
@@ -65,6 +69,13 @@ pub fn score<F: Float>(
                     let z = row[id as usize];
                     cap.map_or(z, |c| soft_cap(z, c)).to_f64()
                 }),
+                nonfinite: row
+                    .iter()
+                    .filter(|&&z| {
+                        !z.to_f64().is_finite()
+                            && !cap.map_or(z, |c| soft_cap(z, c)).to_f64().is_finite()
+                    })
+                    .count(),
             })
             .collect();
         for (&(s, _), ps) in rows.iter().zip(scored) {

@@ -264,6 +264,37 @@ fn fixture_with_nonfinite_weights_is_refused_unless_allowed() {
     Model::<f32>::from_gguf_with(norm, Faults::default(), allow).expect("allowed");
 }
 
+/// A model loaded with `allow_nonfinite` reports its NaN logits: scoring counts them per row
+/// (`PositionScore::nonfinite`; `top_k` leaves NaN out, so it came back empty and looked like
+/// nothing), and greedy decoding names the first such row (`Generation::nonfinite`; it
+/// stopped with no token, silently). The clean fixture counts 0 and gives `None`.
+#[test]
+fn nonfinite_logits_are_counted_by_score_and_greedy() {
+    let Some(fix) = fixtures() else { return };
+    let name = "dense-target.Q4_K_M.gguf";
+    let allow = LoadOptions::default().with_allow_nonfinite(true);
+    let norm = patched(&fix, name, "output_norm.weight", 0, NAN32);
+    let m = Model::<f64>::from_gguf_with(norm, Faults::default(), allow).expect("allowed");
+    let v = m.vocab_size();
+    let s = reference::score::score(&m, &[vec![2, 818]], 4).expect("score");
+    assert_eq!(s[0].len(), 2);
+    for p in &s[0] {
+        assert_eq!(p.nonfinite, v);
+        assert!(p.top_k.is_empty());
+    }
+    let g = m.greedy(&[2, 818], 3, &[]).expect("greedy");
+    assert_eq!(g.nonfinite, Some((0, v)));
+    assert!(g.tokens.is_empty());
+
+    let clean = Model::<f64>::load(fix.join("models").join(name)).expect("clean");
+    let s = reference::score::score(&clean, &[vec![2, 818]], 4).expect("score");
+    assert!(s[0].iter().all(|p| p.nonfinite == 0 && p.top_k.len() == 4));
+    assert_eq!(
+        clean.greedy(&[2, 818], 2, &[]).expect("greedy").nonfinite,
+        None
+    );
+}
+
 /// The assistant loader runs the same check: `e2b-assistant.Q8_0` with the `d` of the last
 /// block of `nextn.post_projection.weight` set to NaN is refused naming it, and loads with
 /// `allow_nonfinite`.
