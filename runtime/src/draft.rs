@@ -23,8 +23,9 @@ use reference::spec::StoreLayers;
 
 use crate::error::{drv, RuntimeError};
 use crate::forward::{n1d, ptr, Arg, Forward, KvCache};
-use crate::loader::{model_err, DeviceModel, Loader, Mat};
+use crate::loader::{check_weights, model_err, DeviceModel, Loader, Mat};
 use crate::Gpu;
+use reference::model::LoadOptions;
 
 mod synthetic;
 
@@ -189,19 +190,47 @@ pub fn check_pairing(config: &AssistantConfig, tc: &Config) -> Result<StoreLayer
     Ok(store)
 }
 
+/// The CPU side of [`DeviceAssistant::load_with`]: opens the assistant GGUF at `path`, reads
+/// its metadata, then checks its weights as `opts` asks ([`check_weights`], conformance
+/// contract §9). Errors: unreadable file or bad metadata ([`RuntimeError::Model`] naming the
+/// path), [`RuntimeError::NonFiniteWeight`] naming tensor, block and field.
+pub fn open_checked(
+    path: &std::path::Path,
+    opts: LoadOptions,
+) -> Result<(GgufFile, AssistantConfig), RuntimeError> {
+    let p = path.display().to_string();
+    let file = GgufFile::open(path).map_err(|e| model_err(&p, e))?;
+    let config = AssistantConfig::from_gguf(&file).map_err(|e| model_err(&p, e))?;
+    check_weights(&file, opts)?;
+    Ok((file, config))
+}
+
 impl DeviceAssistant {
     /// Loads the assistant GGUF at `path` for `target` (checks §1.1 pairing: backbone width,
     /// vocabulary, per-type head dims and KV heads of the store layers, RoPE, window).
     ///
-    /// Errors: unreadable file, bad metadata, missing tensor, pairing mismatch, driver errors.
+    /// Every weight is checked for NaN/±Inf before any upload (default [`LoadOptions`]).
+    ///
+    /// Errors: unreadable file, bad metadata, [`RuntimeError::NonFiniteWeight`], missing
+    /// tensor, pairing mismatch, driver errors.
     pub fn load(
         gpu: &Gpu,
         path: &std::path::Path,
         target: &DeviceModel,
     ) -> Result<DeviceAssistant, RuntimeError> {
-        let p = path.display().to_string();
-        let file = GgufFile::open(path).map_err(|e| model_err(&p, e))?;
-        let config = AssistantConfig::from_gguf(&file).map_err(|e| model_err(&p, e))?;
+        Self::load_with(gpu, path, target, LoadOptions::default())
+    }
+
+    /// [`DeviceAssistant::load`] with `opts`: the file is opened once, its metadata read,
+    /// its weights checked as `opts` asks ([`open_checked`]; `allow_nonfinite` skips the
+    /// check), then the drafter is uploaded. Errors as [`DeviceAssistant::load`].
+    pub fn load_with(
+        gpu: &Gpu,
+        path: &std::path::Path,
+        target: &DeviceModel,
+        opts: LoadOptions,
+    ) -> Result<DeviceAssistant, RuntimeError> {
+        let (file, config) = open_checked(path, opts)?;
         Self::from_gguf(gpu, &file, config, &target.config)
     }
 
@@ -686,4 +715,53 @@ fn load_centroid(
         ordering: out,
         top_k: cfg.centroid_intermediate_top_k.unwrap_or(32),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The drafter's load path checks its weights itself: a copy of the e2b assistant fixture
+    /// with a NaN in its first F32 tensor (element 0) is refused by [`open_checked`] naming
+    /// that tensor and element; `allow_nonfinite` opens it; the clean file opens. CPU only.
+    #[test]
+    fn the_drafter_load_path_refuses_a_nonfinite_weight_unless_allowed() {
+        let fx = std::env::var_os("GEMMA4_FIXTURES")
+            .filter(|v| !v.is_empty())
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| {
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures")
+            });
+        let src = fx.join("models/e2b-assistant.Q8_0.gguf");
+        if !src.exists() {
+            println!("skipped: fixtures not found at {}", fx.display());
+            return;
+        }
+        assert!(open_checked(&src, LoadOptions::default()).is_ok());
+        let f = GgufFile::open(&src).unwrap();
+        let t = f
+            .tensors()
+            .iter()
+            .find(|t| t.ggml_type == reference::quant::GgmlType::F32)
+            .expect("an F32 tensor")
+            .clone();
+        let pos = f.tensor_file_offset(&t) as usize;
+        drop(f);
+        let mut b = std::fs::read(&src).unwrap();
+        b[pos..pos + 4].copy_from_slice(&0x7FC0_0000u32.to_le_bytes());
+        let dir = std::env::temp_dir().join(format!("draft-nonfinite-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bad = dir.join("bad-assistant.gguf");
+        std::fs::write(&bad, b).unwrap();
+        match open_checked(&bad, LoadOptions::default()) {
+            Err(RuntimeError::NonFiniteWeight(e)) => {
+                assert_eq!((e.tensor.as_str(), e.element), (t.name.as_str(), 0));
+            }
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("a NaN weight passed"),
+        }
+        let allow = LoadOptions::default().with_allow_nonfinite(true);
+        assert!(open_checked(&bad, allow).is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -10,15 +10,14 @@
 
 use std::path::Path;
 
-use reference::config::{AssistantConfig, Config};
-use reference::gguf::GgufFile;
+use reference::config::Config;
 use reference::model::logits::top_k as select_top_k;
 use reference::model::LoadOptions;
 
 use crate::draft::DeviceAssistant;
 use crate::error::RuntimeError;
 use crate::forward::{Forward, KvCache, Row, Workspace};
-use crate::loader::{check_weights, model_err, DeviceModel};
+use crate::loader::DeviceModel;
 use crate::Gpu;
 
 mod spec;
@@ -414,16 +413,10 @@ impl CudaEngine {
     }
 
     /// [`CudaEngine::load_draft`] with the assistant's load options: its metadata is read,
-    /// then its weights are checked as `load` asks ([`crate::loader::check_weights`]) before
-    /// the drafter is uploaded.
+    /// then its weights are checked as `load` asks before the drafter is uploaded
+    /// ([`DeviceAssistant::load_with`], one open of the file).
     pub fn load_draft_with(&mut self, path: &Path, load: LoadOptions) -> Result<(), RuntimeError> {
-        if !load.allow_nonfinite {
-            let p = path.display().to_string();
-            let file = GgufFile::open(path).map_err(|e| model_err(&p, e))?;
-            AssistantConfig::from_gguf(&file).map_err(|e| model_err(&p, e))?;
-            check_weights(&file, load)?;
-        }
-        let d = DeviceAssistant::load(&self.gpu, path, &self.model)?;
+        let d = DeviceAssistant::load_with(&self.gpu, path, &self.model, load)?;
         self.gpu.sync()?;
         self.draft = Some(d);
         Ok(())
