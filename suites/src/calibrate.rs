@@ -248,10 +248,10 @@ pub fn calibrate_models(
     let loaded = load_suites(opts)?;
     let mut out = Vec::new();
     for m in &opts.models {
-        let mut oracle = ReferenceOracle::load(&m.path).map_err(|e| fatal(&e))?;
+        let mut oracle = ReferenceOracle::load_with(&m.path, opts.load).map_err(|e| fatal(&e))?;
         let sha = oracle.model_sha256().to_string();
         let stem = golden::model_stem(&m.path);
-        let mut engine = make_engine(&opts.engine, m)?;
+        let mut engine = make_engine(&opts.engine, m, opts.load)?;
         let mut seqs = Vec::new();
         let mut names = Vec::new();
         for suite_path in model_suites(opts, m) {
@@ -372,6 +372,7 @@ mod tests {
             strict_invariance: false,
             require_acceptance: false,
             oracle_acceptance: false,
+            load: Default::default(),
         };
         let bad = dir.join("goldens/second/budgets.toml");
         std::fs::create_dir_all(bad.parent().unwrap()).unwrap();

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use reference::config::{AssistantConfig, Config};
 use reference::gguf::GgufFile;
-use reference::model::{Faults, Model};
+use reference::model::{Faults, LoadOptions, Model};
 
 use crate::acceptance::{acceptance_rows, DrafterRef, OracleSpec};
 use crate::budgets::Budgets;
@@ -70,26 +70,37 @@ pub struct Options {
     /// Run the oracle's own `spec:K` on every suite, not only those with
     /// `[suite] oracle_acceptance = true` (`--oracle-acceptance`, §7).
     pub oracle_acceptance: bool,
+    /// How the models (oracle, reference engines, drafters) are loaded: by default a
+    /// non-finite weight stops the run (§9); `allow_nonfinite` (`--allow-nonfinite`) loads it,
+    /// and then the oracle's rows are checked instead: a NaN/Inf oracle logit stops the run
+    /// (exit 2), never judged.
+    pub load: LoadOptions,
 }
 
-/// Builds the engine named `name` for `model`.
-pub fn make_engine(name: &str, model: &ModelSpec) -> Result<Box<dyn Engine>, Fatal> {
+/// Builds the engine named `name` for `model`, loading its files with `load` (the CPU and
+/// CUDA engines; an HTTP engine loads nothing here).
+pub fn make_engine(
+    name: &str,
+    model: &ModelSpec,
+    load: LoadOptions,
+) -> Result<Box<dyn Engine>, Fatal> {
     match name {
         "reference-f32" => Ok(Box::new(
-            ReferenceEngine::<f32>::load(&model.path)
+            ReferenceEngine::<f32>::load_with(&model.path, load)
                 .map_err(fatal)?
                 .with_draft(model.draft.clone()),
         )),
         "reference-f64" => Ok(Box::new(
-            ReferenceEngine::<f64>::load(&model.path)
+            ReferenceEngine::<f64>::load_with(&model.path, load)
                 .map_err(fatal)?
                 .with_draft(model.draft.clone()),
         )),
         #[cfg(feature = "cuda")]
         "cuda" => Ok(Box::new(
-            crate::cuda_engine::CudaEngineAdapter::load_with_draft(
+            crate::cuda_engine::CudaEngineAdapter::load_with_options(
                 &model.path,
                 model.draft.as_deref(),
+                load,
             )
             .map_err(fatal)?,
         )),
@@ -403,9 +414,15 @@ fn run_models(
 ) -> Result<Report, Fatal> {
     let mut runs: Vec<Run> = Vec::new();
     for ((m, checked), budgets) in opts.models.iter().zip(models).zip(all_budgets) {
-        let mut oracle = ReferenceOracle::from_gguf(&m.path, checked.file).map_err(fatal)?;
+        let mut oracle =
+            ReferenceOracle::from_gguf_with(&m.path, checked.file, opts.load).map_err(fatal)?;
+        if opts.load.allow_nonfinite {
+            for PreparedSuite { reqs, .. } in &checked.suites {
+                check_oracle_prompts(&mut oracle, &m.path, reqs)?;
+            }
+        }
         let codec = &checked.codec;
-        let mut engine = make_engine(&opts.engine, m)?;
+        let mut engine = make_engine(&opts.engine, m, opts.load)?;
         let sha = oracle.model_sha256().to_string();
         let stem = golden::model_stem(&m.path);
         let drafter = match &m.draft {
@@ -491,7 +508,7 @@ fn run_models(
                     opts.oracle_acceptance || (suite.settings.oracle_acceptance && floor.is_some());
                 if has_spec && want_oracle && assistant.is_none() {
                     assistant = Some(
-                        reference::spec::Assistant::<f64>::load(path)
+                        reference::spec::Assistant::<f64>::load_with(path, opts.load)
                             .and_then(|a| a.check_target(oracle.model().config()).map(|_| a))
                             .map_err(|e| format!("{}: {e}", path.display())),
                     );
@@ -528,6 +545,36 @@ fn run_models(
         .write(&opts.out_dir)
         .map_err(|e| Fatal(format!("{}: {e}", opts.out_dir.display())))?;
     Ok(report)
+}
+
+/// With `--allow-nonfinite` the oracle may give NaN/Inf logits: every prompt of `reqs` is
+/// scored by the oracle before the engine runs, and a non-finite row stops the run naming
+/// model, prompt and position (a row past the prompt is caught when the oracle scores it:
+/// `ReferenceOracle`'s `score` refuses it). Errors: [`Fatal`].
+fn check_oracle_prompts(
+    oracle: &mut ReferenceOracle,
+    model: &Path,
+    reqs: &[Request],
+) -> Result<(), Fatal> {
+    for r in reqs.iter().filter(|r| !r.prompt.is_empty()) {
+        let rows = reference::score::score(oracle.model(), std::slice::from_ref(&r.prompt), 1)
+            .map_err(fatal)?;
+        let bad = rows
+            .iter()
+            .flatten()
+            .enumerate()
+            .find(|(_, p)| p.nonfinite > 0);
+        if let Some((t, p)) = bad {
+            return Err(Fatal(format!(
+                "model {}: prompt {:?}: the oracle's logits are non-finite at prompt position \
+                 {t} ({} NaN/Inf logits in that row): the run cannot be judged",
+                model.display(),
+                r.id,
+                p.nonfinite
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn write_plots(out_dir: &Path, run: &Run) {
@@ -575,13 +622,13 @@ pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
             .map_err(|e| Fatal(format!("{}: {e}", m.path.display())))?;
         let stem = golden::model_stem(&m.path);
         let file = file_name(&m.path);
-        let model = Model::<f64>::from_gguf(checked.file, Faults::default()).map_err(|e| {
-            fatal(crate::engine::EngineError::Load {
-                path: m.path.clone(),
-                message: e.to_string(),
-            })
-        })?;
-        let mut engine = ReferenceEngine::from_model(model);
+        let model = Model::<f64>::from_gguf_with(checked.file, Faults::default(), opts.load)
+            .map_err(|e| {
+                fatal(crate::engine::EngineError::Load {
+                    path: m.path.clone(),
+                    message: crate::reference_engine::load_message(&e),
+                })
+            })?;
         let codec = &checked.codec;
         for PreparedSuite { suite, reqs } in &checked.suites {
             let dir = golden::golden_dir(&opts.goldens_root, &stem, &suite.settings.name);
@@ -604,11 +651,18 @@ pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
             }
             for req in reqs {
                 bar.set_message(req.id.clone());
-                let traj = engine
-                    .generate(std::slice::from_ref(req), &Mode::Plain)
-                    .map_err(fatal)?
-                    .pop()
-                    .ok_or_else(|| Fatal("oracle returned nothing".into()))?;
+                // the plain mode of the f64 reference engine, with its non-finite rows named
+                let gen = model
+                    .greedy(&req.prompt, req.max_tokens, &req.stop)
+                    .map_err(fatal)?;
+                if let Some((i, bad)) = gen.nonfinite {
+                    return Err(Fatal(format!(
+                        "model {}: prompt {:?}: the oracle's logits are non-finite at output \
+                         position {i} ({bad} NaN/Inf logits in that row): no golden written",
+                        m.path.display(),
+                        req.id
+                    )));
+                }
                 let g = Golden {
                     schema: SIDECAR_SCHEMA.into(),
                     model_file: file.clone(),
@@ -617,12 +671,8 @@ pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
                     suite: suite.settings.name.clone(),
                     prompt_id: req.id.clone(),
                     prompt: req.prompt.clone(),
-                    tokens: traj.tokens(),
-                    top_k: traj
-                        .steps
-                        .iter()
-                        .map(|s| s.top_k.clone().unwrap_or_default())
-                        .collect(),
+                    tokens: gen.tokens,
+                    top_k: gen.top_k,
                 };
                 match golden::write_golden(&dir, &g, &codec.decode(&g.tokens)).map_err(fatal)? {
                     SnapshotOutcome::Unchanged => summary.unchanged += 1,
@@ -666,7 +716,61 @@ mod tests {
             strict_invariance: false,
             require_acceptance: false,
             oracle_acceptance: false,
+            load: Default::default(),
         }
+    }
+
+    /// A model with a NaN weight (conformance §9): without `allow_nonfinite` bless and
+    /// conformance stop naming the tensor, with the `--allow-nonfinite` hint; with it, bless
+    /// refuses to write a golden naming prompt and position (it wrote goldens with no tokens,
+    /// exit 0), and conformance stops naming model, prompt and position (prefill was judged
+    /// against those goldens and passed).
+    #[test]
+    fn nonfinite_oracle_logits_are_never_blessed_or_judged() {
+        let dir = std::env::temp_dir().join(format!("gemma4-nan-bless-{}", std::process::id()));
+        let Some(model) = crate::test_nan_copy("dense-target.Q4_K_M.gguf", &dir, "nanw") else {
+            return;
+        };
+        let mut o = smoke_options(&["count_chat"]);
+        o.models[0].path = model.clone();
+        o.goldens_root = dir.join("goldens");
+        o.out_dir = dir.join("out");
+        o.cache_dir = dir.join("cache");
+        let e = bless(&o, false).unwrap_err().0;
+        assert!(
+            e.contains("'output_norm.weight'") && e.contains("--allow-nonfinite"),
+            "{e}"
+        );
+        let e = conformance(&o).unwrap_err().0;
+        assert!(
+            e.contains("'output_norm.weight'") && e.contains("--allow-nonfinite"),
+            "{e}"
+        );
+        o.load = LoadOptions::default().with_allow_nonfinite(true);
+        let e = bless(&o, false).unwrap_err().0;
+        assert_eq!(
+            e,
+            format!(
+                "model {}: prompt \"count_chat\": the oracle's logits are non-finite at output \
+                 position 0 (16384 NaN/Inf logits in that row): no golden written",
+                model.display()
+            )
+        );
+        assert!(
+            !o.goldens_root.join("nanw").exists(),
+            "a golden was written"
+        );
+        let e = conformance(&o).unwrap_err().0;
+        assert!(
+            e.starts_with(&format!(
+                "model {}: prompt \"count_chat\": the oracle's logits are non-finite at prompt \
+                 position 0 (",
+                model.display()
+            )),
+            "{e}"
+        );
+        assert!(!o.out_dir.join("report.json").exists());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// bless on a model whose SHA-256 is not the goldens' stops (exit 2) and says `--force`

@@ -10,6 +10,7 @@
 use std::path::Path;
 use std::time::Instant;
 
+use reference::model::LoadOptions;
 use runtime::{CudaEngine, EngineOptions, GenRequest, GenStep, RuntimeError, SpecKind};
 
 use crate::engine::{
@@ -48,7 +49,8 @@ fn steps(gs: Vec<GenStep>) -> Vec<Step> {
 }
 
 /// A load failure of `path`: [`EngineError::Load`] when the file is at fault (unusable GGUF or
-/// metadata, a block format without a GPU kernel, a drafter that does not pair), else (no GPU,
+/// metadata, a block format without a GPU kernel, a non-finite weight, a drafter that does not
+/// pair), else (no GPU,
 /// driver, kernel compilation, memory) [`EngineError::Other`] naming the file.
 fn load_err(path: &Path, e: RuntimeError) -> EngineError {
     match e {
@@ -57,6 +59,10 @@ fn load_err(path: &Path, e: RuntimeError) -> EngineError {
         | RuntimeError::Quant { .. } => EngineError::Load {
             path: path.to_path_buf(),
             message: e.to_string(),
+        },
+        RuntimeError::NonFiniteWeight(_) => EngineError::Load {
+            path: path.to_path_buf(),
+            message: format!("{e}; {}", crate::reference_engine::NONFINITE_HINT),
         },
         e => EngineError::Other(format!("{}: {e}", path.display())),
     }
@@ -74,16 +80,28 @@ impl CudaEngineAdapter {
         path: &Path,
         draft: Option<&Path>,
     ) -> Result<CudaEngineAdapter, EngineError> {
-        let mut inner = CudaEngine::load(
+        Self::load_with_options(path, draft, LoadOptions::default())
+    }
+
+    /// [`CudaEngineAdapter::load_with_draft`] with the load options of target and drafter
+    /// (`allow_nonfinite`: `--allow-nonfinite`; by default a non-finite weight is
+    /// [`EngineError::Load`] naming tensor, block and field).
+    pub fn load_with_options(
+        path: &Path,
+        draft: Option<&Path>,
+        load: LoadOptions,
+    ) -> Result<CudaEngineAdapter, EngineError> {
+        let mut inner = CudaEngine::load_with(
             path,
             EngineOptions {
                 slots: 4,
                 max_ctx: 4096,
             },
+            load,
         )
         .map_err(|e| load_err(path, e))?;
         if let Some(d) = draft {
-            inner.load_draft(d).map_err(|e| load_err(d, e))?;
+            inner.load_draft_with(d, load).map_err(|e| load_err(d, e))?;
         }
         Ok(CudaEngineAdapter {
             inner,
@@ -221,6 +239,31 @@ mod tests {
         std::env::var_os("GEMMA4_FIXTURES")
             .map(PathBuf::from)
             .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"))
+    }
+
+    /// A non-finite weight is the file's fault: [`EngineError::Load`] naming the tensor, with
+    /// the `--allow-nonfinite` hint (it was [`EngineError::Other`]).
+    #[test]
+    fn a_nonfinite_weight_is_a_load_error() {
+        let e = RuntimeError::NonFiniteWeight(reference::quant::NonFiniteError {
+            tensor: "output_norm.weight".into(),
+            ty: reference::quant::GgmlType::F32,
+            block: 0,
+            element: 0,
+            row: 0,
+            field: "value",
+            value: f64::NAN,
+            bits: 0x7FC0_0000,
+            file_offset: 0,
+        });
+        match load_err(Path::new("m.gguf"), e) {
+            EngineError::Load { path, message } => {
+                assert_eq!(path, Path::new("m.gguf"));
+                assert!(message.contains("output_norm.weight"), "{message}");
+                assert!(message.contains("--allow-nonfinite"), "{message}");
+            }
+            other => panic!("{other}"),
+        }
     }
 
     /// Without a GPU (CI), loading is a typed engine error naming the file, never a panic.

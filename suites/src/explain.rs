@@ -38,6 +38,8 @@ pub struct ExplainOptions {
     /// Tokens generated after the truncated prefix (experiment 2), `1..=` the prompt's
     /// `max_tokens` ([`continuation_tokens`]); `None`: [`DEFAULT_CONTINUATION`], at most that.
     pub continuation: Option<usize>,
+    /// How the model is loaded (`--allow-nonfinite`: `allow_nonfinite`).
+    pub load: reference::model::LoadOptions,
 }
 
 /// Tokens generated after the truncated prefix when `--continuation` is not given (at most the
@@ -164,8 +166,8 @@ pub fn explain(o: &ExplainOptions) -> Result<String, Fatal> {
     if let Some(d) = &m.draft {
         check_drafter(&config, &m.path, d)?;
     }
-    let mut oracle = ReferenceOracle::from_gguf(&m.path, file).map_err(f)?;
-    let mut engine = make_engine(&o.engine, m)?;
+    let mut oracle = ReferenceOracle::from_gguf_with(&m.path, file, o.load).map_err(f)?;
+    let mut engine = make_engine(&o.engine, m, o.load)?;
     let (tau, tau_src) = match budgets.0.get(engine.name()) {
         Some(b) => (
             b.tau,
@@ -501,6 +503,7 @@ mod tests {
             goldens_root: std::env::temp_dir().join("gemma4-explain-no-goldens"),
             cache_dir: None,
             continuation: None,
+            load: Default::default(),
         }
     }
 

@@ -60,6 +60,29 @@ pub(crate) fn test_fixture_model(name: &str) -> Option<std::path::PathBuf> {
     }
 }
 
+/// A copy of fixture model `name` in `dir` (created) as `stem.gguf`, with `output_norm.weight`
+/// element 0 (F32) set to NaN: every logit of the copy is NaN (the `nanw.gguf` case of
+/// conformance §9). `None` after printing `skipped: …` without the fixtures.
+#[cfg(test)]
+pub(crate) fn test_nan_copy(
+    name: &str,
+    dir: &std::path::Path,
+    stem: &str,
+) -> Option<std::path::PathBuf> {
+    let src = test_fixture_model(name)?;
+    let f = reference::gguf::GgufFile::open(&src).expect("open fixture");
+    let t = f.tensor("output_norm.weight").expect("output_norm").clone();
+    assert_eq!(t.ggml_type, reference::quant::GgmlType::F32);
+    let pos = f.tensor_file_offset(&t) as usize;
+    drop(f);
+    let mut b = std::fs::read(&src).expect("read fixture");
+    b[pos..pos + 4].copy_from_slice(&0x7FC0_0000u32.to_le_bytes());
+    std::fs::create_dir_all(dir).expect("temp dir");
+    let out = dir.join(format!("{stem}.gguf"));
+    std::fs::write(&out, b).expect("write copy");
+    Some(out)
+}
+
 pub use engine::{
     Engine, EngineError, Mode, Request, Scores, SpecStats, Step, StepKind, TopKRows, Trajectory,
 };

@@ -12,7 +12,7 @@ use std::time::Instant;
 use reference::decode::KvCache;
 use reference::gguf::GgufFile;
 use reference::model::logits::top_k as select_top_k;
-use reference::model::{Float, Model};
+use reference::model::{Float, LoadOptions, Model, ModelError};
 use reference::tokenizer::{ChatMessage, GemmaTokenizer};
 
 use reference::spec::Assistant;
@@ -39,6 +39,8 @@ pub struct ReferenceEngine<F: Float> {
     name: String,
     draft: Option<PathBuf>,
     assistant: Option<Assistant<F>>,
+    /// How the drafter is loaded (the target's options).
+    load: LoadOptions,
 }
 
 fn model_err(id: &str, e: impl std::fmt::Display) -> EngineError {
@@ -48,14 +50,45 @@ fn model_err(id: &str, e: impl std::fmt::Display) -> EngineError {
     }
 }
 
+/// What `--allow-nonfinite` does, appended to a load error for a non-finite weight.
+pub const NONFINITE_HINT: &str =
+    "--allow-nonfinite loads it anyway for forensic use (NaN/Inf logits are then reported, never judged)";
+
+/// The message of a model load error: its text, plus [`NONFINITE_HINT`] for a non-finite
+/// weight ([`ModelError::NonFinite`], conformance contract §9).
+pub fn load_message(e: &ModelError) -> String {
+    match e {
+        ModelError::NonFinite(_) => format!("{e}; {NONFINITE_HINT}"),
+        _ => e.to_string(),
+    }
+}
+
+/// [`load_message`] for an assistant load error.
+pub fn spec_load_message(e: &reference::spec::SpecError) -> String {
+    match e {
+        reference::spec::SpecError::Model(m) => load_message(m),
+        _ => e.to_string(),
+    }
+}
+
 impl<F: Float> ReferenceEngine<F> {
-    /// Loads the model. Errors: the model cannot be loaded (named by path).
+    /// Loads the model (default [`LoadOptions`]: a non-finite weight is refused). Errors: the
+    /// model cannot be loaded (named by path).
     pub fn load(path: &Path) -> Result<ReferenceEngine<F>, EngineError> {
-        let model = Model::<F>::load(path).map_err(|e| EngineError::Load {
+        Self::load_with(path, LoadOptions::default())
+    }
+
+    /// [`ReferenceEngine::load`] with `opts`, which also load the drafter
+    /// (`allow_nonfinite`: `--allow-nonfinite`). Errors: the model cannot be loaded (named by
+    /// path; a non-finite weight's message ends with [`NONFINITE_HINT`]).
+    pub fn load_with(path: &Path, opts: LoadOptions) -> Result<ReferenceEngine<F>, EngineError> {
+        let model = Model::<F>::load_with(path, opts).map_err(|e| EngineError::Load {
             path: path.to_path_buf(),
-            message: e.to_string(),
+            message: load_message(&e),
         })?;
-        Ok(Self::from_model(model))
+        let mut engine = Self::from_model(model);
+        engine.load = opts;
+        Ok(engine)
     }
 
     /// Wraps a loaded model.
@@ -70,6 +103,7 @@ impl<F: Float> ReferenceEngine<F> {
             name: name.into(),
             draft: None,
             assistant: None,
+            load: LoadOptions::default(),
         }
     }
 
@@ -93,9 +127,9 @@ impl<F: Float> ReferenceEngine<F> {
                     engine: self.name.clone(),
                     mode: Mode::Spec { k },
                 })?;
-            let a = Assistant::<F>::load(path).map_err(|e| EngineError::Load {
+            let a = Assistant::<F>::load_with(path, self.load).map_err(|e| EngineError::Load {
                 path: path.to_path_buf(),
-                message: e.to_string(),
+                message: spec_load_message(&e),
             })?;
             a.check_target(self.model.config())
                 .map_err(|e| EngineError::Load {
@@ -159,6 +193,12 @@ impl<F: Float> ReferenceEngine<F> {
             .model
             .greedy(&req.prompt, req.max_tokens, &req.stop)
             .map_err(|e| model_err(&req.id, e))?;
+        if let Some((i, bad)) = g.nonfinite {
+            return Err(model_err(
+                &req.id,
+                format!("non-finite logits at output index {i} ({bad} NaN/Inf)"),
+            ));
+        }
         let steps = g
             .tokens
             .iter()
@@ -228,6 +268,16 @@ impl<F: Float> ReferenceEngine<F> {
                 let last = r
                     .last()
                     .ok_or_else(|| model_err(&req.id, "no logits row"))?;
+                let bad = last.iter().filter(|z| !z.is_finite()).count();
+                if bad > 0 {
+                    return Err(model_err(
+                        &req.id,
+                        format!(
+                            "non-finite logits at output index {} ({bad} NaN/Inf)",
+                            slot.steps.len()
+                        ),
+                    ));
+                }
                 let tk = select_top_k(last, ENGINE_TOP_K, &suppressed);
                 let token = tk
                     .first()
@@ -314,35 +364,61 @@ impl<F: Float> Engine for ReferenceEngine<F> {
 pub struct ReferenceOracle {
     model: Model<f64>,
     sha256: String,
+    /// The model file as errors name it (empty for [`ReferenceOracle::from_model`]).
+    label: String,
 }
 
 impl ReferenceOracle {
     /// Loads the model and hashes the file. Errors name the path.
     pub fn load(path: &Path) -> Result<ReferenceOracle, EngineError> {
+        Self::load_with(path, LoadOptions::default())
+    }
+
+    /// [`ReferenceOracle::load`] with `opts` (`allow_nonfinite`: `--allow-nonfinite`; the
+    /// oracle then refuses to score a row with NaN/Inf logits, [`Oracle::score`]).
+    pub fn load_with(path: &Path, opts: LoadOptions) -> Result<ReferenceOracle, EngineError> {
         let file = GgufFile::open(path).map_err(|e| EngineError::Load {
             path: path.to_path_buf(),
             message: e.to_string(),
         })?;
-        ReferenceOracle::from_gguf(path, file)
+        ReferenceOracle::from_gguf_with(path, file, opts)
     }
 
     /// The oracle over `file`, the GGUF already opened from `path` (conformance and explain
     /// keep the file their up-front check opened, so the model is opened once): the model
     /// prepared from it (`Model::from_gguf`) and the SHA-256 of `path`. Errors name the path.
     pub fn from_gguf(path: &Path, file: GgufFile) -> Result<ReferenceOracle, EngineError> {
+        Self::from_gguf_with(path, file, LoadOptions::default())
+    }
+
+    /// [`ReferenceOracle::from_gguf`] with `opts` (`Model::from_gguf_with`). Errors name the
+    /// path; a non-finite weight's message ends with [`NONFINITE_HINT`].
+    pub fn from_gguf_with(
+        path: &Path,
+        file: GgufFile,
+        opts: LoadOptions,
+    ) -> Result<ReferenceOracle, EngineError> {
         let load = |message: String| EngineError::Load {
             path: path.to_path_buf(),
             message,
         };
         let sha256 = reference::gguf::sha256_file(path).map_err(|e| load(e.to_string()))?;
-        let model = Model::<f64>::from_gguf(file, reference::model::Faults::default())
-            .map_err(|e| load(e.to_string()))?;
-        Ok(ReferenceOracle { model, sha256 })
+        let model = Model::<f64>::from_gguf_with(file, reference::model::Faults::default(), opts)
+            .map_err(|e| load(load_message(&e)))?;
+        Ok(ReferenceOracle {
+            model,
+            sha256,
+            label: path.display().to_string(),
+        })
     }
 
     /// From a loaded model and its file's SHA-256.
     pub fn from_model(model: Model<f64>, sha256: String) -> ReferenceOracle {
-        ReferenceOracle { model, sha256 }
+        ReferenceOracle {
+            model,
+            sha256,
+            label: String::new(),
+        }
     }
 
     /// The model.
@@ -370,6 +446,21 @@ impl Oracle for ReferenceOracle {
         top_k: usize,
     ) -> Result<Vec<Vec<OracleRow>>, EngineError> {
         let s = reference::score::score(&self.model, seqs, top_k).map_err(|e| model_err("*", e))?;
+        for (seq, rows) in seqs.iter().zip(&s) {
+            if let Some((t, p)) = rows.iter().enumerate().find(|(_, p)| p.nonfinite > 0) {
+                return Err(EngineError::Other(format!(
+                    "{}the oracle's logits are non-finite at position {t} of a {}-token sequence \
+                     ({} NaN/Inf logits in that row): the run cannot be judged",
+                    if self.label.is_empty() {
+                        String::new()
+                    } else {
+                        format!("model {}: ", self.label)
+                    },
+                    seq.len(),
+                    p.nonfinite
+                )));
+            }
+        }
         Ok(s.into_iter()
             .map(|rows| {
                 rows.into_iter()
@@ -428,5 +519,56 @@ impl Codec for GemmaCodec {
         self.tok
             .decode(ids)
             .unwrap_or_else(|_| ids.iter().map(|i| format!("<id:{i}>")).collect())
+    }
+}
+
+#[cfg(test)]
+mod nonfinite_tests {
+    use super::*;
+
+    /// A model with a NaN weight: refused by default naming the tensor, with the
+    /// `--allow-nonfinite` hint; with `allow_nonfinite` it loads, and its NaN logits are an
+    /// engine error in plain and batch (greedy stopped silently with no token), and the oracle
+    /// refuses to score them, naming the position (they were left out of its top-k).
+    #[test]
+    fn nan_logits_are_errors_of_engine_and_oracle() {
+        let dir = std::env::temp_dir().join(format!("suites-nan-engine-{}", std::process::id()));
+        let Some(path) = crate::test_nan_copy("dense-target.Q4_K_M.gguf", &dir, "nanw") else {
+            return;
+        };
+        match ReferenceEngine::<f32>::load(&path) {
+            Err(EngineError::Load { message, .. }) => {
+                assert!(message.contains("'output_norm.weight'"), "{message}");
+                assert!(message.ends_with(NONFINITE_HINT), "{message}");
+            }
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("a NaN weight loaded by default"),
+        }
+        let allow = LoadOptions::default().with_allow_nonfinite(true);
+        let mut e = ReferenceEngine::<f32>::load_with(&path, allow).unwrap();
+        let req = Request {
+            id: "p".into(),
+            prompt: vec![2, 818],
+            max_tokens: 2,
+            stop: vec![],
+        };
+        for mode in [Mode::Plain, Mode::Batch { n: 4 }] {
+            let err = e
+                .generate(std::slice::from_ref(&req), &mode)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("non-finite logits at output index 0"),
+                "{mode}: {err}"
+            );
+        }
+        let mut o = ReferenceOracle::load_with(&path, allow).unwrap();
+        let err = o.score(&[vec![2, 818]], 4).unwrap_err().to_string();
+        assert!(
+            err.contains("non-finite at position 0 of a 2-token sequence"),
+            "{err}"
+        );
+        assert!(err.contains("nanw.gguf"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -449,6 +449,21 @@ fn shape_error(req: &Request, traj: &Trajectory) -> Option<String> {
     None
 }
 
+/// The engine result's first NaN/+Inf logit (conformance §9: the `error` verdict), naming the
+/// output index and id; `None` when every reported logit is finite or −Inf (a masked id).
+fn nonfinite_error(traj: &Trajectory) -> Option<String> {
+    traj.steps.iter().enumerate().find_map(|(i, s)| {
+        let (id, l) = s
+            .top_k
+            .as_deref()?
+            .iter()
+            .find(|(_, l)| l.is_nan() || *l == f64::INFINITY)?;
+        Some(format!(
+            "non-finite logit {l} for id {id} at output index {i}"
+        ))
+    })
+}
+
 /// What a suite is checked against before it runs: the model's vocabulary size and context
 /// length. The rule for a Gemma-4 model is [`ModelLimits::from_config`]; the reference oracle
 /// answers [`Oracle::vocab_size`] and [`Oracle::context_length`] with it, so
@@ -737,7 +752,8 @@ pub fn run_requests(
                 None
             } else {
                 shape_error(req, &traj)
-            };
+            }
+            .or_else(|| nonfinite_error(&traj));
             let judged = match (engine_err.or(shape), golden) {
                 (Some(err), _) => error_judged(err),
                 (None, Some(g)) if *mode == Mode::Prefill => {
@@ -995,6 +1011,35 @@ fn cross_mode_forks(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An engine result with a NaN or +Inf logit is the `error` verdict's message (conformance
+    /// §9), naming index and id; −Inf (a masked id) and finite rows pass.
+    #[test]
+    fn nonfinite_engine_logits_are_an_error() {
+        let traj = |rows: Vec<Vec<(u32, f64)>>| Trajectory {
+            id: "p".into(),
+            steps: rows
+                .into_iter()
+                .map(|r| Step {
+                    token: r[0].0,
+                    top_k: Some(r),
+                    kind: StepKind::Decode,
+                })
+                .collect(),
+            spec: None,
+            wall: std::time::Duration::ZERO,
+        };
+        assert_eq!(
+            nonfinite_error(&traj(vec![vec![(5, 1.0)], vec![(7, 2.0), (8, f64::NAN)]])),
+            Some("non-finite logit NaN for id 8 at output index 1".into())
+        );
+        assert!(nonfinite_error(&traj(vec![vec![(5, f64::INFINITY)]]))
+            .is_some_and(|m| m.contains("inf for id 5 at output index 0")));
+        assert_eq!(
+            nonfinite_error(&traj(vec![vec![(5, 1.0), (6, f64::NEG_INFINITY)]])),
+            None
+        );
+    }
 
     /// One rule for a model's limits: the reference oracle reports those of its configuration
     /// (the dense fixture: 16384 ids, context 4096); a configuration without a context length

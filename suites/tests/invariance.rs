@@ -321,6 +321,7 @@ fn oracle_spec_matches_plain_and_a_high_floor_gives_slow_spec() {
         strict_invariance: false,
         require_acceptance: false,
         oracle_acceptance: false,
+        load: Default::default(),
     };
     let r = conformance(&opts).unwrap();
     let run = &r.runs[0];

@@ -25,6 +25,11 @@ pub struct Args {
     /// Overwrite goldens pinned to another model SHA-256.
     #[arg(long)]
     pub force: bool,
+    /// Load a model with NaN/Inf weights anyway, for forensic use (conformance §9): by
+    /// default loading stops at the first one, naming tensor, block and field (exit 2).
+    /// Non-finite logits are then reported, never judged, blessed or passed.
+    #[arg(long)]
+    pub allow_nonfinite: bool,
 }
 
 /// Runs the verb; returns the process exit code.
@@ -33,7 +38,7 @@ pub fn run(a: &Args) -> i32 {
     for (key, value) in suites::golden::bless_insta_env(a.accept) {
         std::env::set_var(key, value);
     }
-    let Some(o) = crate::conformance::verb_options(
+    let Some(mut o) = crate::conformance::verb_options(
         &a.model,
         &None,
         &a.suites,
@@ -42,6 +47,7 @@ pub fn run(a: &Args) -> i32 {
     ) else {
         return 2;
     };
+    o.load = crate::conformance::load_options(a.allow_nonfinite);
     let t0 = std::time::Instant::now();
     match bless(&o, a.force) {
         Ok(s) => {

@@ -25,6 +25,11 @@ pub struct Args {
     /// Print only; do not write budgets.toml.
     #[arg(long)]
     pub dry_run: bool,
+    /// Load a model with NaN/Inf weights anyway, for forensic use (conformance §9): by
+    /// default loading stops at the first one, naming tensor, block and field (exit 2).
+    /// Non-finite logits are then reported, never judged, blessed or passed.
+    #[arg(long)]
+    pub allow_nonfinite: bool,
 }
 
 /// `--safety` against the bounds `budgets.toml` enforces: a finite factor ≥ 1 (the file takes
@@ -62,6 +67,7 @@ pub fn run(a: &Args) -> i32 {
         return 2;
     };
     o.engine.clone_from(&a.engine);
+    o.load = crate::conformance::load_options(a.allow_nonfinite);
     let t0 = std::time::Instant::now();
     match calibrate_models(&o, a.safety, !a.dry_run) {
         Ok(list) => {

@@ -54,6 +54,17 @@ pub struct Args {
     /// the engine's (default: only suites with `oracle_acceptance = true`, i.e. smoke).
     #[arg(long)]
     pub oracle_acceptance: bool,
+    /// Load a model with NaN/Inf weights anyway, for forensic use (conformance §9): by
+    /// default loading stops at the first one, naming tensor, block and field (exit 2).
+    /// Non-finite logits are then reported, never judged, blessed or passed.
+    #[arg(long)]
+    pub allow_nonfinite: bool,
+}
+
+/// The load options of `--allow-nonfinite` (`allow`): the oracle's and engines' loaders skip
+/// the non-finite check (conformance contract §9) only when it is given.
+pub fn load_options(allow: bool) -> reference::model::LoadOptions {
+    reference::model::LoadOptions::default().with_allow_nonfinite(allow)
 }
 
 /// The workspace root (the folder above `xtask/`).
@@ -329,6 +340,7 @@ pub fn options(
         strict_invariance: false,
         require_acceptance: false,
         oracle_acceptance: false,
+        load: Default::default(),
     })
 }
 
@@ -451,6 +463,7 @@ pub fn run(a: &Args) -> i32 {
     o.strict_invariance = a.strict_invariance;
     o.require_acceptance = a.require_acceptance;
     o.oracle_acceptance = a.oracle_acceptance;
+    o.load = load_options(a.allow_nonfinite);
     if let Some(out) = &a.out {
         o.out_dir.clone_from(out);
     }

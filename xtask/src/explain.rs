@@ -31,6 +31,11 @@ pub struct Args {
     /// max_tokens [default: 8, at most max_tokens].
     #[arg(long)]
     pub continuation: Option<usize>,
+    /// Load a model with NaN/Inf weights anyway, for forensic use (conformance §9): by
+    /// default loading stops at the first one, naming tensor, block and field (exit 2).
+    /// Non-finite logits are then reported, never judged, blessed or passed.
+    #[arg(long)]
+    pub allow_nonfinite: bool,
 }
 
 /// The `--modes` example explain's messages give: a list it takes (exactly two modes).
@@ -71,6 +76,7 @@ pub fn run(a: &Args) -> i32 {
         goldens_root: o.goldens_root,
         cache_dir: Some(o.cache_dir.clone()),
         continuation: a.continuation,
+        load: crate::conformance::load_options(a.allow_nonfinite),
     };
     match explain(&opts) {
         Ok(text) => {

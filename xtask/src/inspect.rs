@@ -26,20 +26,26 @@ pub struct Args {
     pub sha256: bool,
     /// Fail (exit 2, after the dump) when the tensor layout is not canonical (llama.cpp would
     /// refuse the file) or a Gemma-4 file's derived config cannot be read (without `--strict`
-    /// the dump shows `derived config: error: …` and exits 0).
+    /// the dump shows `derived config: error: …` and exits 0), or a weight is NaN/Inf (the
+    /// dump's `non-finite weights:` line names the first: tensor, block, field).
     #[arg(long)]
     pub strict: bool,
 }
 
-/// Runs the verb: open, render, print; with `--strict`, then the layout and config checks.
+/// Runs the verb: open, render, print; with `--strict`, then the layout, config and
+/// non-finite checks.
 pub fn run(args: &Args) -> Result<()> {
     let f =
         GgufFile::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?;
-    print!("{}", render(&f, args)?);
+    let nonfinite = reference::quant::check_finite(&f).err();
+    print!("{}", render_with(&f, args, nonfinite.as_ref())?);
     if args.strict {
         f.require_canonical_layout()?;
         if let Some(e) = config_error(&f) {
             anyhow::bail!("{}: derived config: {e}", args.file.display());
+        }
+        if let Some(e) = nonfinite {
+            anyhow::bail!("{}: non-finite weight: {e}", args.file.display());
         }
     }
     Ok(())
@@ -97,7 +103,19 @@ fn show_value(v: &Value, max_elems: usize, max_chars: usize) -> String {
 }
 
 /// The whole dump as text.
+#[cfg(test)]
 pub fn render(f: &GgufFile, args: &Args) -> Result<String> {
+    let nonfinite = reference::quant::check_finite(f).err();
+    render_with(f, args, nonfinite.as_ref())
+}
+
+/// [`render`] given the result of the non-finite check (`reference::quant::check_finite`:
+/// the first NaN/Inf field, or `None`), shown as the `non-finite weights:` line.
+fn render_with(
+    f: &GgufFile,
+    args: &Args,
+    nonfinite: Option<&reference::quant::NonFiniteError>,
+) -> Result<String> {
     let mut o = String::new();
     let paths = f.shard_paths();
     writeln!(o, "{}", args.file.display())?;
@@ -191,6 +209,11 @@ pub fn render(f: &GgufFile, args: &Args) -> Result<String> {
         for w in f.layout_warnings() {
             writeln!(o, "  {w}")?;
         }
+    }
+
+    match nonfinite {
+        None => writeln!(o, "\nnon-finite weights: none")?,
+        Some(e) => writeln!(o, "\nnon-finite weights: first: {e}")?,
     }
 
     // ── HOOK(config): the derived Gemma-4 configuration (reference::config, written by
@@ -390,6 +413,73 @@ mod tests {
             run(&args).unwrap_err().to_string(),
             format!("{}: derived config: {why}", file.display())
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A NaN weight is named in the dump's `non-finite weights:` line (exit 0), and
+    /// `--strict` refuses the file naming it; a clean file shows `none`.
+    #[test]
+    fn strict_refuses_a_nonfinite_weight() {
+        let dir = std::env::temp_dir().join(format!("inspect-nonfinite-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("nan.gguf");
+        let mut w = reference::gguf::GgufWriter::new();
+        w.set("general.architecture", Value::String("test".into()));
+        let mut data: Vec<u8> = [1.0f32, 2.0, f32::NAN, 4.0]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        w.add_tensor(
+            "clean.weight",
+            &[4],
+            reference::quant::GgmlType::F32,
+            vec![0; 16],
+        )
+        .unwrap();
+        w.add_tensor(
+            "bad.weight",
+            &[4],
+            reference::quant::GgmlType::F32,
+            std::mem::take(&mut data),
+        )
+        .unwrap();
+        w.write_file(&file).unwrap();
+        let mut args = Args {
+            file: file.clone(),
+            max_elems: 8,
+            max_chars: 120,
+            sha256: false,
+            strict: false,
+        };
+        let f = GgufFile::open(&file).unwrap();
+        let text = render(&f, &args).unwrap();
+        assert!(
+            text.contains("\nnon-finite weights: first: tensor 'bad.weight' (F32): element 2"),
+            "{text}"
+        );
+        run(&args).unwrap();
+        args.strict = true;
+        let e = run(&args).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!(
+                "{}: non-finite weight: tensor 'bad.weight'",
+                file.display()
+            )),
+            "{e}"
+        );
+        let clean = dir.join("clean.gguf");
+        let mut w = reference::gguf::GgufWriter::new();
+        w.set("general.architecture", Value::String("test".into()));
+        w.add_tensor(
+            "clean.weight",
+            &[4],
+            reference::quant::GgmlType::F32,
+            vec![0; 16],
+        )
+        .unwrap();
+        w.write_file(&clean).unwrap();
+        let text = render(&GgufFile::open(&clean).unwrap(), &args).unwrap();
+        assert!(text.contains("\nnon-finite weights: none\n"), "{text}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

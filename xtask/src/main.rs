@@ -87,7 +87,11 @@ fn main() {
         Command::Bless(a) => std::process::exit(bless::run(&a)),
         Command::LlamaServer(a) => llama_server::run(&a),
         Command::Compare(a) => std::process::exit(compare::run(&a)),
-        Command::Score(a) => score::run(&a),
+        Command::Score(a) => score::run(&a).map(|code| {
+            if code != 0 {
+                std::process::exit(code)
+            }
+        }),
         Command::Calibrate(a) => std::process::exit(calibrate::run(&a)),
         #[cfg(feature = "cuda")]
         Command::Run(a) => run::run(&a),

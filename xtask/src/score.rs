@@ -14,16 +14,20 @@
 //! ```
 //!
 //! `next`/`next_logit` are `null` at the last position; `top_k` excludes suppressed ids.
+//! `nonfinite_logits` counts the row's NaN/±Inf logits (0 for a finite model); a non-finite
+//! logit is written as the string `"NaN"`, `"inf"` or `"-inf"`, never `null` (a model loaded
+//! with `--allow-nonfinite`; NaN is left out of `top_k`). Such a row makes the verb exit 1
+//! after printing, with a `non-finite logits: …` line on stderr.
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use reference::config::Config;
 use reference::gguf::GgufFile;
-use reference::model::{Float, Model};
+use reference::model::{Float, LoadOptions, Model};
 use reference::score::{score, PositionScore};
 use reference::tokenizer::{ChatMessage, GemmaTokenizer};
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
 /// Flags of `score`.
 #[derive(Debug, clap::Args)]
@@ -49,6 +53,32 @@ pub struct Args {
     /// Print JSON (schema `score/1`) instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Load a model with NaN/Inf weights anyway, for forensic use (conformance §9): by
+    /// default loading stops at the first one, naming tensor, block and field (exit 2).
+    /// Non-finite logits are then reported, never judged, blessed or passed.
+    #[arg(long)]
+    pub allow_nonfinite: bool,
+}
+
+/// A logit of the JSON output: a number when finite, else the string `"NaN"`, `"inf"` or
+/// `"-inf"` (serde_json writes a non-finite f64 as `null`, which means "last position" for
+/// `next_logit`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Logit(f64);
+
+impl Serialize for Logit {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let x = self.0;
+        if x.is_finite() {
+            s.serialize_f64(x)
+        } else if x.is_nan() {
+            s.serialize_str("NaN")
+        } else if x > 0.0 {
+            s.serialize_str("inf")
+        } else {
+            s.serialize_str("-inf")
+        }
+    }
 }
 
 /// One position of the JSON output.
@@ -57,8 +87,10 @@ struct Position {
     position: usize,
     token: u32,
     next: Option<u32>,
-    next_logit: Option<f64>,
-    top_k: Vec<(u32, f64)>,
+    next_logit: Option<Logit>,
+    /// NaN/±Inf logits in the row (`PositionScore::nonfinite`).
+    nonfinite_logits: usize,
+    top_k: Vec<(u32, Logit)>,
 }
 
 /// The JSON output.
@@ -72,8 +104,15 @@ struct Output {
     positions: Vec<Position>,
 }
 
-fn run_score<F: Float>(model: &PathBuf, ids: &[u32], k: usize) -> Result<Vec<PositionScore>> {
-    let m = Model::<F>::load(model).with_context(|| format!("loading {}", model.display()))?;
+fn run_score<F: Float>(
+    model: &PathBuf,
+    ids: &[u32],
+    k: usize,
+    load: LoadOptions,
+) -> Result<Vec<PositionScore>> {
+    let m = Model::<F>::load_with(model, load)
+        .map_err(|e| anyhow::Error::msg(suites::reference_engine::load_message(&e)))
+        .with_context(|| format!("loading {}", model.display()))?;
     let mut s = score(&m, &[ids.to_vec()], k)?;
     s.pop().context("oracle returned no scores")
 }
@@ -116,8 +155,26 @@ fn within_context(n: usize, context: usize, model: &std::path::Path) -> Result<(
     }
 }
 
-/// Runs the verb.
-pub fn run(a: &Args) -> Result<()> {
+/// The stderr line for the positions of `positions` with non-finite logits, or `None` when
+/// every row is finite.
+fn nonfinite_summary(positions: &[Position]) -> Option<String> {
+    let bad: Vec<&Position> = positions
+        .iter()
+        .filter(|p| p.nonfinite_logits > 0)
+        .collect();
+    let first = bad.first()?;
+    Some(format!(
+        "non-finite logits at {} of {}, first at position {} ({} NaN/Inf logits in that row)",
+        crate::count(bad.len(), "position"),
+        positions.len(),
+        first.position,
+        first.nonfinite_logits
+    ))
+}
+
+/// Runs the verb; returns the exit code: 0, or 1 when a row has NaN/Inf logits (a finding
+/// about the model, printed; only with `--allow-nonfinite`, which loads such a model).
+pub fn run(a: &Args) -> Result<i32> {
     let model = match &a.model {
         Some(m) => m.clone(),
         None => crate::conformance::default_fixture("models/dense-target.Q4_K_M.gguf")
@@ -141,10 +198,11 @@ pub fn run(a: &Args) -> Result<()> {
         Config::from_gguf(&file).with_context(|| format!("config of {}", model.display()))?;
     within_context(ids.len(), config.n_ctx_train, &model).map_err(anyhow::Error::msg)?;
     drop(file);
+    let load = crate::conformance::load_options(a.allow_nonfinite);
     let rows = if a.f32 {
-        run_score::<f32>(&model, &ids, a.topk)?
+        run_score::<f32>(&model, &ids, a.topk, load)?
     } else {
-        run_score::<f64>(&model, &ids, a.topk)?
+        run_score::<f64>(&model, &ids, a.topk, load)?
     };
     let positions: Vec<Position> = rows
         .into_iter()
@@ -153,10 +211,12 @@ pub fn run(a: &Args) -> Result<()> {
             position: t,
             token: ids[t],
             next: ids.get(t + 1).copied(),
-            next_logit: r.next_logit,
-            top_k: r.top_k,
+            next_logit: r.next_logit.map(Logit),
+            nonfinite_logits: r.nonfinite,
+            top_k: r.top_k.into_iter().map(|(id, l)| (id, Logit(l))).collect(),
         })
         .collect();
+    let summary = nonfinite_summary(&positions);
     let float = if a.f32 { "f32" } else { "f64" };
     let text = if a.json {
         let out = Output {
@@ -171,7 +231,14 @@ pub fn run(a: &Args) -> Result<()> {
     } else {
         table(&model, float, &ids, &positions, &tok)
     };
-    write_stdout(&text).context("writing to stdout")
+    write_stdout(&text).context("writing to stdout")?;
+    Ok(match summary {
+        Some(line) => {
+            crate::print_error(line);
+            1
+        }
+        None => 0,
+    })
 }
 
 /// The human-readable table of the scores.
@@ -193,18 +260,23 @@ fn table(
     let piece = |id: u32| format!("{:?}", tok.token_piece(id).unwrap_or("?"));
     for p in positions {
         let next = match (p.next, p.next_logit) {
-            (Some(n), Some(l)) => format!("next {n} {} logit {l}", piece(n)),
+            (Some(n), Some(l)) => format!("next {n} {} logit {}", piece(n), l.0),
             _ => "next -".into(),
+        };
+        let bad = if p.nonfinite_logits > 0 {
+            format!(" · NON-FINITE: {} NaN/Inf logits", p.nonfinite_logits)
+        } else {
+            String::new()
         };
         let _ = writeln!(
             s,
-            "[{}] token {} {} · {next}",
+            "[{}] token {} {} · {next}{bad}",
             p.position,
             p.token,
             piece(p.token)
         );
         for (id, l) in &p.top_k {
-            let _ = writeln!(s, "    {id:>7} {l:<24} {}", piece(*id));
+            let _ = writeln!(s, "    {id:>7} {:<24} {}", l.0, piece(*id));
         }
     }
     s
@@ -224,6 +296,38 @@ fn write_stdout(text: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A non-finite logit is a string in the JSON, never `null` (which means "last
+    /// position" for `next_logit`), and a row with non-finite logits is summarised for the
+    /// exit-1 line; finite rows give no line.
+    #[test]
+    fn nonfinite_logits_are_explicit_in_json_and_summarised() {
+        let pos = |position, next_logit, nonfinite_logits| Position {
+            position,
+            token: 2,
+            next: Some(818),
+            next_logit,
+            nonfinite_logits,
+            top_k: vec![(5, Logit(f64::INFINITY)), (6, Logit(-1.5))],
+        };
+        let p = pos(0, Some(Logit(f64::NAN)), 16384);
+        let v = serde_json::to_value(&p).unwrap();
+        assert_eq!(v["next_logit"], "NaN");
+        assert_eq!(v["nonfinite_logits"], 16384);
+        assert_eq!(v["top_k"], serde_json::json!([[5, "inf"], [6, -1.5]]));
+        assert_eq!(
+            serde_json::to_value(Logit(f64::NEG_INFINITY)).unwrap(),
+            "-inf"
+        );
+        let last = serde_json::to_value(pos(1, None, 0)).unwrap();
+        assert!(last["next_logit"].is_null());
+        assert_eq!(
+            nonfinite_summary(&[pos(0, Some(Logit(1.0)), 0), p, pos(2, None, 3)]).unwrap(),
+            "non-finite logits at 2 positions of 3, first at position 0 (16384 NaN/Inf logits \
+             in that row)"
+        );
+        assert_eq!(nonfinite_summary(&[pos(0, Some(Logit(1.0)), 0)]), None);
+    }
 
     /// `--tokens 2,,5` is refused naming the empty entry (it scored 2 tokens); a leading or
     /// trailing comma too; spaces are allowed; a bad id is named.
