@@ -562,6 +562,25 @@ mod nonfinite_tests {
                 "{mode}: {err}"
             );
         }
+        // spec:K with the paired drafter: the same engine error (its first row's empty top-k
+        // was "empty top-k", and a NaN verify row emitted token u32::MAX)
+        let Some(draft) = crate::test_fixture_model("dense-assistant.F32.gguf") else {
+            return;
+        };
+        let mut e = e.with_draft(Some(draft));
+        for k in [1, 3] {
+            match e.generate(std::slice::from_ref(&req), &Mode::Spec { k }) {
+                Err(EngineError::Request { id, message }) => {
+                    assert_eq!(id, "p");
+                    assert_eq!(
+                        message, "non-finite logits at output index 0 (16384 NaN/Inf)",
+                        "spec:{k}"
+                    );
+                }
+                Err(other) => panic!("spec:{k}: {other}"),
+                Ok(t) => panic!("spec:{k}: NaN rows gave {:?}", t[0].tokens()),
+            }
+        }
         let mut o = ReferenceOracle::load_with(&path, allow).unwrap();
         let err = o.score(&[vec![2, 818]], 4).unwrap_err().to_string();
         assert!(

@@ -26,6 +26,33 @@ fn err(id: &str, e: impl std::fmt::Display) -> EngineError {
     }
 }
 
+/// Refuses rows `first..first + n` of `z` (`[T, V]` flat) when one has a NaN/±Inf logit: the
+/// engine error of the plain and batch modes, naming the first such row by its output index
+/// (`out + i` for row `first + i`; a NaN row's top-k is empty or partial, and its argmax was
+/// emitted as `u32::MAX` or taken from the finite rest).
+fn check_rows<F: Float>(
+    id: &str,
+    z: &[F],
+    v: usize,
+    first: usize,
+    n: usize,
+    out: usize,
+) -> Result<(), EngineError> {
+    for (i, r) in z.chunks_exact(v).skip(first).take(n).enumerate() {
+        let bad = r.iter().filter(|x| !x.to_f64().is_finite()).count();
+        if bad > 0 {
+            return Err(err(
+                id,
+                format!(
+                    "non-finite logits at output index {} ({bad} NaN/Inf)",
+                    out + i
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Top-`k` `(id, logit)` of each row of `z` (`[T, V]` flat, row-major), suppressed ids excluded.
 fn rows_top_k<F: Float>(z: &[F], v: usize, k: usize, suppressed: &[u32]) -> Vec<Vec<(u32, f64)>> {
     z.chunks_exact(v)
@@ -82,6 +109,7 @@ pub fn spec_generate<F: Float>(
         .map_err(|e| err(id, e))?;
     let mut hidden = hn[hn.len() - h..].to_vec();
     let z = model.logits_of_hidden(&hidden).map_err(|e| err(id, e))?;
+    check_rows(id, &z, v, 0, 1, steps.len())?;
     let tk = rows_top_k(&z, v, top_k, &suppressed).remove(0);
     let t = tk.first().ok_or_else(|| err(id, "empty top-k"))?.0;
     steps.push(Step {
@@ -99,6 +127,7 @@ pub fn spec_generate<F: Float>(
                 .forward_hidden_batch(&mut [&mut cache], &[&[committed[p]]])
                 .map_err(|e| err(id, e))?;
             let z = model.logits_of_hidden(&hn).map_err(|e| err(id, e))?;
+            check_rows(id, &z, v, 0, 1, steps.len())?;
             let tk = rows_top_k(&z, v, top_k, &suppressed).remove(0);
             let t = tk.first().ok_or_else(|| err(id, "empty top-k"))?.0;
             steps.push(Step {
@@ -156,6 +185,9 @@ pub fn spec_generate<F: Float>(
             emit.truncate(i + 1);
         }
         emit.truncate(remaining);
+        // the rows of the emitted tokens (a NaN row never agrees with a draft: its argmax is
+        // u32::MAX, so it is at most the bonus row)
+        check_rows(id, &z, v, 0, emit.len(), steps.len())?;
         let n_acc = emit.len() - 1;
         cache.truncate(p + n_acc + 1).map_err(|e| err(id, e))?;
         hidden = hn[n_acc * h..(n_acc + 1) * h].to_vec();
@@ -182,4 +214,41 @@ pub fn spec_generate<F: Float>(
         spec: Some(stats),
         wall: t0.elapsed(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A verify row with a NaN logit is the engine error naming its output index (the round's
+    /// first emitted index plus the row); rows past those emitted are not checked.
+    #[test]
+    fn check_rows_names_the_first_nonfinite_emitted_row() {
+        let z = [
+            0.5f64,
+            1.0,
+            2.0,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NAN,
+            1.0,
+            f64::NAN,
+        ];
+        assert!(check_rows("r", &z, 2, 0, 1, 7).is_ok());
+        match check_rows("r", &z, 2, 0, 3, 7) {
+            Err(EngineError::Request { id, message }) => {
+                assert_eq!(id, "r");
+                assert_eq!(message, "non-finite logits at output index 8 (1 NaN/Inf)");
+            }
+            other => panic!("{other:?}"),
+        }
+        match check_rows("r", &z, 2, 2, 2, 0) {
+            Err(EngineError::Request { message, .. }) => {
+                assert_eq!(message, "non-finite logits at output index 0 (2 NaN/Inf)");
+            }
+            other => panic!("{other:?}"),
+        }
+        let z32 = [1.0f32, 2.0, 3.0, 4.0];
+        assert!(check_rows("r", &z32, 2, 0, 2, 0).is_ok());
+    }
 }
