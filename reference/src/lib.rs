@@ -14,3 +14,15 @@ pub mod quant;
 pub mod score;
 pub mod spec;
 pub mod tokenizer;
+
+/// The fixtures folder of the tests: `$GEMMA4_FIXTURES`, or when it is unset or empty (as
+/// `.ci/run` passes it) `../shared/fixtures` beside the workspace. An empty value is never the
+/// current folder. Whether the folder holds what a test needs is the test's check.
+pub fn fixtures_dir() -> std::path::PathBuf {
+    std::env::var_os("GEMMA4_FIXTURES")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures")
+        })
+}

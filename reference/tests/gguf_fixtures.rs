@@ -10,9 +10,7 @@ use reference::gguf::{sha256_file, GgufFile, Value};
 use reference::quant::GgmlType;
 
 fn fixtures() -> Option<PathBuf> {
-    let dir = std::env::var_os("GEMMA4_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"));
+    let dir = reference::fixtures_dir();
     if dir.join("README.md").exists() {
         Some(dir)
     } else {

@@ -9,9 +9,7 @@ use reference::quant::{dequantize, dequantize_f32, first_nonfinite_block, GgmlTy
 
 /// The fixtures directory: `$GEMMA4_FIXTURES`, else `<workspace>/../shared/fixtures`.
 fn fixtures() -> Option<PathBuf> {
-    let dir = std::env::var_os("GEMMA4_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"));
+    let dir = reference::fixtures_dir();
     if dir.join("dequant-vectors.gguf").is_file() {
         Some(dir)
     } else {

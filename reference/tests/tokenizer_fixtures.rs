@@ -16,10 +16,7 @@ use reference::tokenizer::{ChatMessage, GemmaTokenizer};
 use serde::Deserialize;
 
 fn fixtures_dir() -> PathBuf {
-    match std::env::var_os("GEMMA4_FIXTURES") {
-        Some(p) => PathBuf::from(p),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"),
-    }
+    reference::fixtures_dir()
 }
 
 /// The fixture file `rel`, or `None` after printing the skip line.

@@ -236,9 +236,7 @@ mod tests {
     use std::path::PathBuf;
 
     fn fixtures() -> PathBuf {
-        std::env::var_os("GEMMA4_FIXTURES")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"))
+        reference::fixtures_dir()
     }
 
     /// A non-finite weight is the file's fault: [`EngineError::Load`] naming the tensor, with

@@ -45,12 +45,7 @@ mod toml_error;
 /// or `None` after printing `skipped: …` when it is not there (a machine without the fixtures).
 #[cfg(test)]
 pub(crate) fn test_fixture_model(name: &str) -> Option<std::path::PathBuf> {
-    let fx = std::env::var_os("GEMMA4_FIXTURES")
-        .filter(|v| !v.is_empty())
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures")
-        });
+    let fx = reference::fixtures_dir();
     let model = fx.join("models").join(name);
     if model.exists() {
         Some(model)

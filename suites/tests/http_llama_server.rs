@@ -23,9 +23,7 @@ fn root() -> PathBuf {
 }
 
 fn fixtures() -> PathBuf {
-    std::env::var_os("GEMMA4_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("../shared/fixtures"))
+    reference::fixtures_dir()
 }
 
 fn server_bin() -> PathBuf {

@@ -30,9 +30,7 @@ fn workspace() -> PathBuf {
 }
 
 fn fixtures() -> Option<PathBuf> {
-    let p = std::env::var_os("GEMMA4_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace().join("../shared/fixtures"));
+    let p = reference::fixtures_dir();
     if p.join("models/dense-target.Q4_K_M.gguf").exists() {
         Some(p)
     } else {

@@ -20,9 +20,7 @@ use suites::suite::{Message, PromptInput};
 use suites::{Engine, Mode, Request};
 
 fn fixtures() -> Option<PathBuf> {
-    let p = std::env::var_os("GEMMA4_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"));
+    let p = reference::fixtures_dir();
     if p.join("models/dense-target.Q4_K_M.gguf").exists() {
         Some(p)
     } else {

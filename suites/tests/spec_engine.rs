@@ -16,9 +16,7 @@ use suites::suite::{Message, PromptInput};
 use suites::{Request, StepKind};
 
 fn fixtures() -> Option<PathBuf> {
-    let p = std::env::var_os("GEMMA4_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"));
+    let p = reference::fixtures_dir();
     if p.join("models/dense-assistant.F32.gguf").exists() {
         Some(p)
     } else {

@@ -7,9 +7,7 @@ use std::path::{Path, PathBuf};
 /// The fixtures folder (`GEMMA4_FIXTURES`, default `<workspace>/../shared/fixtures`), or `None`
 /// after printing the skip message when it is absent.
 pub fn fixtures() -> Option<PathBuf> {
-    let dir = std::env::var_os("GEMMA4_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"));
+    let dir = reference::fixtures_dir();
     if dir.join("models").is_dir() && dir.join("oracle").is_dir() {
         Some(dir)
     } else {
