@@ -9,7 +9,7 @@
 //! (default `../shared/fixtures`) `models/dense-target.F32.gguf`; skipped when absent.
 
 use std::hint::black_box;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use criterion::{criterion_main, Criterion, Throughput};
@@ -18,9 +18,7 @@ use reference::model::Model;
 use reference::score::score;
 
 fn fixtures() -> PathBuf {
-    std::env::var_os("GEMMA4_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"))
+    reference::fixtures_dir()
 }
 
 /// Multiply-add FLOPs of scoring sequences of the given lengths (see the module doc).

@@ -6,7 +6,7 @@
 //!
 //! `cargo run -p reference --example check_finite [-- FILE.gguf …]`
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use reference::gguf::GgufFile;
@@ -15,9 +15,7 @@ use reference::quant::check_finite;
 fn main() {
     let mut files: Vec<PathBuf> = std::env::args_os().skip(1).map(PathBuf::from).collect();
     if files.is_empty() {
-        let fix = std::env::var_os("GEMMA4_FIXTURES")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"));
+        let fix = reference::fixtures_dir();
         let Ok(dir) = std::fs::read_dir(fix.join("models")) else {
             eprintln!("no files given and no fixtures at {}", fix.display());
             std::process::exit(2);

@@ -12,9 +12,7 @@ use reference::score::score;
 use sha2::{Digest, Sha256};
 
 fn fixtures() -> PathBuf {
-    std::env::var_os("GEMMA4_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"))
+    reference::fixtures_dir()
 }
 
 fn seq(len: usize, salt: usize, vocab: usize) -> Vec<u32> {

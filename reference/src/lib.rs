@@ -15,14 +15,20 @@ pub mod score;
 pub mod spec;
 pub mod tokenizer;
 
-/// The fixtures folder of the tests: `$GEMMA4_FIXTURES`, or when it is unset or empty (as
-/// `.ci/run` passes it) `../shared/fixtures` beside the workspace. An empty value is never the
-/// current folder. Whether the folder holds what a test needs is the test's check.
+/// The real-toolchain fixtures folder (conformance contract §9), for the tests, the xtask verbs
+/// and the `runtime` binary alike: `$GEMMA4_FIXTURES`, or when it is unset or empty (as
+/// `.ci/run` passes it) `<workspace>/../shared/fixtures`, beside the workspace. An empty value is
+/// never the current folder. Whether the folder holds what a caller needs is the caller's check.
 pub fn fixtures_dir() -> std::path::PathBuf {
     std::env::var_os("GEMMA4_FIXTURES")
         .filter(|v| !v.is_empty())
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures")
+            // reference/ is one level below the workspace root
+            let crate_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+            crate_dir
+                .parent()
+                .unwrap_or(crate_dir)
+                .join("../shared/fixtures")
         })
 }

@@ -6,7 +6,11 @@ use std::path::{Path, PathBuf};
 
 #[test]
 fn empty_gemma4_fixtures_is_the_default_folder() {
-    let default = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures");
+    // the workspace root (reference/'s parent), then ../shared/fixtures beside it
+    let default = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .join("../shared/fixtures");
     std::env::set_var("GEMMA4_FIXTURES", "");
     assert_eq!(reference::fixtures_dir(), default);
     std::env::remove_var("GEMMA4_FIXTURES");

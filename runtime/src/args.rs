@@ -386,10 +386,7 @@ mod tests {
     }
 
     fn fixture(name: &str) -> Option<PathBuf> {
-        let fx = std::env::var_os("GEMMA4_FIXTURES")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"));
+        let fx = reference::fixtures_dir();
         let p = fx.join(format!("models/{name}.gguf"));
         if p.exists() {
             Some(p)

@@ -726,12 +726,7 @@ mod tests {
     /// that tensor and element; `allow_nonfinite` opens it; the clean file opens. CPU only.
     #[test]
     fn the_drafter_load_path_refuses_a_nonfinite_weight_unless_allowed() {
-        let fx = std::env::var_os("GEMMA4_FIXTURES")
-            .filter(|v| !v.is_empty())
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| {
-                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures")
-            });
+        let fx = reference::fixtures_dir();
         let src = fx.join("models/e2b-assistant.Q8_0.gguf");
         if !src.exists() {
             println!("skipped: fixtures not found at {}", fx.display());

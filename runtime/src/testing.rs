@@ -11,12 +11,7 @@ pub(crate) fn gpu_fixture_model(name: &str) -> Option<PathBuf> {
         println!("skipped: {why}");
         return None;
     }
-    let fx = std::env::var_os("GEMMA4_FIXTURES")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures")
-        });
+    let fx = reference::fixtures_dir();
     let path = fx.join(format!("models/{name}.gguf"));
     if !path.exists() {
         println!("skipped: fixtures not found at {}", fx.display());

@@ -21,12 +21,7 @@ fn runtime(args: &[&str]) -> (i32, String, String) {
 }
 
 fn fixtures() -> PathBuf {
-    std::env::var_os("GEMMA4_FIXTURES")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures")
-        })
+    reference::fixtures_dir()
 }
 
 #[test]

@@ -75,11 +75,10 @@ pub fn workspace_root() -> PathBuf {
         .unwrap_or_default()
 }
 
-/// `$GEMMA4_FIXTURES` or `../shared/fixtures` relative to the workspace root.
+/// `$GEMMA4_FIXTURES` (unset or empty: `../shared/fixtures` beside the workspace root):
+/// [`reference::fixtures_dir`].
 pub fn fixtures_dir() -> PathBuf {
-    std::env::var_os("GEMMA4_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("../shared/fixtures"))
+    reference::fixtures_dir()
 }
 
 /// What a verb that takes `--model` adds to a missing-fixtures message.

@@ -487,11 +487,7 @@ mod tests {
     /// total 8192 + 256 bytes, string arrays shown in full when short.
     #[test]
     fn dump_of_the_split_fixture_lists_shards_tensors_and_totals() {
-        let dir = std::env::var_os("GEMMA4_FIXTURES")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures")
-            });
+        let dir = reference::fixtures_dir();
         let file = dir.join("split/model-00003-of-00003.gguf");
         if !file.exists() {
             println!("skipped: fixtures not found at {}", dir.display());

@@ -76,10 +76,6 @@ HTTP engine options (--engine llama-server=URL,OPTION,… or openai=URL,OPTION,�
 /// fails; bless: a golden changed; compare: a side is wrong), 2 could not do it (bad arguments,
 /// unreadable input; the cause is printed as one `error: …` line).
 fn main() {
-    // GEMMA4_FIXTURES="" is unset, as .ci/run reads it (it named the current folder)
-    if std::env::var_os("GEMMA4_FIXTURES").is_some_and(|v| v.is_empty()) {
-        std::env::remove_var("GEMMA4_FIXTURES");
-    }
     let done = match Cli::parse().command {
         Command::Inspect(a) => inspect::run(&a),
         Command::Fixtures(a) => fixtures::run(&a),

@@ -119,10 +119,7 @@ fn http_engine_options_are_in_the_help() {
 /// has none).
 #[test]
 fn http_engine_top_k_one_is_refused() {
-    let fx = std::env::var_os("GEMMA4_FIXTURES")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("../shared/fixtures"));
+    let fx = reference::fixtures_dir();
     let model = fx.join("models/dense-target.Q4_K_M.gguf");
     if !model.exists() {
         println!("skipped: fixtures not found at {}", fx.display());
@@ -149,10 +146,7 @@ fn http_engine_top_k_one_is_refused() {
 /// The fixtures folder (`GEMMA4_FIXTURES`, an empty value as unset, else `../shared/fixtures`
 /// beside the workspace) if it holds `rel`.
 fn fixture(rel: &str) -> Option<PathBuf> {
-    let fx = std::env::var_os("GEMMA4_FIXTURES")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("../shared/fixtures"));
+    let fx = reference::fixtures_dir();
     let p = fx.join(rel);
     if p.exists() {
         Some(p)
