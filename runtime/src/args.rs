@@ -1,12 +1,19 @@
 //! Argument checks of the `runtime` binary, run before CUDA is probed: a typo in an option, a
-//! missing or unreadable model file, a number out of range or a drafter that does not fit its
-//! target is reported on any machine (exit 2), not only on the GPU machine. Everything here
-//! reads files and metadata on the CPU; nothing touches the GPU.
+//! missing or unreadable model file, a non-finite weight, a number out of range or a drafter
+//! that does not fit its target is reported on any machine (exit 2), not only on the GPU
+//! machine. Everything here reads files and metadata on the CPU; nothing touches the GPU.
+//!
+//! The model files are opened here once per run: [`model_check`] and [`spec_check`] return
+//! what they opened and derived ([`TargetFile`], [`DraftFile`]: the open GGUF, its config, the
+//! target's tokenizer and prompt ids, the weights checked for NaN/±Inf), and the GPU checks
+//! build the engine and the oracle from those ([`crate::CudaEngine::from_gguf_with`] with
+//! [`checked_load`]) instead of opening the files and building the tokenizer again.
 
 use std::path::{Path, PathBuf};
 
 use reference::config::{AssistantConfig, Config};
 use reference::gguf::GgufFile;
+use reference::model::LoadOptions;
 use reference::quant::WeightMix;
 use reference::tokenizer::GemmaTokenizer;
 
@@ -85,29 +92,89 @@ fn open_gguf(role: &'static str, path: &Path) -> Result<GgufFile, ArgError> {
     GgufFile::open(path).map_err(|e| file(role, path, e.to_string()))
 }
 
-/// A target model's file, configuration and the token counts of `texts` (BOS included).
-struct Target {
-    config: Config,
-    prompt_lens: Vec<usize>,
+/// A target model as checked here: the file opened once, its Gemma-4 configuration, its
+/// tokenizer and the built-in prompts ([`PROMPTS`]) encoded with BOS. Returned by
+/// [`model_check`] and [`spec_check`] (its weights then checked for NaN/±Inf) for the GPU
+/// checks, which build the engine and the oracle from it.
+#[derive(Debug)]
+pub struct TargetFile {
+    /// The path as given.
+    pub path: PathBuf,
+    /// The open GGUF (all shards of a split model).
+    pub file: GgufFile,
+    /// Its Gemma-4 configuration (`Config::from_gguf`).
+    pub config: Config,
+    /// Its tokenizer (`GemmaTokenizer::from_gguf`).
+    pub tokenizer: GemmaTokenizer,
+    /// [`PROMPTS`] encoded with BOS, in order.
+    pub prompts: Vec<Vec<u32>>,
+}
+
+/// A drafter (MTP assistant) as checked by [`spec_check`]: the file opened once, its
+/// assistant configuration (paired with its target), its weights checked for NaN/±Inf.
+#[derive(Debug)]
+pub struct DraftFile {
+    /// The path as given.
+    pub path: PathBuf,
+    /// The open GGUF.
+    pub file: GgufFile,
+    /// Its assistant configuration (`AssistantConfig::from_gguf`).
+    pub config: AssistantConfig,
+}
+
+/// One checked `spec-check` pair ([`spec_check`]).
+#[derive(Debug)]
+pub struct SpecPair {
+    /// The argument as given (`TARGET.gguf=DRAFT.gguf` or `TARGET.gguf`).
+    pub arg: String,
+    /// The target.
+    pub target: TargetFile,
+    /// The drafter, if the pair names one.
+    pub draft: Option<DraftFile>,
+}
+
+/// The [`LoadOptions`] under which the GPU checks upload (and the oracle reads) files returned
+/// by [`model_check`] and [`spec_check`]: their weights were checked here with the loaders' own
+/// check (`reference::quant::check_finite`), so the loaders skip it rather than read every
+/// block a second time.
+pub fn checked_load() -> LoadOptions {
+    LoadOptions::default().with_allow_nonfinite(true)
 }
 
 /// Opens the target model at `path`, reads its Gemma-4 configuration and tokenizer and encodes
-/// `texts`. Errors: [`ArgError::File`] naming the file and the failing step.
-fn read_target(role: &'static str, path: &Path, texts: &[&str]) -> Result<Target, ArgError> {
+/// [`PROMPTS`]. Errors: [`ArgError::File`] naming the file and the failing step.
+fn read_target(role: &'static str, path: &Path) -> Result<TargetFile, ArgError> {
     let f = open_gguf(role, path)?;
     let config =
         Config::from_gguf(&f).map_err(|e| file(role, path, format!("Gemma-4 config: {e}")))?;
-    let tok =
+    let tokenizer =
         GemmaTokenizer::from_gguf(&f).map_err(|e| file(role, path, format!("tokenizer: {e}")))?;
-    let prompt_lens = texts
+    let prompts = PROMPTS
         .iter()
-        .map(|t| tok.encode(t, true).map(|ids| ids.len()))
+        .map(|t| tokenizer.encode(t, true))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| file(role, path, format!("tokenizer: {e}")))?;
-    Ok(Target {
+    Ok(TargetFile {
+        path: path.to_path_buf(),
+        file: f,
         config,
-        prompt_lens,
+        tokenizer,
+        prompts,
     })
+}
+
+/// The longest of `prompts` in tokens (BOS included).
+fn longest(prompts: &[Vec<u32>]) -> usize {
+    prompts.iter().map(Vec::len).max().unwrap_or(0)
+}
+
+/// Checks every weight of `f` (the file at `path`, used as `role`) for NaN/±Inf, as the
+/// engine's and the oracle's loaders do by default ([`crate::loader::check_weights`]).
+/// Errors: [`ArgError::File`] naming the file and the first non-finite field (tensor, block,
+/// field).
+fn check_finite(role: &'static str, path: &Path, f: &GgufFile) -> Result<(), ArgError> {
+    crate::loader::check_weights(f, LoadOptions::default())
+        .map_err(|e| file(role, path, e.to_string()))
 }
 
 /// Positions one sequence of a check may use: the engine's context `ctx` ([`MAX_CTX`] at most)
@@ -121,14 +188,17 @@ fn usable_ctx(ctx: usize, config: &Config) -> usize {
 }
 
 /// `runtime model-check MODELS… --gen N`: every model a readable GGUF with a Gemma-4 config and
-/// tokenizer, and each built-in prompt plus `gen` oracle tokens within the check's context
-/// ([`crate::modelcheck::CHECK_CTX`] and the model's trained context).
+/// tokenizer, each built-in prompt plus `gen` oracle tokens within the check's context
+/// ([`crate::modelcheck::CHECK_CTX`] and the model's trained context), and, once all that holds
+/// for every model, every weight finite. Returns the models in order, each opened once
+/// ([`TargetFile`]), for [`crate::modelcheck::check_model`].
 ///
 /// Errors: [`ArgError::File`] for the first unusable model, [`ArgError::Option`] for `--gen`.
-pub fn model_check(models: &[PathBuf], gen: usize) -> Result<(), ArgError> {
+pub fn model_check(models: &[PathBuf], gen: usize) -> Result<Vec<TargetFile>, ArgError> {
+    let mut out = Vec::with_capacity(models.len());
     for m in models {
-        let t = read_target("model", m, &PROMPTS)?;
-        let longest = t.prompt_lens.iter().copied().max().unwrap_or(0);
+        let t = read_target("model", m)?;
+        let longest = longest(&t.prompts);
         let ctx = usable_ctx(crate::modelcheck::CHECK_CTX, &t.config);
         let most = ctx.saturating_sub(longest);
         if gen > most {
@@ -142,8 +212,12 @@ pub fn model_check(models: &[PathBuf], gen: usize) -> Result<(), ArgError> {
                 ),
             ));
         }
+        out.push(t);
     }
-    Ok(())
+    for t in &out {
+        check_finite("model", &t.path, &t.file)?;
+    }
+    Ok(out)
 }
 
 /// One `spec-check` pair: `TARGET.gguf=DRAFT.gguf`, or `TARGET.gguf` alone.
@@ -160,10 +234,12 @@ pub fn split_pair(pair: &str) -> (PathBuf, Option<PathBuf>) {
 /// with its configuration, each drafter paired with its target ([`crate::draft::check_pairing`])
 /// and every run within the check's context ([`crate::speccheck::CHECK_CTX`]): the longest
 /// prompt + `--max-tokens` (or `--rollback-tokens`) + the largest K + 1. A target alone needs
-/// `--rollback-tokens` > 0 (it runs nothing else).
+/// `--rollback-tokens` > 0 (it runs nothing else). Once all that holds for every pair, every
+/// weight of every file is checked for NaN/±Inf. Returns the pairs in order, each file opened
+/// once ([`SpecPair`]), for [`crate::speccheck::check_pair`].
 ///
 /// Errors: [`ArgError::Option`], [`ArgError::File`] or [`ArgError::Pairing`], the first found.
-pub fn spec_check(pairs: &[String], opts: &SpecCheckOptions) -> Result<(), ArgError> {
+pub fn spec_check(pairs: &[String], opts: &SpecCheckOptions) -> Result<Vec<SpecPair>, ArgError> {
     let ks = opts
         .ks
         .iter()
@@ -213,6 +289,7 @@ pub fn spec_check(pairs: &[String], opts: &SpecCheckOptions) -> Result<(), ArgEr
         ));
     }
     let k_max = opts.ks.iter().copied().max().unwrap_or(1);
+    let mut out = Vec::with_capacity(pairs.len());
     for pair in pairs {
         let (target, draft) = split_pair(pair);
         if draft.is_none() && opts.rollback_tokens == 0 {
@@ -225,7 +302,7 @@ pub fn spec_check(pairs: &[String], opts: &SpecCheckOptions) -> Result<(), ArgEr
                 ),
             ));
         }
-        let t = read_target("target", &target, &PROMPTS)?;
+        let t = read_target("target", &target)?;
         let ctx = usable_ctx(crate::speccheck::CHECK_CTX, &t.config);
         let fits = |name: &'static str, tokens: usize, prompt: usize| {
             let most = ctx.saturating_sub(prompt + k_max + 1);
@@ -246,33 +323,54 @@ pub fn spec_check(pairs: &[String], opts: &SpecCheckOptions) -> Result<(), ArgEr
             }
         };
         if draft.is_some() {
-            let longest = t.prompt_lens[..opts.prompts]
-                .iter()
-                .copied()
-                .max()
-                .unwrap_or(0);
-            fits("--max-tokens", opts.max_tokens, longest)?;
+            fits(
+                "--max-tokens",
+                opts.max_tokens,
+                longest(&t.prompts[..opts.prompts]),
+            )?;
         }
         if opts.rollback_tokens > 0 {
             // the scripted-rollback check runs on a prefix of PROMPTS[1] and on PROMPTS[2]
-            let longest = t.prompt_lens[1..].iter().copied().max().unwrap_or(0);
-            fits("--rollback-tokens", opts.rollback_tokens, longest)?;
+            fits(
+                "--rollback-tokens",
+                opts.rollback_tokens,
+                longest(&t.prompts[1..]),
+            )?;
         }
-        if let Some(d) = &draft {
-            let f = open_gguf("drafter", d)?;
-            let a = AssistantConfig::from_gguf(&f)
-                .map_err(|e| file("drafter", d, format!("assistant config: {e}")))?;
-            crate::draft::check_pairing(&a, &t.config).map_err(|e| ArgError::Pairing {
-                target: target.clone(),
-                draft: d.clone(),
-                why: match e {
-                    crate::RuntimeError::Model { detail, .. } => detail,
-                    e => e.to_string(),
-                },
-            })?;
+        let draft = match draft {
+            Some(d) => {
+                let f = open_gguf("drafter", &d)?;
+                let a = AssistantConfig::from_gguf(&f)
+                    .map_err(|e| file("drafter", &d, format!("assistant config: {e}")))?;
+                crate::draft::check_pairing(&a, &t.config).map_err(|e| ArgError::Pairing {
+                    target: target.clone(),
+                    draft: d.clone(),
+                    why: match e {
+                        crate::RuntimeError::Model { detail, .. } => detail,
+                        e => e.to_string(),
+                    },
+                })?;
+                Some(DraftFile {
+                    path: d,
+                    file: f,
+                    config: a,
+                })
+            }
+            None => None,
+        };
+        out.push(SpecPair {
+            arg: pair.clone(),
+            target: t,
+            draft,
+        });
+    }
+    for p in &out {
+        check_finite("target", &p.target.path, &p.target.file)?;
+        if let Some(d) = &p.draft {
+            check_finite("drafter", &d.path, &d.file)?;
         }
     }
-    Ok(())
+    Ok(out)
 }
 
 /// Parses a `--format` / `--draft-format` value: `Q2_K_MIX` or a ggml type name with a GPU
@@ -396,6 +494,103 @@ mod tests {
         }
     }
 
+    /// A copy of `src` in `dir` with a quiet NaN (0x7FC00000) as element 0 of its first F32
+    /// norm weight (a tensor the config does not read); returns the copy's path and that
+    /// tensor's name.
+    fn nan_copy(src: &Path, dir: &Path) -> (PathBuf, String) {
+        let f = GgufFile::open(src).unwrap();
+        let t = f
+            .tensors()
+            .iter()
+            .find(|t| t.ggml_type == reference::quant::GgmlType::F32 && t.name.contains("norm"))
+            .expect("an F32 norm weight")
+            .clone();
+        let pos = f.tensor_file_offset(&t) as usize;
+        drop(f);
+        let mut b = std::fs::read(src).unwrap();
+        b[pos..pos + 4].copy_from_slice(&0x7FC0_0000u32.to_le_bytes());
+        let bad = dir.join(format!(
+            "nan-{}",
+            src.file_name().unwrap().to_string_lossy()
+        ));
+        std::fs::write(&bad, b).unwrap();
+        (bad, t.name)
+    }
+
+    /// What [`model_check`] returns is the model it checked, opened once: the file at the path
+    /// given, the config matching the tensor table (`V` = `token_embd.weight`'s second
+    /// dimension, `H` its first), and each built-in prompt encoded with the file's BOS id
+    /// (read from the metadata) first and decoding back to the prompt's text.
+    #[test]
+    fn model_check_returns_what_it_opened() {
+        let Some(m) = fixture("dense-target.Q4_K_M") else {
+            return;
+        };
+        let mut got = model_check(std::slice::from_ref(&m), 16).unwrap();
+        assert_eq!(got.len(), 1);
+        let t = got.remove(0);
+        assert_eq!(t.path, m);
+        assert_eq!(t.file.shard_paths(), vec![Some(m.as_path())]);
+        let embd = t.file.tensor("token_embd.weight").unwrap();
+        assert_eq!(
+            (t.config.n_embd as u64, t.config.n_vocab as u64),
+            (embd.dims[0], embd.dims[1])
+        );
+        let bos = t
+            .file
+            .get("tokenizer.ggml.bos_token_id")
+            .and_then(|v| v.as_int())
+            .expect("a BOS id");
+        assert_eq!(t.prompts.len(), PROMPTS.len());
+        for (ids, text) in t.prompts.iter().zip(PROMPTS) {
+            assert_eq!(i128::from(ids[0]), bos, "{text}");
+            assert_eq!(t.tokenizer.decode(&ids[1..]).unwrap(), text);
+        }
+    }
+
+    /// A NaN weight is refused by the argument check, naming the role, the file, the tensor
+    /// and the element, for a model, a target and a drafter; the cheap checks (`--gen`) come
+    /// before the scan.
+    #[test]
+    fn a_nonfinite_weight_is_refused_before_cuda() {
+        let (Some(t), Some(d)) = (
+            fixture("dense-target.Q4_K_M"),
+            fixture("dense-assistant.F32"),
+        ) else {
+            return;
+        };
+        let dir = std::env::temp_dir().join(format!("runtime-args-nan-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (bad_t, t_name) = nan_copy(&t, &dir);
+        let (bad_d, d_name) = nan_copy(&d, &dir);
+        let want = |role: &str, path: &Path, tensor: &str| {
+            format!(
+                "{role} {}: tensor '{tensor}' (F32): element 0 (row 0) is NaN",
+                path.display()
+            )
+        };
+        let e = model_check(std::slice::from_ref(&bad_t), 16).unwrap_err();
+        assert!(matches!(e, ArgError::File { role: "model", .. }), "{e}");
+        assert!(
+            e.to_string().starts_with(&want("model", &bad_t, &t_name)),
+            "{e}"
+        );
+        let e = model_check(std::slice::from_ref(&bad_t), 600)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("--gen 600: must be at most "), "{e}");
+        let pair = |t: &Path, d: &Path| format!("{}={}", t.display(), d.display());
+        let e = spec_check(&[pair(&bad_t, &d)], &opts())
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with(&want("target", &bad_t, &t_name)), "{e}");
+        let e = spec_check(&[pair(&t, &bad_d)], &opts())
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with(&want("drafter", &bad_d, &d_name)), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// Numeric options are refused by name, before any file is read (`x` does not exist).
     #[test]
     fn spec_check_options_are_refused_by_name() {
@@ -483,7 +678,15 @@ mod tests {
             return;
         };
         let pair = |d: &Path| format!("{}={}", t.display(), d.display());
-        spec_check(&[pair(&d)], &opts()).unwrap();
+        let checked = spec_check(&[pair(&d), t.display().to_string()], &opts()).unwrap();
+        assert_eq!(checked.len(), 2);
+        assert_eq!(checked[0].arg, pair(&d));
+        assert_eq!(checked[0].target.path, t);
+        let drafter = checked[0].draft.as_ref().expect("the pair's drafter");
+        assert_eq!(drafter.path, d);
+        assert_eq!(drafter.file.shard_paths(), vec![Some(d.as_path())]);
+        assert_eq!(drafter.config.n_embd_out, checked[0].target.config.n_embd);
+        assert!(checked[1].draft.is_none());
         let e = spec_check(&[pair(&moe_d)], &opts()).unwrap_err();
         assert!(matches!(e, ArgError::Pairing { .. }), "{e}");
         assert!(

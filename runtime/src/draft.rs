@@ -234,6 +234,21 @@ impl DeviceAssistant {
         Self::from_gguf(gpu, &file, config, &target.config)
     }
 
+    /// [`DeviceAssistant::load_with`] from an assistant file opened by the caller and its
+    /// parsed config: the weights are checked as `opts` asks ([`check_weights`]), then the
+    /// drafter is uploaded; the file is not opened again. Errors as [`DeviceAssistant::load`],
+    /// less the file's opening and metadata.
+    pub fn from_gguf_with(
+        gpu: &Gpu,
+        file: &GgufFile,
+        config: AssistantConfig,
+        target: &DeviceModel,
+        opts: LoadOptions,
+    ) -> Result<DeviceAssistant, RuntimeError> {
+        check_weights(file, opts)?;
+        Self::from_gguf(gpu, file, config, &target.config)
+    }
+
     fn from_gguf(
         gpu: &Gpu,
         file: &GgufFile,

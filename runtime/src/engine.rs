@@ -10,7 +10,8 @@
 
 use std::path::Path;
 
-use reference::config::Config;
+use reference::config::{AssistantConfig, Config};
+use reference::gguf::GgufFile;
 use reference::model::logits::top_k as select_top_k;
 use reference::model::LoadOptions;
 
@@ -97,17 +98,24 @@ impl CudaEngine {
     ) -> Result<CudaEngine, RuntimeError> {
         let gpu = Gpu::new(0)?;
         let model = DeviceModel::load_with(&gpu, path, load)?;
-        let ctx = opts.max_ctx.min(crate::forward::MAX_CTX);
-        let cache = KvCache::new(&gpu, &model, opts.slots, ctx)?;
-        let ws = Workspace::new(&gpu, &model)?;
-        gpu.sync()?;
-        Ok(CudaEngine {
-            gpu,
-            model,
-            cache,
-            ws,
-            draft: None,
-        })
+        Self::from_parts(gpu, model, opts)
+    }
+
+    /// [`CudaEngine::load_with`] from a model file opened by the caller and its parsed config:
+    /// the file is not opened again (the `runtime` binary opens each file once, while checking
+    /// its arguments, `crate::args`). The weights are checked as `load` asks
+    /// ([`crate::loader::check_weights`]) before anything is uploaded.
+    ///
+    /// Errors: as [`CudaEngine::load_with`].
+    pub fn from_gguf_with(
+        file: &GgufFile,
+        config: Config,
+        opts: EngineOptions,
+        load: LoadOptions,
+    ) -> Result<CudaEngine, RuntimeError> {
+        let gpu = Gpu::new(0)?;
+        let model = DeviceModel::from_gguf_with(&gpu, file, config, load)?;
+        Self::from_parts(gpu, model, opts)
     }
 
     /// An engine over an already uploaded model (benchmarks: synthetic weights).
@@ -417,6 +425,21 @@ impl CudaEngine {
     /// ([`DeviceAssistant::load_with`], one open of the file).
     pub fn load_draft_with(&mut self, path: &Path, load: LoadOptions) -> Result<(), RuntimeError> {
         let d = DeviceAssistant::load_with(&self.gpu, path, &self.model, load)?;
+        self.gpu.sync()?;
+        self.draft = Some(d);
+        Ok(())
+    }
+
+    /// [`CudaEngine::load_draft_with`] from an assistant file opened by the caller and its
+    /// parsed config ([`DeviceAssistant::from_gguf_with`]: the file is not opened again).
+    /// Errors: as [`CudaEngine::load_draft`], less the file's opening.
+    pub fn load_draft_from(
+        &mut self,
+        file: &GgufFile,
+        config: AssistantConfig,
+        load: LoadOptions,
+    ) -> Result<(), RuntimeError> {
+        let d = DeviceAssistant::from_gguf_with(&self.gpu, file, config, &self.model, load)?;
         self.gpu.sync()?;
         self.draft = Some(d);
         Ok(())

@@ -221,15 +221,17 @@ fn main() -> ExitCode {
             let out_dir = out
                 .or_else(|| std::env::var_os("OUT").map(PathBuf::from))
                 .unwrap_or_else(|| PathBuf::from("target/model-check"));
-            if let Err(e) = runtime::args::model_check(&models, gen) {
-                return refuse(e);
-            }
+            let checked = match runtime::args::model_check(&models, gen) {
+                Ok(c) => c,
+                Err(e) => return refuse(e),
+            };
             if let Err(code) = require_gpu() {
                 return code;
             }
             let mut all = Vec::new();
             let mut ok = true;
-            for m in &models {
+            for m in checked {
+                let name = m.path.display().to_string();
                 match runtime::modelcheck::check_model(m, gen) {
                     Ok(v) => {
                         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
@@ -237,8 +239,8 @@ fn main() -> ExitCode {
                     }
                     Err(e) => {
                         ok = false;
-                        eprintln!("model-check {}: {e}", m.display());
-                        all.push(serde_json::json!({"model": m.display().to_string(), "error": e.to_string()}));
+                        eprintln!("model-check {name}: {e}");
+                        all.push(serde_json::json!({"model": name, "error": e.to_string()}));
                     }
                 }
             }
@@ -278,17 +280,18 @@ fn main() -> ExitCode {
                 drafter_tol,
                 batch,
             };
-            if let Err(e) = runtime::args::spec_check(&pairs, &opts) {
-                return refuse(e);
-            }
+            let checked = match runtime::args::spec_check(&pairs, &opts) {
+                Ok(c) => c,
+                Err(e) => return refuse(e),
+            };
             if let Err(code) = require_gpu() {
                 return code;
             }
             let mut all = Vec::new();
             let mut ok = true;
-            for pair in &pairs {
-                let (t, d) = runtime::args::split_pair(pair);
-                match runtime::speccheck::check_pair(&t, d.as_deref(), &opts) {
+            for p in checked {
+                let pair = p.arg.clone();
+                match runtime::speccheck::check_pair(p, &opts) {
                     Ok(v) => {
                         ok &= v["ok"].as_bool().unwrap_or(false);
                         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());

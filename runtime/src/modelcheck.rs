@@ -8,14 +8,12 @@
 //! (5 rows per call), plus repeatability over 10 identical runs (issue 5: bitwise identical
 //! output over 10 repeats).
 
-use std::path::Path;
 use std::time::Instant;
 
-use reference::gguf::GgufFile;
-use reference::model::Model;
-use reference::tokenizer::GemmaTokenizer;
+use reference::model::{Faults, Model};
 use serde_json::json;
 
+use crate::args::{checked_load, TargetFile};
 use crate::engine::{CudaEngine, EngineOptions};
 use crate::error::RuntimeError;
 use crate::forward::Row;
@@ -65,24 +63,37 @@ fn argmax(r: &[f64]) -> usize {
     b
 }
 
-/// Runs the check for one model; returns the JSON record (also printed as a log by the caller).
-pub fn check_model(path: &Path, gen_tokens: usize) -> Result<serde_json::Value, RuntimeError> {
-    let p = path.display().to_string();
-    let file = GgufFile::open(path).map_err(|e| err(&p, e))?;
-    let tok = GemmaTokenizer::from_gguf(&file).map_err(|e| err(&p, e))?;
-    let oracle = Model::<f64>::load(path).map_err(|e| err(&p, e))?;
-    let t0 = Instant::now();
-    let mut eng = CudaEngine::load(
+/// Runs the check for one model, checked and opened by [`crate::args::model_check`] (the
+/// engine and the f64 oracle are built from that open file, its config and prompt ids: the
+/// file is not opened, nor its weights scanned, again); returns the JSON record (also printed
+/// as a log by the caller).
+pub fn check_model(
+    model: TargetFile,
+    gen_tokens: usize,
+) -> Result<serde_json::Value, RuntimeError> {
+    let TargetFile {
         path,
+        file,
+        config,
+        prompts,
+        ..
+    } = model;
+    let p = path.display().to_string();
+    let t0 = Instant::now();
+    let mut eng = CudaEngine::from_gguf_with(
+        &file,
+        config,
         EngineOptions {
             slots: 4,
             max_ctx: CHECK_CTX,
         },
+        checked_load(),
     )?;
     let load_s = t0.elapsed().as_secs_f64();
+    let oracle = Model::<f64>::from_gguf_with(file, Faults::default(), checked_load())
+        .map_err(|e| err(&p, e))?;
     let mut seqs = Vec::new();
-    for text in PROMPTS {
-        let prompt = tok.encode(text, true).map_err(|e| err(&p, e))?;
+    for prompt in prompts {
         let g = oracle
             .greedy(&prompt, gen_tokens, &[])
             .map_err(|e| err(&p, e))?;

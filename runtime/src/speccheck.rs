@@ -15,14 +15,13 @@
 //! - drafter logits ([`drafter`], issue 6): the CUDA drafter against the oracle's assistant,
 //!   teacher-forced, within a stated tolerance.
 
-use std::path::Path;
 use std::time::Instant;
 
-use reference::model::Model;
+use reference::model::{Faults, Model};
 use reference::spec::{spec_decode, Assistant, SpecOptions};
-use reference::tokenizer::GemmaTokenizer;
 use serde_json::json;
 
+use crate::args::{checked_load, SpecPair};
 use crate::draft::DraftHead;
 use crate::engine::{CudaEngine, EngineOptions, GenRequest};
 use crate::error::RuntimeError;
@@ -69,22 +68,27 @@ pub struct SpecCheckOptions {
 
 /// Runs the scripted-rollback check of [`rollback`] on the short prompt (a prefix of
 /// [`ROLLBACK_SHORT_PROMPT`] tokens of `PROMPTS[1]`) and on `PROMPTS[2]` (longer than the
-/// fixtures' window). `"ok"`: every run ok, and rejections were seen before the window fills,
-/// after it, and across a ring wrap (when the target has a sliding window).
+/// fixtures' window); `prompts`: every one of [`PROMPTS`], encoded with BOS. `"ok"`: every run
+/// ok, and rejections were seen before the window fills, after it, and across a ring wrap
+/// (when the target has a sliding window).
 fn rollback_check(
     eng: &mut CudaEngine,
-    tok: &GemmaTokenizer,
+    prompts: &[Vec<u32>],
     opts: &SpecCheckOptions,
 ) -> Result<serde_json::Value, RuntimeError> {
     let w = eng.config().sliding_window;
     let ring = crate::forward::kv_rows(Some(w), CHECK_CTX);
-    let short = tok
-        .encode(PROMPTS[1], true)
-        .map_err(|e| err("tokenize", e))?;
-    let long = tok
-        .encode(PROMPTS[2], true)
-        .map_err(|e| err("tokenize", e))?;
+    let (Some(short), Some(long)) = (prompts.get(1), prompts.get(2)) else {
+        return Err(err(
+            "scripted rollback",
+            format!(
+                "{} prompts given, it needs PROMPTS[1] and PROMPTS[2]",
+                prompts.len()
+            ),
+        ));
+    };
     let short = short[..short.len().min(ROLLBACK_SHORT_PROMPT)].to_vec();
+    let long = long.clone();
     let mut ok = true;
     let mut cover = [0u64; 3];
     let mut per = Vec::new();
@@ -137,27 +141,30 @@ fn first_argmax(r: &[f32]) -> usize {
     b
 }
 
-/// Runs the checks for one pair and returns a JSON summary (`"ok"`: spec == plain for every K
-/// and prompt, counters add up, and — with the oracle — acceptance equals the oracle's).
+/// Runs the checks for one pair, checked and opened by [`crate::args::spec_check`] (the engine,
+/// its drafter and the f64 oracle are built from those open files, configs and prompt ids: no
+/// file is opened, nor its weights scanned, again), and returns a JSON summary (`"ok"`: spec ==
+/// plain for every K and prompt, counters add up, and — with the oracle — acceptance equals
+/// the oracle's).
 ///
-/// `draft = None` (a target alone): only the scripted-rollback check runs. With a draft, the
+/// No drafter (a target alone): only the scripted-rollback check runs. With a drafter, the
 /// scripted-rollback check (`opts.rollback_tokens > 0`) and, with the oracle, the
 /// teacher-forced drafter check (`opts.drafter_steps > 0`) run after the per-prompt checks;
 /// their records are `"scripted_rollback"` and `"drafter_teacher_forced"`; with
 /// `opts.batch > 1` the batched `spec:K` check ([`batch`], record `"spec_batch"`) runs too, and
 /// `"ok"` includes theirs.
 pub fn check_pair(
-    target: &Path,
-    draft: Option<&Path>,
+    pair: SpecPair,
     opts: &SpecCheckOptions,
 ) -> Result<serde_json::Value, RuntimeError> {
-    let tname = target.display().to_string();
-    let file = reference::gguf::GgufFile::open(target).map_err(|e| err(&tname, e))?;
-    let tok = GemmaTokenizer::from_gguf(&file).map_err(|e| err(&tname, e))?;
-    let stop = tok.stop_ids();
+    let SpecPair { target, draft, .. } = pair;
+    let tname = target.path.display().to_string();
+    let dname = draft.as_ref().map(|d| d.path.display().to_string());
+    let stop = target.tokenizer.stop_ids();
     let t0 = Instant::now();
-    let mut eng = CudaEngine::load(
-        target,
+    let mut eng = CudaEngine::from_gguf_with(
+        &target.file,
+        target.config.clone(),
         EngineOptions {
             slots: if draft.is_some() && opts.batch > 1 {
                 opts.batch
@@ -166,9 +173,10 @@ pub fn check_pair(
             },
             max_ctx: CHECK_CTX,
         },
+        checked_load(),
     )?;
-    if let Some(d) = draft {
-        eng.load_draft(d)?;
+    if let Some(d) = &draft {
+        eng.load_draft_from(&d.file, d.config.clone(), checked_load())?;
     }
     let head = match eng.drafter().map(|d| d.head) {
         Some(DraftHead::Centroid) => "centroid",
@@ -176,10 +184,15 @@ pub fn check_pair(
         None => "none",
     };
     let load_s = t0.elapsed().as_secs_f64();
+    let has_draft = draft.is_some();
+    let spec_prompts = if has_draft { opts.prompts } else { 0 };
+    let all_prompts = target.prompts;
     let mut oracle = match draft {
         Some(d) if opts.oracle => {
-            let m = Model::<f64>::load(target).map_err(|e| err(&tname, e))?;
-            let a = Assistant::<f64>::load(d).map_err(|e| err("assistant", e))?;
+            let m = Model::<f64>::from_gguf_with(target.file, Faults::default(), checked_load())
+                .map_err(|e| err(&tname, e))?;
+            let a = Assistant::<f64>::from_gguf_with(d.file, checked_load())
+                .map_err(|e| err("assistant", e))?;
             a.check_target(m.config())
                 .map_err(|e| err("assistant", e))?;
             Some((m, a))
@@ -188,13 +201,8 @@ pub fn check_pair(
     };
     let mut ok = true;
     let mut per_prompt = Vec::new();
-    let spec_prompts = if draft.is_some() { opts.prompts } else { 0 };
-    let prompts = PROMPTS
-        .iter()
-        .take(opts.prompts)
-        .map(|text| tok.encode(text, true).map_err(|e| err("tokenize", e)))
-        .collect::<Result<Vec<_>, _>>()?;
-    for (text, prompt) in PROMPTS.iter().zip(&prompts).take(spec_prompts) {
+    let prompts = &all_prompts[..opts.prompts.min(all_prompts.len())];
+    for (text, prompt) in PROMPTS.iter().zip(prompts).take(spec_prompts) {
         let prompt = prompt.clone();
         let req = GenRequest {
             prompt: prompt.clone(),
@@ -309,8 +317,8 @@ pub fn check_pair(
         }));
     }
     let rollback = (opts.rollback_tokens > 0)
-        .then(|| timed_check(&mut ok, || rollback_check(&mut eng, &tok, opts)));
-    let batched = (draft.is_some() && opts.batch > 1).then(|| {
+        .then(|| timed_check(&mut ok, || rollback_check(&mut eng, &all_prompts, opts)));
+    let batched = (has_draft && opts.batch > 1).then(|| {
         // The prompts with the check's budget, plus two short-budget requests (1 and 7 tokens)
         // so that, with `batch` below the request count, requests join as others finish.
         let mut reqs: Vec<GenRequest> = prompts
@@ -337,14 +345,14 @@ pub fn check_pair(
         Some((m, a)) if opts.drafter_steps > 0 => {
             let steps = opts.drafter_steps.min(crate::draft::MAX_DRAFT);
             Some(timed_check(&mut ok, || {
-                drafter::check(&mut eng, m, a, &prompts, steps, opts.drafter_tol)
+                drafter::check(&mut eng, m, a, prompts, steps, opts.drafter_tol)
             }))
         }
         _ => None,
     };
     Ok(json!({
         "target": tname,
-        "draft": draft.map(|d| d.display().to_string()),
+        "draft": dname,
         "head": head,
         "drafter_weight_bytes": eng.drafter().map(|d| d.weight_bytes),
         "load_s": load_s,

@@ -93,6 +93,46 @@ fn a_drafter_of_another_target_is_refused_before_cuda() {
     );
 }
 
+/// A model with a NaN weight is refused by the argument check, on any machine: one `error: …`
+/// line naming the file, the tensor and the element, exit 2 (the engine and the oracle then
+/// skip their own scan of the same open file).
+#[test]
+fn a_nonfinite_weight_is_refused_before_cuda() {
+    let src = fixtures().join("models/dense-target.Q4_K_M.gguf");
+    if !src.exists() {
+        println!("skipped: fixtures not found at {}", fixtures().display());
+        return;
+    }
+    let f = reference::gguf::GgufFile::open(&src).unwrap();
+    let t = f
+        .tensors()
+        .iter()
+        .find(|t| t.name == "output_norm.weight")
+        .expect("output_norm.weight")
+        .clone();
+    assert_eq!(t.ggml_type, reference::quant::GgmlType::F32);
+    let pos = f.tensor_file_offset(&t) as usize;
+    drop(f);
+    let mut b = std::fs::read(&src).unwrap();
+    // element 3 = +Inf (0x7F800000: exponent all ones, mantissa zero)
+    b[pos + 12..pos + 16].copy_from_slice(&0x7F80_0000u32.to_le_bytes());
+    let dir = std::env::temp_dir().join(format!("runtime-cli-nan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("inf-target.gguf");
+    std::fs::write(&bad, b).unwrap();
+    let (code, stdout, stderr) = runtime(&["model-check", bad.to_str().unwrap()]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!((code, stdout.as_str()), (2, ""), "{stderr}");
+    let want = format!(
+        "error: model {}: tensor 'output_norm.weight' (F32): element 3 (row 0) is inf (bits \
+         0x7f800000, byte {} of its file)",
+        bad.display(),
+        pos + 12
+    );
+    assert!(stderr.starts_with(&want), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
 /// Without a GPU a valid command stops with one short `error: CUDA unavailable: …` line (it
 /// printed `skipped: …`, 352 characters listing libcuda64_130_0.so three times).
 #[test]

@@ -7,7 +7,9 @@ use std::time::Instant;
 
 use anyhow::Context;
 
+use reference::config::Config;
 use reference::gguf::GgufFile;
+use reference::model::LoadOptions;
 use reference::tokenizer::{ChatMessage, GemmaTokenizer};
 use runtime::forward::Row;
 use runtime::{CudaEngine, EngineOptions};
@@ -29,9 +31,12 @@ pub struct Args {
     pub max_tokens: usize,
 }
 
-/// Runs the verb.
+/// Runs the verb: the model file is opened once, for the tokenizer and the engine
+/// ([`CudaEngine::from_gguf_with`]).
 pub fn run(a: &Args) -> anyhow::Result<()> {
     let file = GgufFile::open(&a.model)?;
+    let config = Config::from_gguf(&file)
+        .with_context(|| format!("Gemma-4 config of {}", a.model.display()))?;
     let tok = GemmaTokenizer::from_gguf(&file)
         .with_context(|| format!("tokenizer of {}", a.model.display()))?;
     let prompt = if a.chat {
@@ -40,13 +45,16 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         tok.encode(&a.prompt, true)?
     };
     let t0 = Instant::now();
-    let mut eng = CudaEngine::load(
-        &a.model,
+    let mut eng = CudaEngine::from_gguf_with(
+        &file,
+        config,
         EngineOptions {
             slots: 1,
             max_ctx: (prompt.len() + a.max_tokens + 1).min(runtime::forward::MAX_CTX),
         },
-    )?;
+        LoadOptions::default(),
+    )
+    .with_context(|| format!("loading {}", a.model.display()))?;
     eprintln!(
         "loaded {} on {} in {:.2} s ({} prompt tokens)",
         a.model.display(),
