@@ -393,16 +393,11 @@ pub fn weight_mix(name: &'static str, text: &str) -> Result<WeightMix, ArgError>
 }
 
 /// `runtime bench`: `--prompt` and `--decode` ≥ 1 with `prompt + decode + 64` ≤ [`MAX_CTX`]
-/// (the bench's context), the 12B shapes whole blocks of `mix`'s formats, and the drafter (if
-/// any) a valid shape for the 12B target in its formats ([`DraftOptions::check`]).
+/// (the bench's context) and the 12B shapes whole blocks of `mix`'s formats. The drafter's
+/// options are [`bench_drafter`]'s.
 ///
 /// Errors: [`ArgError::Option`] naming the option.
-pub fn bench(
-    mix: WeightMix,
-    prompt: usize,
-    decode: usize,
-    draft: Option<&DraftOptions>,
-) -> Result<(), ArgError> {
+pub fn bench(mix: WeightMix, prompt: usize, decode: usize) -> Result<(), ArgError> {
     if prompt == 0 {
         return Err(option("--prompt", 0, "must be at least 1"));
     }
@@ -414,7 +409,7 @@ pub fn bench(
         ));
     }
     let most = MAX_CTX - 64;
-    if prompt + decode > most {
+    if prompt.saturating_add(decode) > most {
         return Err(option(
             "--decode",
             decode,
@@ -427,22 +422,51 @@ pub fn bench(
     let target = crate::bench::config_12b();
     crate::bench::check_mix(&target, mix)
         .map_err(|e| option("--format", mix.name(), e.to_string()))?;
-    if let Some(d) = draft {
-        if d.shape.is_swa.is_empty() {
-            return Err(option("--draft-layers", 0, "must be at least 1"));
-        }
-        if d.shape.n_embd == 0 {
-            return Err(option("--draft-width", 0, "must be at least 1"));
-        }
-        d.check(&target).map_err(|e| {
-            option(
-                "--draft-width",
-                d.shape.n_embd,
-                format!("drafter in {}: {e}", d.mix.name()),
-            )
-        })?;
-    }
     Ok(())
+}
+
+/// `runtime bench --draft-format F --draft-width W --draft-layers L`: the synthetic drafter of
+/// `W` wide `L` layers in `mix`'s formats ([`crate::bench::AssistantShape::with_size`]), `W` in
+/// `1 ..=` the 12B target's width and `L` in `1 ..=` its layer count (a drafter no larger than
+/// the target it drafts for), a valid shape for that target in those formats
+/// ([`DraftOptions::check`]). Returns the drafter's options.
+///
+/// Errors: [`ArgError::Option`] naming the option.
+pub fn bench_drafter(
+    mix: WeightMix,
+    width: usize,
+    layers: usize,
+) -> Result<DraftOptions, ArgError> {
+    let target = crate::bench::config_12b();
+    if !(1..=target.n_embd).contains(&width) {
+        return Err(option(
+            "--draft-width",
+            width,
+            format!("must be in 1..={} (the 12B target's width)", target.n_embd),
+        ));
+    }
+    if !(1..=target.n_layer).contains(&layers) {
+        return Err(option(
+            "--draft-layers",
+            layers,
+            format!(
+                "must be in 1..={} (the 12B target's layer count)",
+                target.n_layer
+            ),
+        ));
+    }
+    let d = DraftOptions {
+        shape: crate::bench::AssistantShape::with_size(width, layers),
+        mix,
+    };
+    d.check(&target).map_err(|e| {
+        option(
+            "--draft-width",
+            width,
+            format!("drafter in {}: {e}", mix.name()),
+        )
+    })?;
+    Ok(d)
 }
 
 /// `runtime mv-bench`: `--iters` ≥ 1 and `--case` naming at least one case
@@ -714,52 +738,65 @@ mod tests {
     fn bench_options() {
         let mix = WeightMix::Q2KMix;
         assert_eq!(
-            bench(mix, 32, 0, None).unwrap_err().to_string(),
+            bench(mix, 32, 0).unwrap_err().to_string(),
             "--decode 0: must be at least 1 (decode steps timed)"
         );
         assert_eq!(
-            bench(mix, 0, 32, None).unwrap_err().to_string(),
+            bench(mix, 0, 32).unwrap_err().to_string(),
             "--prompt 0: must be at least 1"
         );
-        assert!(bench(mix, 11_000, 1000, None)
+        assert!(bench(mix, 11_000, 1000)
             .unwrap_err()
             .to_string()
             .starts_with("--decode 1000: --prompt 11000 + --decode 1000 must be at most 11936"));
-        bench(mix, 32, 32, None).unwrap();
+        // a sum beyond usize::MAX is refused as too long (it panicked with an overflow)
+        assert!(bench(mix, usize::MAX, 1)
+            .unwrap_err()
+            .to_string()
+            .starts_with("--decode 1: --prompt 18446744073709551615 + --decode 1 must be at most"));
+        bench(mix, 32, 32).unwrap();
         assert_eq!(
             weight_mix("--format", "NOPE").unwrap_err().to_string(),
             "--format NOPE: not Q2_K_MIX or a ggml type name (e.g. Q4_K, Q8_0, BF16)"
         );
         let bf16 = weight_mix("--draft-format", "BF16").unwrap();
-        let draft = |w, l| DraftOptions {
-            shape: crate::bench::AssistantShape::with_size(w, l),
-            mix: bf16,
-        };
-        bench(mix, 32, 32, Some(&draft(1024, 4))).unwrap();
+        let d = bench_drafter(bf16, 1024, 4).unwrap();
         assert_eq!(
-            bench(mix, 32, 32, Some(&draft(0, 4)))
-                .unwrap_err()
-                .to_string(),
-            "--draft-width 0: must be at least 1"
+            (d.shape.n_embd, d.shape.n_ff, d.shape.pattern()),
+            (1024, 4096, "sssf".to_string())
         );
-        assert_eq!(
-            bench(mix, 32, 32, Some(&draft(1024, 0)))
-                .unwrap_err()
-                .to_string(),
-            "--draft-layers 0: must be at least 1"
-        );
+        bench_drafter(bf16, 3840, 48).unwrap();
+        for (w, l, want) in [
+            (
+                0,
+                4,
+                "--draft-width 0: must be in 1..=3840 (the 12B target's width)",
+            ),
+            (
+                3841,
+                4,
+                "--draft-width 3841: must be in 1..=3840 (the 12B target's width)",
+            ),
+            (
+                usize::MAX,
+                4,
+                "--draft-width 18446744073709551615: must be in 1..=3840 (the 12B target's width)",
+            ),
+            (
+                1024,
+                0,
+                "--draft-layers 0: must be in 1..=48 (the 12B target's layer count)",
+            ),
+            (
+                1024,
+                100_000_000_000,
+                "--draft-layers 100000000000: must be in 1..=48 (the 12B target's layer count)",
+            ),
+        ] {
+            assert_eq!(bench_drafter(bf16, w, l).unwrap_err().to_string(), want);
+        }
         let q4 = weight_mix("--draft-format", "Q4_K").unwrap();
-        let e = bench(
-            mix,
-            32,
-            32,
-            Some(&DraftOptions {
-                shape: crate::bench::AssistantShape::with_size(1000, 4),
-                mix: q4,
-            }),
-        )
-        .unwrap_err()
-        .to_string();
+        let e = bench_drafter(q4, 1000, 4).unwrap_err().to_string();
         assert!(
             e.starts_with("--draft-width 1000: drafter in Q4_K: ")
                 && e.contains(

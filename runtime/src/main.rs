@@ -51,10 +51,11 @@ enum Cmd {
         /// drafter step cost and speed-up model.
         #[arg(long, default_value = "BF16")]
         draft_format: String,
-        /// Drafter width H_A (a guess: the 12B drafter's shape is unknown).
+        /// Drafter width H_A (a guess: the 12B drafter's shape is unknown; at most the
+        /// target's 3840).
         #[arg(long, default_value_t = 1024)]
         draft_width: usize,
-        /// Drafter layers (all sliding but the last, full).
+        /// Drafter layers (all sliding but the last, full; at most the target's 48).
         #[arg(long, default_value_t = 4)]
         draft_layers: usize,
         /// Output folder for bench.json (default: $OUT, else target/bench).
@@ -159,21 +160,24 @@ fn main() -> ExitCode {
                 Ok(t) => t,
                 Err(e) => return refuse(e),
             };
-            let draft = if draft_format.eq_ignore_ascii_case("none") {
+            let draft_mix = if draft_format.eq_ignore_ascii_case("none") {
                 None
             } else {
-                let mix = match runtime::args::weight_mix("--draft-format", &draft_format) {
-                    Ok(m) => m,
+                match runtime::args::weight_mix("--draft-format", &draft_format) {
+                    Ok(m) => Some(m),
                     Err(e) => return refuse(e),
-                };
-                Some(runtime::bench::DraftOptions {
-                    shape: runtime::bench::AssistantShape::with_size(draft_width, draft_layers),
-                    mix,
-                })
+                }
             };
-            if let Err(e) = runtime::args::bench(ty, prompt, decode, draft.as_ref()) {
+            if let Err(e) = runtime::args::bench(ty, prompt, decode) {
                 return refuse(e);
             }
+            let draft = match draft_mix
+                .map(|mix| runtime::args::bench_drafter(mix, draft_width, draft_layers))
+                .transpose()
+            {
+                Ok(d) => d,
+                Err(e) => return refuse(e),
+            };
             if let Err(code) = require_gpu() {
                 return code;
             }

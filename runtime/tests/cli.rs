@@ -55,6 +55,27 @@ fn bad_arguments_are_refused_before_cuda() {
                 .to_string(),
         ),
         (
+            // panicked: 'attempt to add with overflow'
+            vec!["bench", "--prompt", "18446744073709551615"],
+            "error: --decode 32: --prompt 18446744073709551615 + --decode 32 must be at most \
+             11936 (the bench's context of 12000 positions, less 64)\n"
+                .to_string(),
+        ),
+        (
+            // panicked: 'attempt to multiply with overflow'
+            vec!["bench", "--draft-width", "18446744073709551615"],
+            "error: --draft-width 18446744073709551615: must be in 1..=3840 (the 12B target's \
+             width)\n"
+                .to_string(),
+        ),
+        (
+            // aborted: 'memory allocation of 100000000000 bytes failed'
+            vec!["bench", "--draft-layers", "100000000000"],
+            "error: --draft-layers 100000000000: must be in 1..=48 (the 12B target's layer \
+             count)\n"
+                .to_string(),
+        ),
+        (
             vec!["mv-bench", "--iters", "0"],
             "error: --iters 0: must be at least 1\n".to_string(),
         ),
