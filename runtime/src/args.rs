@@ -220,12 +220,31 @@ pub fn model_check(models: &[PathBuf], gen: usize) -> Result<Vec<TargetFile>, Ar
     Ok(out)
 }
 
-/// One `spec-check` pair: `TARGET.gguf=DRAFT.gguf`, or `TARGET.gguf` alone.
-pub fn split_pair(pair: &str) -> (PathBuf, Option<PathBuf>) {
-    match pair.split_once('=') {
-        Some((t, d)) => (PathBuf::from(t), Some(PathBuf::from(d))),
-        None => (PathBuf::from(pair), None),
+/// One `spec-check` pair: `TARGET.gguf=DRAFT.gguf`, or `TARGET.gguf` alone (split at the first
+/// `=`).
+///
+/// Errors: [`ArgError::Option`] (`PAIRS`) when the target or the drafter path is empty (`=D`,
+/// `T=`; it read as `target : no such file`).
+pub fn split_pair(pair: &str) -> Result<(PathBuf, Option<PathBuf>), ArgError> {
+    let (t, d) = match pair.split_once('=') {
+        Some((t, d)) => (t, Some(d)),
+        None => (pair, None),
+    };
+    let empty = if t.is_empty() {
+        Some("target")
+    } else if d == Some("") {
+        Some("drafter")
+    } else {
+        None
+    };
+    if let Some(which) = empty {
+        return Err(option(
+            "PAIRS",
+            pair,
+            format!("the {which} path is empty (give TARGET.gguf=DRAFT.gguf or TARGET.gguf)"),
+        ));
     }
+    Ok((PathBuf::from(t), d.map(PathBuf::from)))
 }
 
 /// `runtime spec-check PAIRS… [options]`: the numeric options in range (`--ks` each in
@@ -291,7 +310,7 @@ pub fn spec_check(pairs: &[String], opts: &SpecCheckOptions) -> Result<Vec<SpecP
     let k_max = opts.ks.iter().copied().max().unwrap_or(1);
     let mut out = Vec::with_capacity(pairs.len());
     for pair in pairs {
-        let (target, draft) = split_pair(pair);
+        let (target, draft) = split_pair(pair)?;
         if draft.is_none() && opts.rollback_tokens == 0 {
             return Err(option(
                 "--rollback-tokens",
@@ -615,7 +634,8 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// Numeric options are refused by name, before any file is read (`x` does not exist).
+    /// Numeric options are refused by name, before any file is read (`x` does not exist); so is
+    /// a pair with an empty target or drafter path, naming the pair.
     #[test]
     fn spec_check_options_are_refused_by_name() {
         let pairs = ["x".to_string()];
@@ -652,6 +672,31 @@ mod tests {
         assert_eq!(
             spec_check(&pairs, &opts()).unwrap_err().to_string(),
             "target x: no such file"
+        );
+        for (pair, want) in [
+            (
+                "x=",
+                "PAIRS x=: the drafter path is empty (give TARGET.gguf=DRAFT.gguf or TARGET.gguf)",
+            ),
+            (
+                "=x",
+                "PAIRS =x: the target path is empty (give TARGET.gguf=DRAFT.gguf or TARGET.gguf)",
+            ),
+            (
+                "",
+                "PAIRS : the target path is empty (give TARGET.gguf=DRAFT.gguf or TARGET.gguf)",
+            ),
+        ] {
+            assert_eq!(
+                spec_check(&[pair.to_string()], &opts())
+                    .unwrap_err()
+                    .to_string(),
+                want
+            );
+        }
+        assert_eq!(
+            split_pair("a=b=c").unwrap(),
+            (PathBuf::from("a"), Some(PathBuf::from("b=c")))
         );
         let mut o = opts();
         o.rollback_tokens = 0;

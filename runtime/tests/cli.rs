@@ -42,6 +42,12 @@ fn bad_arguments_are_refused_before_cuda() {
             "error: --ks 0: every draft length K must be in 1..=16\n".to_string(),
         ),
         (
+            vec!["spec-check", "x="],
+            "error: PAIRS x=: the drafter path is empty (give TARGET.gguf=DRAFT.gguf or \
+             TARGET.gguf)\n"
+                .to_string(),
+        ),
+        (
             vec!["spec-check", "x"],
             "error: target x: no such file\n".to_string(),
         ),
