@@ -200,7 +200,20 @@ pub fn model_check(models: &[PathBuf], gen: usize) -> Result<Vec<TargetFile>, Ar
         let t = read_target("model", m)?;
         let longest = longest(&t.prompts);
         let ctx = usable_ctx(crate::modelcheck::CHECK_CTX, &t.config);
-        let most = ctx.saturating_sub(longest);
+        if longest > ctx {
+            // no `--gen` helps (`--gen 0` passed, and the check then ran its prompts past the
+            // positions the model was trained for)
+            return Err(file(
+                "model",
+                m,
+                format!(
+                    "its longest built-in prompt has {longest} tokens, more than the check's \
+                     context of {ctx} positions (its trained context_length is {})",
+                    t.config.n_ctx_train
+                ),
+            ));
+        }
+        let most = ctx - longest;
         if gen > most {
             return Err(option(
                 "--gen",
@@ -631,6 +644,51 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with(&want("drafter", &bad_d, &d_name)), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A model whose trained context is shorter than a built-in prompt is refused naming the
+    /// file and both lengths, whatever `--gen` (`--gen 0` passed): a copy of the dense target
+    /// with `gemma4.context_length` set to 8 (its longest prompt has more tokens).
+    #[test]
+    fn a_context_shorter_than_the_prompts_is_refused() {
+        let Some(m) = fixture("dense-target.Q4_K_M") else {
+            return;
+        };
+        let mut b = std::fs::read(&m).unwrap();
+        let key = b"gemma4.context_length";
+        let at = b
+            .windows(key.len())
+            .position(|w| w == key)
+            .expect("the context_length key")
+            + key.len();
+        // value type 4 = UINT32, then the value
+        assert_eq!(b[at..at + 4], 4u32.to_le_bytes());
+        b[at + 4..at + 8].copy_from_slice(&8u32.to_le_bytes());
+        let dir = std::env::temp_dir().join(format!("runtime-args-ctx-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let short = dir.join("ctx8.gguf");
+        std::fs::write(&short, b).unwrap();
+        let tok = GemmaTokenizer::from_gguf(&GgufFile::open(&m).unwrap()).unwrap();
+        let longest = PROMPTS
+            .iter()
+            .map(|p| tok.encode(p, true).unwrap().len())
+            .max()
+            .unwrap();
+        assert!(longest > 8, "{longest}");
+        for gen in [0, 16] {
+            let e = model_check(std::slice::from_ref(&short), gen)
+                .unwrap_err()
+                .to_string();
+            assert_eq!(
+                e,
+                format!(
+                    "model {}: its longest built-in prompt has {longest} tokens, more than the \
+                     check's context of 8 positions (its trained context_length is 8)",
+                    short.display()
+                )
+            );
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 
