@@ -501,6 +501,21 @@ pub fn bench_drafter(
     Ok(d)
 }
 
+/// Creates the output folder `dir` of a verb (`source`: where it was given, `--out` or `$OUT`),
+/// before CUDA is probed: a folder that cannot be created is reported at once, not after the
+/// run, whose results it would lose.
+///
+/// Errors: [`ArgError::Option`] naming `source`, the folder and the I/O error.
+pub fn out_dir(source: &'static str, dir: &Path) -> Result<(), ArgError> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        option(
+            source,
+            dir.display(),
+            format!("cannot create the output folder: {e}"),
+        )
+    })
+}
+
 /// `runtime mv-bench`: `--iters` ≥ 1 and `--case` naming at least one case
 /// ([`crate::mvbench::case_names`]).
 ///

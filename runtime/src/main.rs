@@ -3,8 +3,9 @@
 //! `runtime gpu-check [--out DIR] [--quick] [--seed N]`: every kernel against the CPU
 //! reference plus bandwidth probes (see `runtime::check`); `bench`, `mv-bench`, `model-check`,
 //! `spec-check` (see `runtime --help`). Exit status of every verb: 0 done (all checks passed),
-//! 1 a check or run failed, 2 bad arguments or no usable GPU (one `error: …` line). Arguments —
-//! options, model files, their configs, a drafter's pairing — are checked first
+//! 1 a check or run failed, 2 bad arguments, no usable GPU or a result file that could not be
+//! written (one `error: …` line). Arguments — options, model files, their configs and weights,
+//! a drafter's pairing, the output folder (created then) — are checked first
 //! (`runtime::args`), so a typo is reported on any machine, not only where CUDA works.
 //! (`skipped: …` is what a *test* prints when it cannot run here and passes; this binary never
 //! skips: without a GPU it cannot do what it was asked.)
@@ -132,6 +133,32 @@ fn refuse(e: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// A verb's output folder: `--out`, else `$OUT` (an empty value counts as unset), else
+/// `default`, created now (before CUDA is probed and a long run starts,
+/// `runtime::args::out_dir`); `Err(exit status 2)` with the `error: …` line printed when it
+/// cannot be.
+fn out_folder(out: Option<PathBuf>, default: &str) -> Result<PathBuf, ExitCode> {
+    let env = std::env::var_os("OUT").filter(|d| !d.is_empty());
+    let (dir, source) = match (out, env) {
+        (Some(d), _) => (d, "--out"),
+        (None, Some(d)) => (PathBuf::from(d), "$OUT"),
+        (None, None) => (PathBuf::from(default), "--out (default)"),
+    };
+    runtime::args::out_dir(source, &dir).map_err(refuse)?;
+    Ok(dir)
+}
+
+/// Writes a verb's result file; `Err(exit status 2)` with `error: writing PATH: …` printed when
+/// it cannot (the results are on stdout too).
+fn write_out(path: &std::path::Path, text: &str) -> Result<(), ExitCode> {
+    std::fs::write(path, text).map_err(|e| refuse(format!("writing {}: {e}", path.display())))
+}
+
+/// `code`, or the exit status of a failed [`write_out`].
+fn with_written(code: ExitCode, written: Result<(), ExitCode>) -> ExitCode {
+    written.err().unwrap_or(code)
+}
+
 /// `Err(exit status 2)` with `error: CUDA unavailable: …` printed when no GPU can be used here.
 /// Called after a verb's arguments are checked, so a typo is reported on any machine.
 fn require_gpu() -> Result<(), ExitCode> {
@@ -153,9 +180,6 @@ fn main() -> ExitCode {
             draft_layers,
             out,
         } => {
-            let out_dir = out
-                .or_else(|| std::env::var_os("OUT").map(PathBuf::from))
-                .unwrap_or_else(|| PathBuf::from("target/bench"));
             let ty = match runtime::args::weight_mix("--format", &format) {
                 Ok(t) => t,
                 Err(e) => return refuse(e),
@@ -178,6 +202,10 @@ fn main() -> ExitCode {
                 Ok(d) => d,
                 Err(e) => return refuse(e),
             };
+            let out_dir = match out_folder(out, "target/bench") {
+                Ok(d) => d,
+                Err(code) => return code,
+            };
             if let Err(code) = require_gpu() {
                 return code;
             }
@@ -185,9 +213,8 @@ fn main() -> ExitCode {
                 Ok(v) => {
                     let text = serde_json::to_string_pretty(&v).unwrap_or_default();
                     println!("{text}");
-                    let _ = std::fs::create_dir_all(&out_dir);
-                    let _ = std::fs::write(out_dir.join(format!("bench-{format}.json")), text);
-                    ExitCode::SUCCESS
+                    let path = out_dir.join(format!("bench-{format}.json"));
+                    with_written(ExitCode::SUCCESS, write_out(&path, &text))
                 }
                 Err(e) => {
                     eprintln!("bench: {e}");
@@ -196,14 +223,23 @@ fn main() -> ExitCode {
             }
         }
         Cmd::MvBench { iters, case, out } => {
-            let path = out.unwrap_or_else(|| {
-                std::env::var_os("OUT")
-                    .map(|d| PathBuf::from(d).join("mv-bench.json"))
-                    .unwrap_or_else(|| PathBuf::from("target/mv-bench.json"))
-            });
             if let Err(e) = runtime::args::mv_bench(iters, case.as_deref()) {
                 return refuse(e);
             }
+            let path = match out {
+                Some(file) => {
+                    // a file: its folder is created now
+                    let dir = file.parent().filter(|d| !d.as_os_str().is_empty());
+                    if let Some(Err(e)) = dir.map(|d| runtime::args::out_dir("--out", d)) {
+                        return refuse(e);
+                    }
+                    file
+                }
+                None => match out_folder(None, "target") {
+                    Ok(d) => d.join("mv-bench.json"),
+                    Err(code) => return code,
+                },
+            };
             if let Err(code) = require_gpu() {
                 return code;
             }
@@ -211,9 +247,8 @@ fn main() -> ExitCode {
                 .and_then(|gpu| runtime::mvbench::run(&gpu, iters, case.as_deref()))
             {
                 Ok(v) => {
-                    let _ =
-                        std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap_or_default());
-                    ExitCode::SUCCESS
+                    let text = serde_json::to_string_pretty(&v).unwrap_or_default();
+                    with_written(ExitCode::SUCCESS, write_out(&path, &text))
                 }
                 Err(e) => {
                     eprintln!("mv-bench: {e}");
@@ -222,12 +257,13 @@ fn main() -> ExitCode {
             }
         }
         Cmd::ModelCheck { models, out, gen } => {
-            let out_dir = out
-                .or_else(|| std::env::var_os("OUT").map(PathBuf::from))
-                .unwrap_or_else(|| PathBuf::from("target/model-check"));
             let checked = match runtime::args::model_check(&models, gen) {
                 Ok(c) => c,
                 Err(e) => return refuse(e),
+            };
+            let out_dir = match out_folder(out, "target/model-check") {
+                Ok(d) => d,
+                Err(code) => return code,
             };
             if let Err(code) = require_gpu() {
                 return code;
@@ -248,16 +284,11 @@ fn main() -> ExitCode {
                     }
                 }
             }
-            let _ = std::fs::create_dir_all(&out_dir);
-            let _ = std::fs::write(
-                out_dir.join("model-check.json"),
-                serde_json::to_string_pretty(&all).unwrap_or_default(),
+            let written = write_out(
+                &out_dir.join("model-check.json"),
+                &serde_json::to_string_pretty(&all).unwrap_or_default(),
             );
-            if ok {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            }
+            with_written(ExitCode::from(if ok { 0 } else { 1 }), written)
         }
         Cmd::SpecCheck {
             pairs,
@@ -271,9 +302,6 @@ fn main() -> ExitCode {
             batch,
             out,
         } => {
-            let out_dir = out
-                .or_else(|| std::env::var_os("OUT").map(PathBuf::from))
-                .unwrap_or_else(|| PathBuf::from("target/spec-check"));
             let opts = runtime::speccheck::SpecCheckOptions {
                 ks,
                 max_tokens,
@@ -287,6 +315,10 @@ fn main() -> ExitCode {
             let checked = match runtime::args::spec_check(&pairs, &opts) {
                 Ok(c) => c,
                 Err(e) => return refuse(e),
+            };
+            let out_dir = match out_folder(out, "target/spec-check") {
+                Ok(d) => d,
+                Err(code) => return code,
             };
             if let Err(code) = require_gpu() {
                 return code;
@@ -308,21 +340,17 @@ fn main() -> ExitCode {
                     }
                 }
             }
-            let _ = std::fs::create_dir_all(&out_dir);
-            let _ = std::fs::write(
-                out_dir.join("spec-check.json"),
-                serde_json::to_string_pretty(&all).unwrap_or_default(),
+            let written = write_out(
+                &out_dir.join("spec-check.json"),
+                &serde_json::to_string_pretty(&all).unwrap_or_default(),
             );
-            if ok {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            }
+            with_written(ExitCode::from(if ok { 0 } else { 1 }), written)
         }
         Cmd::GpuCheck { out, quick, seed } => {
-            let out_dir = out
-                .or_else(|| std::env::var_os("OUT").map(PathBuf::from))
-                .unwrap_or_else(|| PathBuf::from("target/gpu-check"));
+            let out_dir = match out_folder(out, "target/gpu-check") {
+                Ok(d) => d,
+                Err(code) => return code,
+            };
             if let Err(code) = require_gpu() {
                 return code;
             }

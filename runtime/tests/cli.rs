@@ -120,6 +120,53 @@ fn a_drafter_of_another_target_is_refused_before_cuda() {
     );
 }
 
+/// An output folder that cannot be created is refused before CUDA is probed (its results were
+/// lost after the run: the writes' errors were ignored), naming where it was given: `--out`
+/// (a folder, or a file's folder for mv-bench) and `$OUT`. The folder here lies under a file.
+#[test]
+fn an_output_folder_that_cannot_be_created_is_refused() {
+    let dir = std::env::temp_dir().join(format!("runtime-cli-outfile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("a-file");
+    std::fs::write(&file, b"").unwrap();
+    let bad = file.join("sub");
+    let bad_s = bad.to_str().unwrap();
+    let json = bad.join("mv.json");
+    let why = "cannot create the output folder: Not a directory (os error 20)";
+    for (args, want) in [
+        (
+            vec!["bench", "--out", bad_s],
+            format!("error: --out {bad_s}: {why}\n"),
+        ),
+        (
+            vec!["gpu-check", "--out", bad_s],
+            format!("error: --out {bad_s}: {why}\n"),
+        ),
+        (
+            vec!["mv-bench", "--out", json.to_str().unwrap()],
+            format!("error: --out {bad_s}: {why}\n"),
+        ),
+    ] {
+        let (code, stdout, stderr) = runtime(&args);
+        assert_eq!(
+            (code, stdout.as_str(), stderr.as_str()),
+            (2, "", want.as_str()),
+            "{args:?}"
+        );
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_runtime"))
+        .args(["bench"])
+        .env("OUT", &bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!("error: $OUT {bad_s}: {why}\n")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A model with a NaN weight is refused by the argument check, on any machine: one `error: …`
 /// line naming the file, the tensor and the element, exit 2 (the engine and the oracle then
 /// skip their own scan of the same open file).
@@ -168,7 +215,10 @@ fn no_gpu_is_one_short_error_line() {
         println!("skipped: a GPU is present (this checks the no-GPU message)");
         return;
     }
-    let (code, stdout, stderr) = runtime(&["bench", "--draft-format", "none"]);
+    let out = std::env::temp_dir().join(format!("runtime-cli-out-{}", std::process::id()));
+    let out_s = out.to_str().unwrap();
+    let (code, stdout, stderr) = runtime(&["bench", "--draft-format", "none", "--out", out_s]);
+    let _ = std::fs::remove_dir_all(&out);
     assert_eq!((code, stdout.as_str()), (2, ""));
     assert!(stderr.starts_with("error: CUDA unavailable: "), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
