@@ -50,7 +50,9 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         config,
         EngineOptions {
             slots: 1,
-            max_ctx: (prompt.len() + a.max_tokens + 1).min(runtime::forward::MAX_CTX),
+            // saturating: `--max-tokens 18446744073709551615` panicked with an add overflow
+            max_ctx: (prompt.len().saturating_add(a.max_tokens).saturating_add(1))
+                .min(runtime::forward::MAX_CTX),
         },
         LoadOptions::default(),
     )
