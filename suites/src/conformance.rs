@@ -437,9 +437,11 @@ fn run_models(
         let mut assistant: Option<Result<reference::spec::Assistant<f64>, String>> = None;
         for PreparedSuite { suite, reqs } in &checked.suites {
             let gdir = golden::golden_dir(&opts.goldens_root, &stem, &suite.settings.name);
-            let ids: Vec<String> = suite.prompts.iter().map(|p| p.id.clone()).collect();
             let goldens = if gdir.exists() {
-                Some(golden::load_goldens(&gdir, &ids, &sha).map_err(fatal)?)
+                Some(
+                    golden::load_goldens(&gdir, &suite.prompts, &suite.settings.stop_ids, &sha)
+                        .map_err(fatal)?,
+                )
             } else {
                 None
             };
@@ -633,8 +635,11 @@ pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
         for PreparedSuite { suite, reqs } in &checked.suites {
             let dir = golden::golden_dir(&opts.goldens_root, &stem, &suite.settings.name);
             if !force {
-                for r in reqs {
-                    match golden::load_goldens(&dir, std::slice::from_ref(&r.id), &sha) {
+                // only a golden pinned to another model stops bless: a missing or impossible
+                // one is what it replaces
+                for p in &suite.prompts {
+                    let one = std::slice::from_ref(p);
+                    match golden::load_goldens(&dir, one, &suite.settings.stop_ids, &sha) {
                         Err(e @ GoldenError::ShaMismatch { .. }) => {
                             return Err(Fatal(format!(
                                 "{e}: the model changed since these goldens were blessed; \

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::rule::OracleRow;
+use crate::suite::Prompt;
 
 /// Version string of the oracle recorded in every golden.
 pub const ORACLE_VERSION: &str = concat!("reference-f64 ", env!("CARGO_PKG_VERSION"));
@@ -89,6 +90,49 @@ impl Golden {
         None
     }
 
+    /// Why `tokens` cannot be the oracle's greedy output for a prompt with `max_tokens` and stop
+    /// ids `stop` (what `cargo xtask bless` generates the golden with), or `None`.
+    ///
+    /// Greedy generation emits a token per step until it emits a stop id (kept as the last
+    /// token) or reaches `max_tokens`; a suite's `max_tokens` is at least 1 (`Suite` parsing
+    /// refuses 0), and a first token that is a stop id gives one token, never none (a model
+    /// whose row has no argmax — NaN logits — is refused by `bless`). So a golden holds
+    /// `1..=max_tokens` tokens, fewer than `max_tokens` only when the last one is a stop id, and
+    /// no stop id before its last token. (`max_tokens = 0` allows only an empty list.)
+    pub fn length_problem(tokens: &[u32], max_tokens: usize, stop: &[u32]) -> Option<String> {
+        let n = tokens.len();
+        if n > max_tokens {
+            return Some(format!(
+                "{n} output tokens, more than the prompt's max_tokens {max_tokens}"
+            ));
+        }
+        if n == 0 && max_tokens > 0 {
+            return Some(format!(
+                "no output tokens, but the prompt's max_tokens is {max_tokens} (greedy \
+                 generation emits at least one token; a stop id as the first gives one): the \
+                 golden was written from a model whose logits had no argmax (NaN?)"
+            ));
+        }
+        if let Some(&last) = tokens.last() {
+            if n < max_tokens && !stop.contains(&last) {
+                return Some(format!(
+                    "{n} output tokens of max_tokens {max_tokens}, and the last ({last}) is not \
+                     a stop id {stop:?}: greedy generation ends early only on a stop id"
+                ));
+            }
+        }
+        if let Some(i) = tokens[..n.saturating_sub(1)]
+            .iter()
+            .position(|t| stop.contains(t))
+        {
+            return Some(format!(
+                "output {i} is the stop id {} but the output goes on after it ({n} tokens)",
+                tokens[i]
+            ));
+        }
+        None
+    }
+
     /// Oracle rows for the rule (the golden token's logit is looked up in the top-k).
     pub fn rows(&self) -> Vec<OracleRow> {
         self.top_k
@@ -126,6 +170,15 @@ pub struct GoldenInfo {
     pub model_sha256: String,
     /// Oracle version.
     pub oracle_version: String,
+}
+
+/// The snapshot's margin of one top-k row: top-1 − top-2 logit rounded to 4 significant digits
+/// ([`round_sig4`]); +∞ for a row with fewer than two candidates.
+pub fn snapshot_margin(row: &[(u32, f64)]) -> f64 {
+    match (row.first(), row.get(1)) {
+        (Some(a), Some(b)) => round_sig4(a.1 - b.1),
+        _ => f64::INFINITY,
+    }
 }
 
 /// Rounds to 4 significant decimal digits (the snapshot's precision; R11). Non-finite and zero
@@ -174,6 +227,20 @@ pub enum GoldenError {
         /// SHA-256 of the model in hand.
         model: String,
     },
+    /// The golden cannot be what `cargo xtask bless` writes for its prompt (written from a NaN
+    /// model, truncated or hand-edited): judging against it would pass or fail on nothing.
+    #[error(
+        "{path}: prompt {prompt_id:?}: impossible golden: {message}; re-bless it (`cargo xtask \
+         bless --prompts {prompt_id}`)"
+    )]
+    Impossible {
+        /// The file that holds what is wrong (the snapshot for the token list).
+        path: PathBuf,
+        /// Prompt id.
+        prompt_id: String,
+        /// What is wrong.
+        message: String,
+    },
     /// A prompt of the suite has no golden.
     #[error("{path}: missing golden for prompt {prompt_id:?} (run `cargo xtask bless`)")]
     Missing {
@@ -214,29 +281,81 @@ fn snapshot_sha(text: &str) -> Option<String> {
     })
 }
 
-/// Reads `prompt_tokens` and the `tokens` list of a snapshot's YAML body (the reviewed truth).
-fn snapshot_body(text: &str) -> Option<(usize, Vec<u32>)> {
+/// The reviewed content of a snapshot's YAML body.
+#[derive(Debug, Clone, PartialEq)]
+struct SnapshotBody {
+    /// `prompt_id` (quotes removed).
+    prompt_id: Option<String>,
+    /// `prompt_tokens`.
+    prompt_tokens: usize,
+    /// `tokens`.
+    tokens: Vec<u32>,
+    /// `margins`.
+    margins: Vec<f64>,
+}
+
+/// Reads `prompt_id`, `prompt_tokens` and the `tokens` and `margins` lists of a snapshot's YAML
+/// body (the reviewed truth), as insta writes them (top-level keys, list items `  - v`, floats
+/// as Rust prints them: `inf` for an unbounded margin). `None` when one is missing or does not
+/// parse (`tokens: []` and `margins: []` are empty lists).
+fn snapshot_body(text: &str) -> Option<SnapshotBody> {
     let header = text.strip_prefix("---")?;
     let body = &header[header.find("\n---")? + 4..];
+    let mut prompt_id = None;
     let mut prompt_tokens = None;
-    let mut tokens = Vec::new();
-    let mut in_tokens = false;
+    let mut tokens: Option<Vec<u32>> = None;
+    let mut margins: Option<Vec<f64>> = None;
+    // the list being read: 't' tokens, 'm' margins
+    let mut current = None;
     for l in body.lines() {
-        if let Some(v) = l.strip_prefix("prompt_tokens:") {
-            prompt_tokens = v.trim().parse().ok();
-        }
-        if l.starts_with("tokens:") {
-            in_tokens = !l.contains("[]");
+        if let Some(item) = l.strip_prefix("  - ") {
+            match current {
+                Some('t') => tokens.as_mut()?.push(item.trim().parse().ok()?),
+                Some('m') => margins.as_mut()?.push(item.trim().parse().ok()?),
+                _ => {}
+            }
             continue;
         }
-        if in_tokens {
-            match l.trim().strip_prefix("- ") {
-                Some(v) if l.starts_with("  ") => tokens.push(v.trim().parse().ok()?),
-                _ => in_tokens = false,
+        current = None;
+        // an indented line continues a multi-line scalar (the decoded `text`)
+        if l.starts_with(' ') {
+            continue;
+        }
+        let Some((key, value)) = l.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        let list = match key {
+            "prompt_id" => {
+                prompt_id = Some(value.trim_matches(|c| c == '"' || c == '\'').to_string());
+                continue;
             }
+            "prompt_tokens" => {
+                prompt_tokens = Some(value.parse().ok()?);
+                continue;
+            }
+            "tokens" => {
+                tokens = Some(Vec::new());
+                't'
+            }
+            "margins" => {
+                margins = Some(Vec::new());
+                'm'
+            }
+            _ => continue,
+        };
+        match value {
+            "" => current = Some(list),
+            "[]" => {}
+            _ => return None,
         }
     }
-    Some((prompt_tokens?, tokens))
+    Some(SnapshotBody {
+        prompt_id,
+        prompt_tokens: prompt_tokens?,
+        tokens: tokens?,
+        margins: margins?,
+    })
 }
 
 fn read_sidecar(path: &Path) -> Result<Golden, GoldenError> {
@@ -250,23 +369,36 @@ fn read_sidecar(path: &Path) -> Result<Golden, GoldenError> {
     })
 }
 
-/// Loads the goldens of every listed prompt from `dir`, checking each sidecar and snapshot
-/// against `model_sha256`, and the sidecar against the reviewed snapshot (`INSTA_UPDATE=no`
-/// semantics: the `.snap` is the truth, a pending `.snap.new` is never read). When the sidecar
-/// disagrees with the snapshot but a pending `<prompt>.oracle.json.new` (written by `bless` next
-/// to a `.snap.new`) agrees — the change was accepted with `cargo insta review` — that sidecar is
-/// promoted to `<prompt>.oracle.json` and used.
+/// Loads the goldens of every prompt of `prompts` (a suite's, with its stop ids `stop_ids`)
+/// from `dir`, checking each sidecar and snapshot against `model_sha256`, and the sidecar
+/// against the reviewed snapshot (`INSTA_UPDATE=no` semantics: the `.snap` is the truth, a
+/// pending `.snap.new` is never read). When the sidecar disagrees with the snapshot but a
+/// pending `<prompt>.oracle.json.new` (written by `bless` next to a `.snap.new`) agrees — the
+/// change was accepted with `cargo insta review` — that sidecar is promoted to
+/// `<prompt>.oracle.json` and used (once it passes the checks below).
+///
+/// A golden that cannot be what `bless` writes is refused, never judged against: the output
+/// tokens must be a greedy output for the prompt's `max_tokens` and `stop_ids`
+/// ([`Golden::length_problem`]: `1..=max_tokens` tokens, fewer only when the last is a stop
+/// id, none before it — an empty list, as written from a NaN model, is refused), the prompt
+/// non-empty, one non-empty top-k row per token, the snapshot's `margins` one per token and
+/// equal to the sidecar's rows' ([`snapshot_margin`]), the sidecar's `schema` [`SIDECAR_SCHEMA`]
+/// and both files' prompt id the prompt's.
 ///
 /// Errors: [`GoldenError::Missing`] for a prompt without sidecar or snapshot,
-/// [`GoldenError::ShaMismatch`] when pinned to another model, `Format` when the sidecar does not
-/// match the snapshot (re-run `bless`), `Io` otherwise.
+/// [`GoldenError::ShaMismatch`] when pinned to another model (checked before the content),
+/// [`GoldenError::Format`] when a file does not parse, is another prompt's or schema's, or the
+/// sidecar does not match the snapshot (re-run `bless`), [`GoldenError::Impossible`] for content
+/// no greedy run gives (naming the file, the prompt and what is wrong), `Io` otherwise.
 pub fn load_goldens(
     dir: &Path,
-    prompt_ids: &[String],
+    prompts: &[Prompt],
+    stop_ids: &[u32],
     model_sha256: &str,
 ) -> Result<BTreeMap<String, Golden>, GoldenError> {
     let mut out = BTreeMap::new();
-    for id in prompt_ids {
+    for prompt in prompts {
+        let id = &prompt.id;
         let side = dir.join(format!("{id}.oracle.json"));
         let snap = dir.join(format!("{id}.snap"));
         let pending = dir.join(format!("{id}.oracle.json.new"));
@@ -296,21 +428,18 @@ pub fn load_goldens(
         }
         let body = snapshot_body(&snap_text).ok_or_else(|| GoldenError::Format {
             path: snap.clone(),
-            message: "no prompt_tokens/tokens in the snapshot body".into(),
+            message: "no readable prompt_tokens, tokens and margins in the snapshot body".into(),
         })?;
-        let agrees = |g: &Golden| (g.prompt.len(), &g.tokens) == (body.0, &body.1);
+        let agrees = |g: &Golden| (g.prompt.len(), &g.tokens) == (body.prompt_tokens, &body.tokens);
         let current = if side.exists() {
             Some(read_sidecar(&side)?)
         } else {
             None
         };
-        let g = match current {
-            Some(g) if agrees(&g) => g,
+        let (g, promote) = match current {
+            Some(g) if agrees(&g) => (g, false),
             other => match read_sidecar(&pending) {
-                Ok(p) if agrees(&p) && p.model_sha256 == model_sha256 => {
-                    std::fs::rename(&pending, &side).map_err(io(&side))?;
-                    p
-                }
+                Ok(p) if agrees(&p) && p.model_sha256 == model_sha256 => (p, true),
                 _ => {
                     return Err(GoldenError::Format {
                         path: side,
@@ -318,7 +447,7 @@ pub fn load_goldens(
                             "sidecar ({}) disagrees with the reviewed snapshot {} ({} tokens); re-run `cargo xtask bless` and review",
                             other.map_or("missing".to_string(), |g| format!("{} tokens", g.tokens.len())),
                             snap.display(),
-                            body.1.len()
+                            body.tokens.len()
                         ),
                     });
                 }
@@ -331,19 +460,109 @@ pub fn load_goldens(
                 model: model_sha256.to_string(),
             });
         }
-        if g.top_k.len() != g.tokens.len() || g.top_k.iter().any(|r| r.is_empty()) {
-            return Err(GoldenError::Format {
-                path: side,
-                message: format!(
-                    "{} tokens but {} top-k rows (or an empty row)",
-                    g.tokens.len(),
-                    g.top_k.len()
-                ),
-            });
+        check_content(
+            &snap,
+            if promote { &pending } else { &side },
+            prompt,
+            stop_ids,
+            &body,
+            &g,
+        )?;
+        if promote {
+            std::fs::rename(&pending, &side).map_err(io(&side))?;
         }
         out.insert(id.clone(), g);
     }
     Ok(out)
+}
+
+/// The content checks of [`load_goldens`] on a golden whose sidecar `side` agrees with the
+/// snapshot `snap` (same prompt length and tokens, same model).
+fn check_content(
+    snap: &Path,
+    side: &Path,
+    prompt: &Prompt,
+    stop_ids: &[u32],
+    body: &SnapshotBody,
+    g: &Golden,
+) -> Result<(), GoldenError> {
+    let format = |path: &Path, message: String| GoldenError::Format {
+        path: path.to_path_buf(),
+        message,
+    };
+    let impossible = |path: &Path, message: String| GoldenError::Impossible {
+        path: path.to_path_buf(),
+        prompt_id: prompt.id.clone(),
+        message,
+    };
+    if g.schema != SIDECAR_SCHEMA {
+        return Err(format(
+            side,
+            format!("schema {:?}, expected {SIDECAR_SCHEMA:?}", g.schema),
+        ));
+    }
+    if g.prompt_id != prompt.id {
+        return Err(format(
+            side,
+            format!(
+                "the sidecar is prompt {:?}'s, not {:?}'s",
+                g.prompt_id, prompt.id
+            ),
+        ));
+    }
+    if body.prompt_id.as_deref() != Some(prompt.id.as_str()) {
+        return Err(format(
+            snap,
+            format!(
+                "the snapshot is prompt {:?}'s, not {:?}'s",
+                body.prompt_id.as_deref().unwrap_or("(none)"),
+                prompt.id
+            ),
+        ));
+    }
+    if g.prompt.is_empty() {
+        return Err(impossible(
+            side,
+            "empty prompt (an encoded prompt holds at least BOS)".into(),
+        ));
+    }
+    if let Some(why) = Golden::length_problem(&body.tokens, prompt.max_tokens, stop_ids) {
+        return Err(impossible(snap, why));
+    }
+    if g.top_k.len() != g.tokens.len() || g.top_k.iter().any(|r| r.is_empty()) {
+        return Err(format(
+            side,
+            format!(
+                "{} tokens but {} top-k rows (or an empty row)",
+                g.tokens.len(),
+                g.top_k.len()
+            ),
+        ));
+    }
+    if body.margins.len() != body.tokens.len() {
+        return Err(impossible(
+            snap,
+            format!(
+                "{} output tokens but {} margins",
+                body.tokens.len(),
+                body.margins.len()
+            ),
+        ));
+    }
+    for (i, (row, &m)) in g.top_k.iter().zip(&body.margins).enumerate() {
+        let want = snapshot_margin(row);
+        if want != m {
+            return Err(impossible(
+                side,
+                format!(
+                    "output {i}: the sidecar's top-2 margin rounds to {want}, the reviewed \
+                     snapshot {} says {m}",
+                    snap.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// How a snapshot compared when written.
@@ -425,14 +644,7 @@ pub fn write_golden(
         text: text.to_string(),
         prompt_tokens: golden.prompt.len(),
         tokens: golden.tokens.clone(),
-        margins: golden
-            .top_k
-            .iter()
-            .map(|r| match (r.first(), r.get(1)) {
-                (Some(a), Some(b)) => round_sig4(a.1 - b.1),
-                _ => f64::INFINITY,
-            })
-            .collect(),
+        margins: golden.top_k.iter().map(|r| snapshot_margin(r)).collect(),
     };
     let info = GoldenInfo {
         model_file: golden.model_file.clone(),
@@ -549,7 +761,15 @@ mod tests {
     #[test]
     fn snapshot_body_gives_prompt_length_and_tokens() {
         let text = "---\nsource: x\ninfo:\n  model_sha256: abc\n---\nprompt_id: p\ntext: \"a\"\nprompt_tokens: 7\ntokens:\n  - 3\n  - 40\nmargins:\n  - 1.5\n";
-        assert_eq!(snapshot_body(text), Some((7, vec![3, 40])));
+        assert_eq!(
+            snapshot_body(text),
+            Some(SnapshotBody {
+                prompt_id: Some("p".into()),
+                prompt_tokens: 7,
+                tokens: vec![3, 40],
+                margins: vec![1.5],
+            })
+        );
     }
 
     #[test]

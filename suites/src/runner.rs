@@ -566,7 +566,12 @@ pub fn suite_requests(
 /// `goldens` maps prompt id → golden (needed for `prefill`, and for the `exact`/golden-fork
 /// columns). Errors: [`RunError`] when the run cannot be judged (exit 2), checked before the
 /// engine runs where they can be ([`suite_requests`], the goldens, a mode listed twice);
-/// engine failures are `error` verdicts, not errors.
+/// engine failures are `error` verdicts, not errors. A golden is refused
+/// ([`RunError::BadGolden`]) when it is not the oracle's greedy output ([`Golden::problem`]) or,
+/// cut to its request's `max_tokens`, not an output of that request
+/// ([`Golden::length_problem`]: empty, or ending early without a stop id — `prefill` would be
+/// judged on fewer positions than asked, none for an empty golden); one longer than the
+/// request's budget is judged on its prefix.
 pub fn run_suite(
     engine: &mut dyn Engine,
     oracle: &mut dyn Oracle,
@@ -635,7 +640,14 @@ pub fn run_requests(
     if let Some(g) = goldens {
         for r in reqs {
             if let Some(gold) = g.get(&r.id) {
-                if let Some(message) = gold.problem(oracle.vocab_size()) {
+                // the golden as an output of this request, cut to its budget (a request may
+                // ask for fewer tokens than the golden holds, and is judged on that prefix): an
+                // empty golden, or one that ends early without a stop id, judges nothing
+                let upto = gold.tokens.len().min(r.max_tokens);
+                let problem = gold.problem(oracle.vocab_size()).or_else(|| {
+                    Golden::length_problem(&gold.tokens[..upto], r.max_tokens, &r.stop)
+                });
+                if let Some(message) = problem {
                     return Err(RunError::BadGolden {
                         suite: suite.path.clone(),
                         id: r.id.clone(),

@@ -5,6 +5,7 @@
 //! sidecar. Expected values are the goldens written by the test itself.
 
 use suites::golden::{load_goldens, write_golden, Golden, SnapshotOutcome};
+use suites::suite::{Prompt, PromptInput};
 
 fn golden(tokens: Vec<u32>) -> Golden {
     Golden {
@@ -27,7 +28,13 @@ fn golden(tokens: Vec<u32>) -> Golden {
 fn unreviewed_changes_stay_pending_until_accepted() {
     let dir = std::env::temp_dir().join(format!("golden-review-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let ids = vec!["p".to_string()];
+    // the prompt the goldens below answer: 3 output tokens of max_tokens 3, no stop id
+    let prompts = [Prompt {
+        id: "p".into(),
+        input: PromptInput::Text("x".into()),
+        max_tokens: 3,
+    }];
+    let stop: [u32; 0] = [];
     // insta reads INSTA_UPDATE once per process; this binary has only this test
     std::env::set_var("INSTA_FORCE_PASS", "0");
     std::env::set_var("INSTA_UPDATE", "new");
@@ -37,10 +44,10 @@ fn unreviewed_changes_stay_pending_until_accepted() {
         SnapshotOutcome::Pending
     );
     // nothing reviewed yet: no golden to judge against
-    assert!(load_goldens(&dir, &ids, "abc").is_err());
+    assert!(load_goldens(&dir, &prompts, &stop, "abc").is_err());
     std::fs::rename(dir.join("p.snap.new"), dir.join("p.snap")).unwrap();
     assert_eq!(
-        load_goldens(&dir, &ids, "abc").unwrap()["p"].tokens,
+        load_goldens(&dir, &prompts, &stop, "abc").unwrap()["p"].tokens,
         [7, 8, 9]
     );
 
@@ -53,14 +60,14 @@ fn unreviewed_changes_stay_pending_until_accepted() {
     assert!(dir.join("p.oracle.json.new").exists());
     // conformance still judges against the reviewed golden
     assert_eq!(
-        load_goldens(&dir, &ids, "abc").unwrap()["p"].tokens,
+        load_goldens(&dir, &prompts, &stop, "abc").unwrap()["p"].tokens,
         [7, 8, 9]
     );
 
     // `cargo insta review` accepting = renaming .snap.new over .snap
     std::fs::rename(dir.join("p.snap.new"), dir.join("p.snap")).unwrap();
     assert_eq!(
-        load_goldens(&dir, &ids, "abc").unwrap()["p"].tokens,
+        load_goldens(&dir, &prompts, &stop, "abc").unwrap()["p"].tokens,
         [7, 8, 10]
     );
     assert!(!dir.join("p.oracle.json.new").exists());
@@ -71,7 +78,7 @@ fn unreviewed_changes_stay_pending_until_accepted() {
         serde_json::to_string(&old).unwrap(),
     )
     .unwrap();
-    let e = load_goldens(&dir, &ids, "abc").unwrap_err();
+    let e = load_goldens(&dir, &prompts, &stop, "abc").unwrap_err();
     assert!(e.to_string().contains("disagrees"), "{e}");
     // blessing again repairs that sidecar and says so (the snapshot itself is unchanged);
     // once repaired, a second bless changes nothing
@@ -80,7 +87,7 @@ fn unreviewed_changes_stay_pending_until_accepted() {
         SnapshotOutcome::Written
     );
     assert_eq!(
-        load_goldens(&dir, &ids, "abc").unwrap()["p"].tokens,
+        load_goldens(&dir, &prompts, &stop, "abc").unwrap()["p"].tokens,
         [7, 8, 10]
     );
     assert_eq!(

@@ -93,9 +93,14 @@ fn setup(fx: &Path) -> Setup {
     let draft = fx.join("models/dense-assistant.F32.gguf");
     let suite = Suite::load(workspace().join("suites/smoke.toml")).unwrap();
     let oracle = ReferenceOracle::load(&model).unwrap();
-    let ids: Vec<String> = suite.prompts.iter().map(|p| p.id.clone()).collect();
     let dir = golden_dir(&workspace().join("goldens"), "dense-target.Q4_K_M", "smoke");
-    let goldens = load_goldens(&dir, &ids, oracle.model_sha256()).unwrap();
+    let goldens = load_goldens(
+        &dir,
+        &suite.prompts,
+        &suite.settings.stop_ids,
+        oracle.model_sha256(),
+    )
+    .unwrap();
     let codec = GemmaCodec::load(&model).unwrap();
     Setup {
         model,

@@ -165,6 +165,37 @@ fn inconsistent_golden_is_refused() {
     }
 }
 
+/// A golden that cannot be a greedy output of its request (the toy suite's "a": max_tokens 20,
+/// no stop ids) is refused before the engine runs, naming the prompt: an empty token list (as
+/// written from a NaN model; `prefill` was judged "exact" on no position) and one cut short to
+/// 5 tokens. The expected text is the rule's, with the suite's numbers.
+#[test]
+fn golden_that_is_no_output_of_its_request_is_refused() {
+    let s = suite();
+    type Corrupt = fn(&mut Golden);
+    let cases: [(&str, Corrupt); 2] = [
+        ("no output tokens, but the prompt's max_tokens is 20", |g| {
+            g.tokens.clear();
+            g.top_k.clear();
+        }),
+        ("5 output tokens of max_tokens 20, and the last", |g| {
+            g.tokens.truncate(5);
+            g.top_k.truncate(5);
+        }),
+    ];
+    for (want, corrupt) in cases {
+        let mut g = goldens(&s);
+        corrupt(g.get_mut("a").unwrap());
+        for modes in [&[Mode::Prefill][..], &[Mode::Plain]] {
+            let e = try_run(&mut MustNotRun, &s, &g, modes).unwrap_err();
+            assert!(
+                e.contains("prompt \"a\": its golden is inconsistent") && e.contains(want),
+                "{want}: {e}"
+            );
+        }
+    }
+}
+
 /// An engine that must not be asked anything: the run is refused before it starts.
 struct MustNotRun;
 
