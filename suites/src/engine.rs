@@ -260,6 +260,35 @@ impl Trajectory {
     }
 }
 
+/// The trajectory of a request that failed on its own (its failure is in
+/// [`Engine::request_errors`], judged `error`): no steps, as an HTTP engine's failed request.
+pub(crate) fn failed_trajectory(req: &Request) -> Trajectory {
+    Trajectory {
+        id: req.id.clone(),
+        steps: Vec::new(),
+        spec: None,
+        wall: Duration::ZERO,
+    }
+}
+
+/// One request's result in a call over several: a failure of that request alone
+/// ([`EngineError::Request`] naming it, e.g. `non-finite logits at output index I (N NaN/Inf)`)
+/// is recorded in `errors` and answered with [`failed_trajectory`], so the call goes on for the
+/// other requests; any other failure (a drafter that does not load) fails the call.
+pub(crate) fn per_request(
+    errors: &mut Vec<(String, String)>,
+    req: &Request,
+    result: Result<Trajectory, EngineError>,
+) -> Result<Trajectory, EngineError> {
+    match result {
+        Err(EngineError::Request { id, message }) if id == req.id => {
+            errors.push((id, message));
+            Ok(failed_trajectory(req))
+        }
+        other => other,
+    }
+}
+
 /// Teacher-forced scores of one sequence: per position `t` the top-k `(id, logit)` of the
 /// next-token distribution after `seq[..=t]`, descending by logit (ties: lower id first).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

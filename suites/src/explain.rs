@@ -102,10 +102,20 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// The engine's trajectories; a failed request (the call's error or one of
+    /// [`Engine::request_errors`], e.g. NaN logits) stops explain naming the mode and request.
     fn gen(&mut self, reqs: &[Request], mode: &Mode) -> Result<Vec<Trajectory>, Fatal> {
-        self.engine
+        let out = self
+            .engine
             .generate(reqs, mode)
-            .map_err(|e| Fatal(format!("{mode}: {e}")))
+            .map_err(|e| Fatal(format!("{mode}: {e}")))?;
+        match self.engine.request_errors().into_iter().next() {
+            Some((id, message)) => {
+                let e = crate::engine::EngineError::Request { id, message };
+                Err(Fatal(format!("{mode}: {e}")))
+            }
+            None => Ok(out),
+        }
     }
 
     fn one(&mut self, mode: &Mode) -> Result<Trajectory, Fatal> {

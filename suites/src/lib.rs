@@ -78,6 +78,35 @@ pub(crate) fn test_nan_copy(
     Some(out)
 }
 
+/// A copy of fixture model `name` in `dir` (created) as `stem.gguf`, with row `row` of the
+/// Q8_0 tensor `tensor` made NaN: the scale `d` (the f16 at the start of a Q8_0 block, ggml's
+/// `block_q8_0`) of the row's first block set to NaN, so that row's first 32 values decode to
+/// NaN. The row's file offset comes from the GGUF tensor table (`tensor_file_offset` + `row` ×
+/// the row's bytes). `None` after printing `skipped: …` without the fixtures.
+#[cfg(test)]
+pub(crate) fn test_nan_row_copy(
+    name: &str,
+    tensor: &str,
+    row: usize,
+    dir: &std::path::Path,
+    stem: &str,
+) -> Option<std::path::PathBuf> {
+    let src = test_fixture_model(name)?;
+    let f = reference::gguf::GgufFile::open(&src).expect("open fixture");
+    let t = f.tensor(tensor).expect("tensor").clone();
+    assert_eq!(t.ggml_type, reference::quant::GgmlType::Q8_0, "{tensor}");
+    assert!(row < t.n_rows(), "{tensor} has {} rows", t.n_rows());
+    let pos = f.tensor_file_offset(&t) as usize + row * t.row_bytes();
+    drop(f);
+    let mut b = std::fs::read(&src).expect("read fixture");
+    // f16 quiet NaN, little-endian
+    b[pos..pos + 2].copy_from_slice(&0x7E00u16.to_le_bytes());
+    std::fs::create_dir_all(dir).expect("temp dir");
+    let out = dir.join(format!("{stem}.gguf"));
+    std::fs::write(&out, b).expect("write copy");
+    Some(out)
+}
+
 pub use engine::{
     Engine, EngineError, Mode, Request, Scores, SpecStats, Step, StepKind, TopKRows, Trajectory,
 };

@@ -234,13 +234,20 @@ pub struct Perturbed<E> {
     /// The perturbation.
     pub how: Perturbation,
     name: String,
+    /// Per-request failures of the last call (the inner engine's, [`Engine::request_errors`]).
+    errors: Vec<(String, String)>,
 }
 
 impl<E: Engine> Perturbed<E> {
     /// Wraps `inner`.
     pub fn new(inner: E, how: Perturbation) -> Perturbed<E> {
         let name = format!("perturbed:{}", inner.name());
-        Perturbed { inner, how, name }
+        Perturbed {
+            inner,
+            how,
+            name,
+            errors: Vec::new(),
+        }
     }
 
     fn one(&mut self, req: &Request) -> Result<Trajectory, EngineError> {
@@ -260,6 +267,10 @@ impl<E: Engine> Perturbed<E> {
                 .generate(&[sub], &Mode::Plain)?
                 .pop()
                 .ok_or_else(|| EngineError::Other("inner engine returned nothing".into()))?;
+            // the inner engine's failure of this request is this request's failure
+            if let Some((id, message)) = self.inner.request_errors().into_iter().next() {
+                return Err(EngineError::Request { id, message });
+            }
             if traj.steps.is_empty() {
                 break;
             }
@@ -334,7 +345,16 @@ impl<E: Engine> Engine for Perturbed<E> {
                 mode: *mode,
             });
         }
-        reqs.iter().map(|r| self.one(r)).collect()
+        self.errors.clear();
+        let mut out = Vec::with_capacity(reqs.len());
+        for r in reqs {
+            let t = self.one(r);
+            out.push(crate::engine::per_request(&mut self.errors, r, t)?);
+        }
+        Ok(out)
+    }
+    fn request_errors(&mut self) -> Vec<(String, String)> {
+        std::mem::take(&mut self.errors)
     }
     /// The inner engine's scores; under [`Perturbation::Noise`] every logit gets the same
     /// deterministic noise as in generation (keyed by position and id) and rows are re-sorted.

@@ -18,7 +18,7 @@ use reference::tokenizer::{ChatMessage, GemmaTokenizer};
 use reference::spec::Assistant;
 
 use crate::engine::{
-    Engine, EngineError, Mode, Request, Scores, Step, StepKind, TopKRows, Trajectory,
+    per_request, Engine, EngineError, Mode, Request, Scores, Step, StepKind, TopKRows, Trajectory,
 };
 use crate::oracle::{Codec, Oracle};
 use crate::rule::OracleRow;
@@ -41,6 +41,8 @@ pub struct ReferenceEngine<F: Float> {
     assistant: Option<Assistant<F>>,
     /// How the drafter is loaded (the target's options).
     load: LoadOptions,
+    /// Per-request failures of the last [`Engine::generate`] call ([`Engine::request_errors`]).
+    errors: Vec<(String, String)>,
 }
 
 fn model_err(id: &str, e: impl std::fmt::Display) -> EngineError {
@@ -104,6 +106,7 @@ impl<F: Float> ReferenceEngine<F> {
             draft: None,
             assistant: None,
             load: LoadOptions::default(),
+            errors: Vec::new(),
         }
     }
 
@@ -142,8 +145,12 @@ impl<F: Float> ReferenceEngine<F> {
             return Err(EngineError::Other("assistant not loaded".into()));
         };
         let mut drafter = a;
+        let errors = &mut self.errors;
         reqs.iter()
-            .map(|r| spec_generate(&self.model, &mut drafter, r, k, ENGINE_TOP_K))
+            .map(|r| {
+                let t = spec_generate(&self.model, &mut drafter, r, k, ENGINE_TOP_K);
+                per_request(errors, r, t)
+            })
             .collect()
     }
 
@@ -223,8 +230,10 @@ impl<F: Float> ReferenceEngine<F> {
     }
 
     /// Running batch of width `n` over all requests: each forward carries, per active slot,
-    /// either its whole prompt (a request joining) or its last token (decoding).
-    fn batch(&self, reqs: &[Request], n: usize) -> Result<Vec<Trajectory>, EngineError> {
+    /// either its whole prompt (a request joining) or its last token (decoding). A request
+    /// whose row has NaN/Inf logits (or no top-k) leaves the batch with its failure recorded
+    /// in `self.errors` ([`Engine::request_errors`]) and no steps; the others go on.
+    fn batch(&mut self, reqs: &[Request], n: usize) -> Result<Vec<Trajectory>, EngineError> {
         struct Slot<F> {
             req: usize,
             cache: KvCache<F>,
@@ -265,24 +274,29 @@ impl<F: Float> ReferenceEngine<F> {
             let mut keep = Vec::new();
             for (mut slot, r) in active.drain(..).zip(rows) {
                 let req = &reqs[slot.req];
-                let last = r
+                let bad = r
                     .last()
-                    .ok_or_else(|| model_err(&req.id, "no logits row"))?;
-                let bad = last.iter().filter(|z| !z.is_finite()).count();
-                if bad > 0 {
-                    return Err(model_err(
-                        &req.id,
-                        format!(
-                            "non-finite logits at output index {} ({bad} NaN/Inf)",
-                            slot.steps.len()
-                        ),
-                    ));
+                    .map(|last| last.iter().filter(|z| !z.is_finite()).count());
+                let tk = r
+                    .last()
+                    .map(|last| select_top_k(last, ENGINE_TOP_K, &suppressed))
+                    .unwrap_or_default();
+                let failure = match (bad, tk.first()) {
+                    (None, _) => Some("no logits row".to_string()),
+                    (Some(bad), _) if bad > 0 => Some(format!(
+                        "non-finite logits at output index {} ({bad} NaN/Inf)",
+                        slot.steps.len()
+                    )),
+                    (_, None) => Some("empty top-k".to_string()),
+                    _ => None,
+                };
+                if let Some(message) = failure {
+                    // this request leaves the batch; the others go on
+                    self.errors.push((req.id.clone(), message));
+                    done[slot.req] = Some(Vec::new());
+                    continue;
                 }
-                let tk = select_top_k(last, ENGINE_TOP_K, &suppressed);
-                let token = tk
-                    .first()
-                    .map(|x| x.0)
-                    .ok_or_else(|| model_err(&req.id, "empty top-k"))?;
+                let token = tk[0].0;
                 let kind = if slot.steps.is_empty() {
                     StepKind::Prefill
                 } else {
@@ -329,9 +343,21 @@ impl<F: Float> Engine for ReferenceEngine<F> {
         m
     }
 
+    /// Generates every request in `mode`; a request that fails on its own (NaN/Inf logits
+    /// under `--allow-nonfinite`: `non-finite logits at output index I (N NaN/Inf)`) gets an
+    /// empty trajectory and its message in [`Engine::request_errors`], while the others are
+    /// generated as if it were not there (in `batch:N` its slot leaves the batch).
     fn generate(&mut self, reqs: &[Request], mode: &Mode) -> Result<Vec<Trajectory>, EngineError> {
+        self.errors.clear();
         match *mode {
-            Mode::Plain => reqs.iter().map(|r| self.plain(r)).collect(),
+            Mode::Plain => {
+                let mut out = Vec::with_capacity(reqs.len());
+                for r in reqs {
+                    let t = self.plain(r);
+                    out.push(per_request(&mut self.errors, r, t)?);
+                }
+                Ok(out)
+            }
             Mode::Batch { n } => self.batch(reqs, n),
             Mode::Spec { k } if self.draft.is_some() && SPEC_WIRED => self.spec(reqs, k),
             _ => Err(EngineError::UnsupportedMode {
@@ -357,6 +383,10 @@ impl<F: Float> Engine for ReferenceEngine<F> {
         top_k: usize,
     ) -> Result<Option<TopKRows>, EngineError> {
         ReferenceEngine::decode_rows(self, prompt, tokens, top_k).map(Some)
+    }
+
+    fn request_errors(&mut self) -> Vec<(String, String)> {
+        std::mem::take(&mut self.errors)
     }
 }
 
@@ -545,41 +575,38 @@ mod nonfinite_tests {
             Ok(_) => panic!("a NaN weight loaded by default"),
         }
         let allow = LoadOptions::default().with_allow_nonfinite(true);
-        let mut e = ReferenceEngine::<f32>::load_with(&path, allow).unwrap();
+        let e = ReferenceEngine::<f32>::load_with(&path, allow).unwrap();
         let req = Request {
             id: "p".into(),
             prompt: vec![2, 818],
             max_tokens: 2,
             stop: vec![],
         };
-        for mode in [Mode::Plain, Mode::Batch { n: 4 }] {
-            let err = e
-                .generate(std::slice::from_ref(&req), &mode)
-                .unwrap_err()
-                .to_string();
-            assert!(
-                err.contains("non-finite logits at output index 0"),
-                "{mode}: {err}"
-            );
-        }
-        // spec:K with the paired drafter: the same engine error (its first row's empty top-k
-        // was "empty top-k", and a NaN verify row emitted token u32::MAX)
+        // every logit NaN (output_norm scales every one): all 16384 ids of the fixture's
+        // vocabulary; a failure of the request, reported by request_errors with no steps
+        let want = vec![(
+            "p".to_string(),
+            "non-finite logits at output index 0 (16384 NaN/Inf)".to_string(),
+        )];
+        // spec:K with the paired drafter: the same (its first row's empty top-k was "empty
+        // top-k", and a NaN verify row emitted token u32::MAX)
         let Some(draft) = crate::test_fixture_model("dense-assistant.F32.gguf") else {
             return;
         };
         let mut e = e.with_draft(Some(draft));
-        for k in [1, 3] {
-            match e.generate(std::slice::from_ref(&req), &Mode::Spec { k }) {
-                Err(EngineError::Request { id, message }) => {
-                    assert_eq!(id, "p");
-                    assert_eq!(
-                        message, "non-finite logits at output index 0 (16384 NaN/Inf)",
-                        "spec:{k}"
-                    );
-                }
-                Err(other) => panic!("spec:{k}: {other}"),
-                Ok(t) => panic!("spec:{k}: NaN rows gave {:?}", t[0].tokens()),
-            }
+        for mode in [
+            Mode::Plain,
+            Mode::Batch { n: 4 },
+            Mode::Spec { k: 1 },
+            Mode::Spec { k: 3 },
+        ] {
+            let t = e.generate(std::slice::from_ref(&req), &mode).unwrap();
+            assert_eq!(t.len(), 1, "{mode}");
+            assert_eq!(t[0].id, "p");
+            assert!(t[0].steps.is_empty(), "{mode}: {:?}", t[0].tokens());
+            assert_eq!(e.request_errors(), want, "{mode}");
+            // taken: the next call starts without them
+            assert!(e.request_errors().is_empty());
         }
         let mut o = ReferenceOracle::load_with(&path, allow).unwrap();
         let err = o.score(&[vec![2, 818]], 4).unwrap_err().to_string();
@@ -588,6 +615,140 @@ mod nonfinite_tests {
             "{err}"
         );
         assert!(err.contains("nanw.gguf"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Only the request that meets a NaN row fails: on a copy of the e2b fixture whose
+    /// per-layer embedding row of token `X` is NaN (row and offset from the GGUF tensor table,
+    /// [`crate::test_nan_row_copy`]; per_layer_token_embd is not the output head, so only a
+    /// sequence holding `X` is touched), request `a` (prompt with `X`) gets the error verdict
+    /// `non-finite logits at output index 0 (N NaN/Inf)` in plain, batch:4 and spec:2, and
+    /// request `b` (without `X`) the trajectory the unmodified fixture gives it in that mode
+    /// (tokens, top-k and spec counters), judged normally by the runner. The expected values
+    /// come from the unmodified fixture and from the reference loader's greedy on the copy
+    /// (`Model::greedy` names the first NaN row and counts its non-finite logits).
+    #[test]
+    fn a_nan_row_fails_only_its_request() {
+        const X: u32 = 1000;
+        let dir = std::env::temp_dir().join(format!("suites-nan-row-{}", std::process::id()));
+        let Some(path) = crate::test_nan_row_copy(
+            "e2b-target.Q4_0.gguf",
+            "per_layer_token_embd.weight",
+            X as usize,
+            &dir,
+            "nanrow",
+        ) else {
+            return;
+        };
+        let Some(orig) = crate::test_fixture_model("e2b-target.Q4_0.gguf") else {
+            return;
+        };
+        let Some(draft) = crate::test_fixture_model("e2b-assistant.Q8_0.gguf") else {
+            return;
+        };
+        let req = |id: &str, prompt: Vec<u32>| Request {
+            id: id.into(),
+            prompt,
+            max_tokens: 6,
+            stop: vec![1, 50, 106],
+        };
+        let reqs = [req("a", vec![2, 818, X, 563]), req("b", vec![2, 818, 563])];
+        let allow = LoadOptions::default().with_allow_nonfinite(true);
+        // the reference loader on the copy: `a` meets a NaN row at its first output, `b` none,
+        // and `b`'s output never holds X (else it would meet the NaN row too)
+        let m = Model::<f32>::load_with(&path, allow).unwrap();
+        let ga = m.greedy(&reqs[0].prompt, 6, &reqs[0].stop).unwrap();
+        let (at, bad) = ga.nonfinite.expect("a NaN row for the prompt with X");
+        assert_eq!(at, 0);
+        assert!(bad > 0);
+        let gb = m.greedy(&reqs[1].prompt, 6, &reqs[1].stop).unwrap();
+        assert_eq!(gb.nonfinite, None);
+        assert!(!gb.tokens.contains(&X), "{:?}", gb.tokens);
+        let message = format!("non-finite logits at output index 0 ({bad} NaN/Inf)");
+
+        let mut clean = ReferenceEngine::<f32>::load(&orig)
+            .unwrap()
+            .with_draft(Some(draft.clone()));
+        let mut e = ReferenceEngine::<f32>::load_with(&path, allow)
+            .unwrap()
+            .with_draft(Some(draft));
+        let modes = [Mode::Plain, Mode::Batch { n: 4 }, Mode::Spec { k: 2 }];
+        for mode in &modes {
+            let want_b = clean.generate(&reqs, mode).unwrap().remove(1);
+            assert!(clean.request_errors().is_empty());
+            let t = e.generate(&reqs, mode).unwrap();
+            assert_eq!(
+                e.request_errors(),
+                vec![("a".to_string(), message.clone())],
+                "{mode}"
+            );
+            assert_eq!(t.len(), 2);
+            assert_eq!(t[0].id, "a");
+            assert!(t[0].steps.is_empty(), "{mode}: {:?}", t[0].tokens());
+            assert_eq!(t[1].id, "b");
+            assert_eq!(t[1].steps, want_b.steps, "{mode}");
+            assert_eq!(t[1].spec, want_b.spec, "{mode}");
+            if *mode == Mode::Plain {
+                assert_eq!(t[1].tokens(), gb.tokens);
+            }
+        }
+
+        // the runner: `a` is the error verdict with the message, `b` judged (by the oracle on
+        // the copy, whose rows for `b` are finite) as the unmodified engine's output
+        let suite = crate::suite::Suite::parse(
+            "[suite]\nname = \"t\"\nstop_ids = [1, 50, 106]\nmodes = [\"plain\"]\n\
+             [[prompt]]\nid = \"a\"\ntext = \"x\"\nmax_tokens = 6\n\
+             [[prompt]]\nid = \"b\"\ntext = \"y\"\nmax_tokens = 6\n",
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        let mut oracle = ReferenceOracle::load_with(&path, allow).unwrap();
+        let codec = GemmaCodec::load(&path).unwrap();
+        let mut cache = crate::oracle::ScoreCache::new(None);
+        let cfg = crate::runner::RunConfig {
+            modes: modes.to_vec(),
+            tau: 2f64.powi(-10),
+            tau_source: "test".into(),
+            model: crate::report::ModelRef {
+                path: path.display().to_string(),
+                stem: "nanrow".into(),
+                sha256: oracle.model_sha256().to_string(),
+            },
+            draft: None,
+            goldens_dir: None,
+            progress: false,
+        };
+        let run = crate::runner::run_requests(
+            &mut e,
+            &mut oracle,
+            &codec,
+            &mut cache,
+            &suite,
+            &reqs,
+            None,
+            &cfg,
+            &crate::runner::RunExtras::default(),
+        )
+        .unwrap();
+        assert_eq!(run.entries.len(), 2 * modes.len());
+        for entry in &run.entries {
+            match entry.prompt.as_str() {
+                "a" => {
+                    assert_eq!(entry.verdict, crate::rule::Verdict::Error, "{}", entry.mode);
+                    assert_eq!(entry.error.as_deref(), Some(message.as_str()));
+                }
+                _ => {
+                    assert_ne!(
+                        entry.verdict,
+                        crate::rule::Verdict::Error,
+                        "{:?}",
+                        entry.error
+                    );
+                    assert!(entry.passes, "{}: {:?}", entry.mode, entry.verdict);
+                    assert_eq!(entry.judged, gb.tokens.len(), "{}", entry.mode);
+                }
+            }
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
