@@ -214,7 +214,8 @@ pub struct ModelCalibration {
 /// oracle on the golden sequences (prompt ‖ golden continuation) of every suite, proposes τ and,
 /// when `write`, stores it in `goldens/<model>/budgets.toml` under the engine's name.
 ///
-/// Errors ([`crate::conformance::Fatal`]), the first three before anything is measured: a
+/// Errors ([`crate::conformance::Fatal`]), the first four before anything is measured or any
+/// model file read: a bad engine spec ([`crate::conformance::check_engine`]), a
 /// `budgets.toml` the result could not be written into (when `write`), a suite that does not
 /// load, a suite file given twice or two with one name; unreadable model, missing goldens (run
 /// `bless`), golden pinned to another SHA-256, engine or oracle failure.
@@ -223,7 +224,10 @@ pub fn calibrate_models(
     safety: f64,
     write: bool,
 ) -> Result<Vec<ModelCalibration>, crate::conformance::Fatal> {
-    use crate::conformance::{load_suites, make_engine, model_suites, suite_for, Fatal};
+    use crate::conformance::{
+        check_engine, load_suites, make_engine, model_suites, suite_for, Fatal,
+    };
+    check_engine(&opts.engine)?;
     use crate::golden;
     use crate::reference_engine::ReferenceOracle;
     let fatal = |e: &dyn std::fmt::Display| Fatal(e.to_string());

@@ -108,19 +108,44 @@ pub fn make_engine(
         other if crate::http::is_http_spec(other) => {
             crate::http::engine_from_spec(other, &model.path).map_err(fatal)
         }
-        other => Err(Fatal(format!(
-            "unknown engine {other:?} (this build knows reference-f32, reference-f64{}{})",
-            if cfg!(feature = "http") {
-                ", llama-server=URL, openai=URL"
-            } else {
-                ""
-            },
-            if cfg!(feature = "cuda") {
-                ", cuda"
-            } else {
-                "; cuda needs the `cuda` feature"
-            }
-        ))),
+        other => Err(unknown_engine(other)),
+    }
+}
+
+/// The error for an engine name this build does not know, listing those it knows.
+fn unknown_engine(name: &str) -> Fatal {
+    Fatal(format!(
+        "unknown engine {name:?} (this build knows reference-f32, reference-f64{}{})",
+        if cfg!(feature = "http") {
+            ", llama-server=URL, openai=URL"
+        } else {
+            ""
+        },
+        if cfg!(feature = "cuda") {
+            ", cuda"
+        } else {
+            "; cuda needs the `cuda` feature"
+        }
+    ))
+}
+
+/// Checks an `--engine` value without loading a model or connecting: a name this build knows
+/// ([`make_engine`]'s), or an HTTP engine spec whose URL and every option parse and whose host
+/// is allowed (`crate::http::check_spec`). Conformance, calibrate and explain call it before
+/// they read any model file, so a bad spec is reported first, not after the models are fixed.
+///
+/// Errors: [`Fatal`] with the message [`make_engine`] gives for the same value (`unknown
+/// engine …`, `bad engine spec …`, the loopback rule).
+pub fn check_engine(name: &str) -> Result<(), Fatal> {
+    match name {
+        "reference-f32" | "reference-f64" => Ok(()),
+        #[cfg(feature = "cuda")]
+        "cuda" => Ok(()),
+        #[cfg(feature = "http")]
+        other if crate::http::is_http_spec(other) => {
+            crate::http::check_spec(other).map(|_| ()).map_err(fatal)
+        }
+        other => Err(unknown_engine(other)),
     }
 }
 
@@ -395,7 +420,12 @@ fn model_ref(path: &Path, sha256: &str) -> ModelRef {
 
 /// Runs the conformance suite(s) on every model and writes `report.json`, `report.md` and the
 /// plots under `opts.out_dir`. Returns the report (its `summary.exit_code` is 0 or 1).
+///
+/// Checked before anything is read, in this order: the engine spec ([`check_engine`]: a bad
+/// HTTP spec is reported before a missing model file), the suites, prompt ids, floor keys,
+/// budgets, then the models.
 pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
+    check_engine(&opts.engine)?;
     let suites = load_suites(opts)?;
     check_prompt_ids(opts, &suites)?;
     check_floor_keys(opts, &suites)?;
@@ -1021,7 +1051,8 @@ mod tests {
             .unwrap()
             .len();
         let mut o = smoke_options(&[]);
-        o.engine = "no-such-engine".into();
+        // a spec check_engine accepts, whose server is not there: reached only after the checks
+        o.engine = "llama-server=http://127.0.0.1:1,retries=0".into();
         o.goldens_root = dir.join("goldens");
         o.out_dir = dir.join("out");
         o.models = vec![
@@ -1053,7 +1084,10 @@ mod tests {
         // only the asked prompts are checked
         o.prompts = vec!["ok".into()];
         let e = conformance(&o).unwrap_err().0;
-        assert!(e.starts_with("unknown engine \"no-such-engine\""), "{e}");
+        assert!(
+            e.contains("127.0.0.1:1") && e.contains("cannot connect"),
+            "{e}"
+        );
         // a stop id outside the 16384-id vocabulary
         let stops = dir.join("stops.toml");
         std::fs::write(

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use crate::budgets::Budgets;
 use crate::conformance::{
-    check_drafter, file_name, make_engine, open_model, Fatal, ModelSpec, OpenedModel,
+    check_drafter, check_engine, file_name, make_engine, open_model, Fatal, ModelSpec, OpenedModel,
 };
 use crate::engine::{Engine, Mode, Request, Step, Trajectory};
 use crate::golden;
@@ -141,7 +141,7 @@ impl Ctx<'_> {
 /// Runs the four experiments and returns the text report (ending with the verdict line).
 ///
 /// Errors ([`Fatal`], exit 2), all but the last found before anything runs: `prefill` among the
-/// modes, unreadable suite, unknown prompt, a bad `budgets.toml`, unreadable model, the suite
+/// modes, a bad engine spec ([`check_engine`], before any model file is read), unreadable suite, unknown prompt, a bad `budgets.toml`, unreadable model, the suite
 /// against the model as conformance checks it ([`suite_requests`]: stop ids, top_k, context
 /// length), an unreadable or unpaired drafter, an engine without one of the modes; engine or
 /// oracle failure.
@@ -155,7 +155,9 @@ pub fn explain(o: &ExplainOptions) -> Result<String, Fatal> {
         )));
     }
     // everything that can be checked without running is checked first, in the order
-    // conformance checks it: suite and prompt, budgets, the suite against the model, drafter
+    // conformance checks it: engine spec, suite and prompt, budgets, the suite against the
+    // model, drafter
+    check_engine(&o.engine)?;
     let suite = Suite::load(&o.suite).map_err(f)?;
     let p = suite.prompt(&o.prompt).map_err(f)?.clone();
     let continuation = continuation_tokens(o.continuation, &p, &o.suite)?;
@@ -496,9 +498,12 @@ mod tests {
     use super::*;
     use std::path::Path;
 
-    /// Options for `prompt` of the suite file `suite` on `model`, with an engine name that no
-    /// build knows: a check that passes reaches `make_engine` and stops there, so a run never
-    /// starts.
+    /// An engine spec [`check_engine`] accepts whose server is not there.
+    const UNREACHABLE: &str = "llama-server=http://127.0.0.1:1,retries=0";
+
+    /// Options for `prompt` of the suite file `suite` on `model`, with an HTTP engine spec that
+    /// passes [`check_engine`] but whose server is not there (port 1, no retries): a check
+    /// that passes reaches `make_engine` and stops there, so a run never starts.
     fn options(model: &Path, suite: &Path, modes: (Mode, Mode)) -> ExplainOptions {
         ExplainOptions {
             model: ModelSpec {
@@ -509,7 +514,7 @@ mod tests {
             suite: suite.to_path_buf(),
             prompt: "a".into(),
             modes,
-            engine: "no-such-engine".into(),
+            engine: UNREACHABLE.into(),
             goldens_root: std::env::temp_dir().join("gemma4-explain-no-goldens"),
             cache_dir: None,
             continuation: None,
@@ -605,7 +610,10 @@ mod tests {
         );
         o.model.draft = None;
         let e = explain(&o).unwrap_err().0;
-        assert!(e.starts_with("unknown engine \"no-such-engine\""), "{e}");
+        assert!(
+            e.contains("127.0.0.1:1") && e.contains("cannot connect"),
+            "{e}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -237,10 +237,30 @@ impl HttpSpec {
         Ok(s)
     }
 
+    /// The loopback rule: a URL that does not name this machine needs `allow-remote`.
+    /// Errors: [`HttpError::Remote`] naming the URL.
+    pub fn check_remote(&self) -> Result<(), HttpError> {
+        if !self.allow_remote && !client::is_loopback(&self.url)? {
+            return Err(HttpError::Remote {
+                url: self.url.clone(),
+            });
+        }
+        Ok(())
+    }
+
     /// The server root (`url` without a trailing `/v1`), where llama.cpp serves `/props`.
     pub fn root(&self) -> &str {
         self.url.strip_suffix("/v1").unwrap_or(&self.url)
     }
+}
+
+/// Checks an `--engine` spec without connecting or reading any file: [`HttpSpec::parse`] (the
+/// URL and every option) and the loopback rule ([`HttpSpec::check_remote`]), which
+/// [`HttpEngine::connect`] applies first. Errors: [`HttpError::Spec`], [`HttpError::Remote`].
+pub fn check_spec(spec: &str) -> Result<HttpSpec, HttpError> {
+    let s = HttpSpec::parse(spec)?;
+    s.check_remote()?;
+    Ok(s)
 }
 
 /// Longest wait for the first requests of [`HttpEngine::connect`] (`GET /props`, `/v1/models`):
@@ -286,11 +306,7 @@ impl HttpEngine {
     ///
     /// Errors: any [`HttpError`]; all are fatal for the run (exit 2).
     pub fn connect(spec: HttpSpec, model: &Path) -> Result<HttpEngine, HttpError> {
-        if !spec.allow_remote && !client::is_loopback(&spec.url)? {
-            return Err(HttpError::Remote {
-                url: spec.url.clone(),
-            });
-        }
+        spec.check_remote()?;
         let backoff = Duration::from_millis(500);
         let client = Client::new(spec.timeout, spec.retries, backoff);
         // the metadata GETs answer at once on a working server: a shorter limit

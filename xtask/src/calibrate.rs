@@ -61,6 +61,11 @@ pub fn run(a: &Args) -> i32 {
         crate::print_error(e);
         return 2;
     }
+    // the engine spec before any model file (or the fixtures folder) is looked at
+    if let Err(e) = suites::conformance::check_engine(&a.engine) {
+        crate::print_error(&e);
+        return 2;
+    }
     let Some(mut o) =
         crate::conformance::verb_options(&a.model, &None, &a.suites, &["smoke", "core"], &None)
     else {

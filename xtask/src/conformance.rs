@@ -448,6 +448,16 @@ pub fn run(a: &Args) -> i32 {
         ));
         return 2;
     }
+    let mut engine = a.engine.clone();
+    if a.allow_remote {
+        engine.push_str(",allow-remote");
+    }
+    // the whole engine spec before any model file (or the fixtures folder) is looked at: a bad
+    // spec was reported only after a missing model had been fixed
+    if let Err(e) = suites::conformance::check_engine(&engine) {
+        crate::print_error(&e);
+        return 2;
+    }
     let Some(mut o) = verb_options(
         &a.model,
         &a.draft,
@@ -457,7 +467,7 @@ pub fn run(a: &Args) -> i32 {
     ) else {
         return 2;
     };
-    o.engine.clone_from(&a.engine);
+    o.engine = engine;
     o.progress = !a.quiet;
     o.strict_invariance = a.strict_invariance;
     o.require_acceptance = a.require_acceptance;
@@ -481,9 +491,6 @@ pub fn run(a: &Args) -> i32 {
             }
         );
         return 2;
-    }
-    if a.allow_remote {
-        o.engine.push_str(",allow-remote");
     }
     if let Some(m) = &a.modes {
         match modes_flag(m, "plain,batch:4,spec:4") {

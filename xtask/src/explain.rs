@@ -58,6 +58,11 @@ pub fn run(a: &Args) -> i32 {
             return 2;
         }
     };
+    // the engine spec before any model file (or the fixtures folder) is looked at
+    if let Err(e) = suites::conformance::check_engine(&a.engine) {
+        crate::print_error(&e);
+        return 2;
+    }
     let Some(o) =
         crate::conformance::verb_options(&a.model, &a.draft, &[], &[a.suite.as_str()], &None)
     else {

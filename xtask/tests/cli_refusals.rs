@@ -176,3 +176,46 @@ fn fixtures_12b_checks_its_vocabulary_first() {
     );
     assert!(!out.exists(), "fixtures wrote {}", out.display());
 }
+
+/// A bad HTTP engine spec is refused before any model file is looked at: with a model that
+/// does not exist and `top-k=1` (below the rule's top-2), conformance, calibrate and explain
+/// report the spec (it was reported second, after the user had fixed the model), exit 2, one
+/// `error: …` line. The expected text is the spec parser's rule as the README states it
+/// (`top-k=K`, at least 2); a non-loopback URL without `allow-remote` is refused the same way.
+#[test]
+fn a_bad_engine_spec_is_refused_before_the_model() {
+    let spec = "llama-server=http://127.0.0.1:1,top-k=1";
+    let want = format!(
+        "error: bad engine spec {spec:?}: option top-k: \"1\" must be >= 2 (as a suite's top_k: \
+         the rule needs the top-2)"
+    );
+    let explain = [
+        "explain", "--model", NO_MODEL, "--prompt", "story", "--suite", "smoke", "--engine", spec,
+    ];
+    let cases: [&[&str]; 3] = [
+        &["conformance", "--model", NO_MODEL, "--engine", spec],
+        &[
+            "calibrate",
+            "--model",
+            NO_MODEL,
+            "--engine",
+            spec,
+            "--dry-run",
+        ],
+        &explain,
+    ];
+    for args in cases {
+        let (code, err) = xtask(args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end(), want, "{args:?}");
+    }
+    // the loopback rule is part of the spec check too
+    let remote = "openai=http://192.0.2.1:8080/v1";
+    let (code, err) = xtask(&["conformance", "--model", NO_MODEL, "--engine", remote]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        "error: http://192.0.2.1:8080/v1 is not a loopback address: pass --allow-remote (engine \
+         option `allow-remote`) to judge a remote server"
+    );
+}
