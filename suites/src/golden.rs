@@ -45,8 +45,9 @@ pub struct Golden {
 impl Golden {
     /// Why this golden cannot be the oracle's greedy output over a vocabulary of `vocab` ids (a
     /// corrupt or hand-edited sidecar), naming the output index, or `None`: one top-k row per
-    /// output token, every id below `vocab`, each row non-empty, sorted by logit (descending,
-    /// finite or −∞), and headed by the golden token (greedy: the row's top).
+    /// output token, every id below `vocab`, each row non-empty, each id once in its row (an id
+    /// listed twice reads as a top-2 tie of margin 0), sorted by logit (descending, finite or
+    /// −∞), and headed by the golden token (greedy: the row's top).
     pub fn problem(&self, vocab: usize) -> Option<String> {
         if self.top_k.len() != self.tokens.len() {
             return Some(format!(
@@ -73,6 +74,11 @@ impl Golden {
                 return Some(format!(
                     "output {i}: top-k id {id} is outside the vocabulary ({vocab})"
                 ));
+            }
+            let mut ids: Vec<u32> = row.iter().map(|x| x.0).collect();
+            ids.sort_unstable();
+            if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+                return Some(format!("output {i}: top-k id {} listed twice", w[0]));
             }
             if row.iter().any(|(_, l)| l.is_nan() || *l == f64::INFINITY)
                 || row.windows(2).any(|w| w[1].1 > w[0].1)

@@ -54,6 +54,23 @@ struct CacheEntry {
     rows: Vec<OracleRow>,
 }
 
+/// Whether `rows` can be [`Oracle::score`]'s answer for `ids` with `top_k`: one row per id,
+/// each with 1..=`top_k` candidates, ids once per row, logits descending (finite or −∞), and
+/// `chosen` (the next id's logit) known at every position but the last and not NaN/+∞.
+fn plausible_rows(rows: &[OracleRow], ids: &[u32], top_k: usize) -> bool {
+    let ok_logit = |l: f64| !l.is_nan() && l != f64::INFINITY;
+    rows.len() == ids.len()
+        && rows.iter().enumerate().all(|(t, r)| {
+            let mut seen: Vec<u32> = r.top_k.iter().map(|x| x.0).collect();
+            seen.sort_unstable();
+            (1..=top_k).contains(&r.top_k.len())
+                && seen.windows(2).all(|w| w[0] != w[1])
+                && r.top_k.iter().all(|x| ok_logit(x.1))
+                && r.top_k.windows(2).all(|w| w[1].1 <= w[0].1)
+                && (t + 1 == ids.len() || r.chosen.is_some_and(ok_logit))
+        })
+}
+
 /// Oracle scorings cached on disk by (model SHA-256, top-k, token ids).
 #[derive(Debug, Clone)]
 pub struct ScoreCache {
@@ -88,10 +105,17 @@ impl ScoreCache {
         self.dir.as_ref().map(|d| d.join(format!("{key}.json")))
     }
 
+    /// The cached rows of `ids`, or `None` (a miss: scored again and the entry rewritten) when
+    /// the file is missing, unreadable, for another key, or not what [`Oracle::score`] gives
+    /// ([`plausible_rows`]: a truncated or hand-edited entry was returned as the oracle's rows).
     fn load(&self, path: &Path, sha: &str, top_k: usize, ids: &[u32]) -> Option<Vec<OracleRow>> {
         let text = std::fs::read_to_string(path).ok()?;
         let e: CacheEntry = serde_json::from_str(&text).ok()?;
-        (e.model_sha256 == sha && e.top_k == top_k && e.ids == ids).then_some(e.rows)
+        (e.model_sha256 == sha
+            && e.top_k == top_k
+            && e.ids == ids
+            && plausible_rows(&e.rows, ids, top_k))
+        .then_some(e.rows)
     }
 
     /// Scores `seqs` with the oracle, answering from the cache where possible; rows as
@@ -177,5 +201,68 @@ impl ScoreCache {
             )));
         }
         Ok(rows[p - 1..p - 1 + output.len()].to_vec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mock::ToyModel;
+
+    /// A cache entry that is not a scoring of its key (one row dropped, or the top-2 ids
+    /// swapped so the row is no longer descending) is a miss: scored again by the oracle,
+    /// giving what a fresh scoring gives, and rewritten (the next read hits). Expected rows: the
+    /// toy oracle's own scoring without a cache; the row count is the sequence's length.
+    #[test]
+    fn a_damaged_cache_entry_is_scored_again() {
+        let dir = std::env::temp_dir().join(format!("score-cache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let seq = vec![2u32, 10, 11, 12];
+        let want = ScoreCache::new(None)
+            .score(&mut ToyModel::new(64), std::slice::from_ref(&seq), 4)
+            .unwrap();
+        assert_eq!(want[0].len(), seq.len());
+        let mut c = ScoreCache::new(Some(dir.clone()));
+        assert_eq!(
+            c.score(&mut ToyModel::new(64), std::slice::from_ref(&seq), 4)
+                .unwrap(),
+            want
+        );
+        assert_eq!((c.hits, c.misses), (0, 1));
+        let file = std::fs::read_dir(&dir)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        type Damage = fn(&mut serde_json::Value);
+        let damages: [Damage; 2] = [
+            |v| {
+                v["rows"].as_array_mut().unwrap().pop();
+            },
+            |v| {
+                let row = &mut v["rows"][1]["top_k"];
+                let (a, b) = (row[0][0].clone(), row[1][0].clone());
+                row[0][0] = b;
+                row[1][0] = a;
+                let (a, b) = (row[0][1].clone(), row[1][1].clone());
+                row[0][1] = b;
+                row[1][1] = a;
+            },
+        ];
+        for damage in damages {
+            let mut v: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+            damage(&mut v);
+            std::fs::write(&file, v.to_string()).unwrap();
+            let mut c = ScoreCache::new(Some(dir.clone()));
+            let got = c.score(&mut ToyModel::new(64), std::slice::from_ref(&seq), 4);
+            assert_eq!(got.unwrap(), want);
+            assert_eq!((c.hits, c.misses), (0, 1));
+            let got = c.score(&mut ToyModel::new(64), std::slice::from_ref(&seq), 4);
+            assert_eq!(got.unwrap(), want);
+            assert_eq!((c.hits, c.misses), (1, 1));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -145,14 +145,17 @@ fn stale_golden_prompt_is_refused() {
 }
 
 /// A golden that is not the oracle's greedy output (a token that is not its row's top, an id
-/// outside the vocabulary, a missing row) is refused naming the prompt and output index.
+/// outside the vocabulary, an id listed twice in a row, a missing row) is refused naming the
+/// prompt and output index.
 #[test]
 fn inconsistent_golden_is_refused() {
     let s = suite();
     type Corrupt = fn(&mut Golden);
-    let cases: [(&str, Corrupt); 3] = [
+    let cases: [(&str, Corrupt); 4] = [
         ("output 1: token", |g| g.tokens[1] = g.top_k[1][1].0),
         ("output 0: top-k id 99999", |g| g.top_k[0][1].0 = 99_999),
+        // the runner-up made the top id again: a top-2 "tie" of margin 0
+        ("output 2: top-k id", |g| g.top_k[2][1].0 = g.top_k[2][0].0),
         ("top-k rows", |g| {
             g.top_k.pop();
         }),
