@@ -26,9 +26,41 @@ pub struct Args {
     /// Apply the chat template (one user turn, thinking off).
     #[arg(long)]
     pub chat: bool,
-    /// Maximum generated tokens.
-    #[arg(long, default_value_t = 64)]
+    /// Maximum generated tokens (at least 1).
+    #[arg(long, default_value_t = 64, value_parser = parse_max_tokens)]
     pub max_tokens: usize,
+}
+
+/// `--max-tokens`: a count of at least 1 (the prefill row already gives one token, so 0 could
+/// only be honoured by not running the model at all).
+fn parse_max_tokens(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_string()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The greedy pick of one logits row (`[n_vocab]`): the largest logit outside `suppressed`
+/// (sorted ids), the lowest id on equal logits. A row with a NaN or infinite logit is an error
+/// naming the output index and how many there are (as the suites' engines judge it,
+/// conformance §9), never a silent token.
+fn pick(row: &[f32], suppressed: &[u32], index: usize) -> anyhow::Result<u32> {
+    let bad = row.iter().filter(|v| !v.is_finite()).count();
+    if bad > 0 {
+        anyhow::bail!("non-finite logits at output index {index} ({bad} NaN/Inf)");
+    }
+    let mut best: Option<(u32, f32)> = None;
+    for (i, &v) in row.iter().enumerate() {
+        if suppressed.binary_search(&(i as u32)).is_ok() {
+            continue;
+        }
+        if best.is_none_or(|(_, b)| v > b) {
+            best = Some((i as u32, v));
+        }
+    }
+    best.map(|b| b.0)
+        .ok_or_else(|| anyhow::anyhow!("output index {index}: every logit is suppressed"))
 }
 
 /// Runs the verb: the model file is opened once, for the tokenizer and the engine
@@ -66,24 +98,12 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     );
     let stop = tok.stop_ids();
     let suppressed = eng.suppressed_ids().to_vec();
-    let pick = |row: &[f32]| -> u32 {
-        let mut best: Option<(u32, f32)> = None;
-        for (i, &v) in row.iter().enumerate() {
-            if suppressed.binary_search(&(i as u32)).is_ok() || v.is_nan() {
-                continue;
-            }
-            if best.is_none_or(|(_, b)| v > b) {
-                best = Some((i as u32, v));
-            }
-        }
-        best.map(|b| b.0).unwrap_or(0)
-    };
     let n = prompt.len();
     let rows = Row::prompt(0, &prompt);
     let tp = Instant::now();
     let lg = eng.forward(&rows)?;
     let prefill_s = tp.elapsed().as_secs_f64();
-    let mut next = pick(&lg[0]);
+    let mut next = pick(&lg[0], &suppressed, 0)?;
     let mut out = vec![next];
     let mut stdout = std::io::stdout();
     write!(stdout, "{}", tok.decode(&[next])?)?;
@@ -95,7 +115,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             token: next,
             logits: true,
         }])?;
-        next = pick(&lg[0]);
+        next = pick(&lg[0], &suppressed, out.len())?;
         out.push(next);
         write!(stdout, "{}", tok.decode(&[next])?)?;
         stdout.flush()?;
@@ -112,4 +132,31 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         (out.len() - 1) as f64 / decode_s.max(1e-9)
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hand-built rows: the largest unsuppressed logit wins, the lower id on a tie; a NaN or an
+    /// infinity anywhere in the row is an error naming the index and the count.
+    #[test]
+    fn pick_is_greedy_and_refuses_non_finite_rows() {
+        assert_eq!(pick(&[0.5, 2.0, 1.0], &[], 0).unwrap(), 1);
+        assert_eq!(pick(&[0.5, 2.0, 1.0], &[1], 0).unwrap(), 2);
+        assert_eq!(pick(&[3.0, 1.0, 3.0], &[], 0).unwrap(), 0);
+        let e = pick(&[0.5, f32::NAN, f32::INFINITY], &[], 7).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "non-finite logits at output index 7 (2 NaN/Inf)"
+        );
+        assert!(pick(&[1.0], &[0], 0).is_err());
+    }
+
+    #[test]
+    fn max_tokens_zero_is_refused() {
+        assert_eq!(parse_max_tokens("0").unwrap_err(), "must be at least 1");
+        assert_eq!(parse_max_tokens("3").unwrap(), 3);
+        assert!(parse_max_tokens("-1").is_err());
+    }
 }
