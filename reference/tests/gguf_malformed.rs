@@ -337,6 +337,39 @@ fn value_errors_name_the_key() {
     );
 }
 
+/// Element indices read as `element 600`, not as Rust's `Some(600)`; a scalar value names no
+/// element.
+#[test]
+fn value_error_messages_name_the_element_as_a_number() {
+    let text = |b: B| b.open().expect_err("refused").to_string();
+    let mut strings = B::header(3, 0, 1).key("k", 9).u32(8).u64(601);
+    for _ in 0..600 {
+        strings = strings.s(b"ok");
+    }
+    assert_eq!(
+        text(strings.s(&[0xff, 0xfe])),
+        "string value of key 'k' (element 600) is not UTF-8"
+    );
+    assert_eq!(
+        text(B::header(3, 0, 1).key("k", 8).s(&[b'a', 0xc3])),
+        "string value of key 'k' is not UTF-8"
+    );
+    assert_eq!(
+        text(
+            B::header(3, 0, 1)
+                .key("k", 9)
+                .u32(7)
+                .u64(3)
+                .raw(&[1, 0, 0xff])
+        ),
+        "key 'k' has bool byte 0xff (element 2); only 0 and 1 are accepted"
+    );
+    assert_eq!(
+        text(B::header(3, 0, 1).key("k", 7).u8(2).zeros(4)),
+        "key 'k' has bool byte 0x02; only 0 and 1 are accepted"
+    );
+}
+
 #[test]
 fn alignment_must_be_a_u32_power_of_two_up_to_1_mib() {
     rejects(

@@ -136,7 +136,7 @@ pub enum GgufError {
         lossy: String,
     },
     /// A string value (or string array element) is not valid UTF-8.
-    #[error("string value of key '{key}' (element {index:?}) is not UTF-8")]
+    #[error("string value of key '{key}'{} is not UTF-8", element_text(*index))]
     InvalidUtf8Value {
         /// The key.
         key: String,
@@ -173,7 +173,8 @@ pub enum GgufError {
     },
     /// A BOOL byte other than 0 or 1 (§2.3).
     #[error(
-        "key '{key}' has bool byte {byte:#04x} (element {index:?}); only 0 and 1 are accepted"
+        "key '{key}' has bool byte {byte:#04x}{}; only 0 and 1 are accepted",
+        element_text(*index)
     )]
     BadBool {
         /// The key.
@@ -415,6 +416,11 @@ impl GgufError {
             e => e,
         }
     }
+}
+
+/// ` (element N)` for an array element, nothing for a scalar value.
+fn element_text(index: Option<u64>) -> String {
+    index.map(|i| format!(" (element {i})")).unwrap_or_default()
 }
 
 /// The first bytes of a file as `0x47 0x47 0x55 ("GGU", only 3 bytes)`: each byte in hex, then
