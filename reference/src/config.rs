@@ -112,7 +112,9 @@ pub enum LayerKind {
 pub struct Config {
     /// `L`, `block_count`.
     pub n_layer: usize,
-    /// `context_length` (informative; no effect on the math).
+    /// `context_length`: the trained context in positions (no effect on the math; bounds the
+    /// positions the verbs and the runtime accept). 0 only when the key is absent (a stored 0
+    /// is refused).
     pub n_ctx_train: usize,
     /// `H`, `embedding_length`.
     pub n_embd: usize,

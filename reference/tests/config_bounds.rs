@@ -251,3 +251,64 @@ fn zero_widths_are_refused_naming_the_key() {
         }
     }
 }
+
+/// `context_length` bounds the positions the verbs accept, and 0 stands for "not given" there:
+/// a stored 0 (it silently lifted the bound) is refused naming the key, for the target and the
+/// assistant; an absent key is still 0 (the fixture's 4096 read back for reference).
+#[test]
+fn zero_context_length_is_refused_naming_the_key() {
+    let Some(fix) = fixtures() else { return };
+    let src = GgufFile::open(fix.join("models/dense-target.F32.gguf")).expect("open");
+    assert_eq!(Config::from_gguf(&src).expect("fixture").n_ctx_train, 4096);
+    let f = with_metadata(&src, |w| w.set("gemma4.context_length", Value::U32(0)));
+    let err = Config::from_gguf(&f).expect_err("refused");
+    assert_eq!(
+        err.to_string(),
+        "metadata key 'gemma4.context_length': must be ≥ 1 (the trained context in positions)"
+    );
+    let mut w = GgufWriter::new();
+    for (k, v) in src.metadata() {
+        if k != "gemma4.context_length" && k != "general.alignment" {
+            w.set(k, v.clone());
+        }
+    }
+    for t in src.tensors() {
+        w.add_tensor(&t.name, &t.dims, t.ggml_type, src.tensor_data(t).to_vec())
+            .expect("add_tensor");
+    }
+    let absent = GgufFile::from_bytes(w.to_bytes().expect("write")).expect("reread");
+    assert_eq!(Config::from_gguf(&absent).expect("loads").n_ctx_train, 0);
+
+    let src = GgufFile::open(fix.join("models/dense-assistant.F32.gguf")).expect("open");
+    let f = with_metadata(&src, |w| {
+        w.set("gemma4-assistant.context_length", Value::U64(0))
+    });
+    match AssistantConfig::from_gguf(&f) {
+        Err(ConfigError::BadValue { key, .. }) => {
+            assert_eq!(key, "gemma4-assistant.context_length")
+        }
+        other => panic!("expected BadValue, got {other:?}"),
+    }
+}
+
+/// `embedding_length` stored as u64 (llama.cpp refuses any type but the converter's u32) loads
+/// the same config as the u32 original: the value is range-checked into `usize` and must equal
+/// `token_embd.weight`'s row length, so the wider type admits no value the u32 would not; a
+/// u64 beyond that width is a shape mismatch naming the tensor.
+#[test]
+fn u64_embedding_length_reads_as_its_value() {
+    let Some(fix) = fixtures() else { return };
+    let src = GgufFile::open(fix.join("models/dense-target.F32.gguf")).expect("open");
+    let want = Config::from_gguf(&src).expect("fixture");
+    let f = with_metadata(&src, |w| {
+        w.set("gemma4.embedding_length", Value::U64(want.n_embd as u64))
+    });
+    assert_eq!(Config::from_gguf(&f).expect("u64 width"), want);
+    let f = with_metadata(&src, |w| {
+        w.set("gemma4.embedding_length", Value::U64(1 << 40))
+    });
+    match Config::from_gguf(&f) {
+        Err(ConfigError::ShapeMismatch { tensor, .. }) => assert_eq!(tensor, "token_embd.weight"),
+        other => panic!("expected ShapeMismatch, got {other:?}"),
+    }
+}

@@ -13,7 +13,7 @@ use crate::gguf::{GgufFile, Value};
 pub struct AssistantConfig {
     /// Drafter layers (`block_count` = `nextn_predict_layers`).
     pub n_layer: usize,
-    /// `context_length` (informative).
+    /// `context_length` (informative); 0 only when the key is absent (a stored 0 is refused).
     pub n_ctx_train: usize,
     /// Drafter width `E` (`embedding_length`).
     pub n_embd: usize,

@@ -348,9 +348,24 @@ impl Common {
                 problem: "must be > 0".into(),
             });
         }
+        // The trained context bounds how many positions the verbs and the runtime accept; 0
+        // stands for "not given" there (the key absent), so a stored 0 is refused instead of
+        // silently lifting the bound.
+        let n_ctx_train = match k.value("context_length") {
+            None => 0,
+            Some((key, v)) => match Keys::int_of(&key, v)? {
+                0 => {
+                    return Err(ConfigError::BadValue {
+                        key,
+                        problem: "must be ≥ 1 (the trained context in positions)".into(),
+                    })
+                }
+                n => n,
+            },
+        };
         Ok(Common {
             n_layer,
-            n_ctx_train: k.usize_or("context_length", 0)?,
+            n_ctx_train,
             n_embd,
             n_vocab,
             n_ff: k.per_layer("feed_forward_length", n_layer, None)?,
