@@ -7,14 +7,19 @@
 //! (sources), `target/ext/llama.cpp-build/bin/llama-server` (binary, [`server_binary`]).
 //! Only the server target is built (`LLAMA_BUILD_TESTS/EXAMPLES=OFF`, `--target
 //! llama-server`), at `nice -n 19`.
+//!
+//! Every argument is checked before anything is built or started ([`check_args`]): one
+//! `error: …` line, exit 2.
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use reference::config::{AssistantConfig, Config, ConfigError};
+use reference::gguf::{GgufError, GgufFile};
 
 use crate::conformance::{default_fixture, workspace_root};
 
@@ -25,39 +30,295 @@ pub const LLAMA_CPP_PYTHON_VERSION: &str = "0.3.36";
 /// SHA-256 of `llama_cpp_python-0.3.36.tar.gz` as published on PyPI.
 pub const SDIST_SHA256: &str = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e";
 
+/// Largest value of a count llama-server reads (`--spec-draft-n-max`, `-np`, `-c`): it parses
+/// them as a C `int`.
+pub const MAX_SERVER_INT: usize = i32::MAX as usize;
+
+/// Largest `--jobs`: more compile jobs than this is a typo, not a machine.
+pub const MAX_JOBS: usize = 1024;
+
 /// Flags of `llama-server`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Only build (or check) the binary; do not start a server.
-    #[arg(long)]
+    /// Only build (or check) the binary; do not start a server. `--model` and `--draft`, when
+    /// given, are still checked (a target, and a drafter that pairs with it).
+    #[arg(long, conflicts_with_all = ["detach", "port", "parallel", "ctx", "server_bin", "extra"])]
     pub build_only: bool,
-    /// Model GGUF to serve (default: $GEMMA4_FIXTURES/models/dense-target.F32.gguf).
+    /// Model GGUF to serve: a Gemma-4 target (`gemma4`) (default:
+    /// $GEMMA4_FIXTURES/models/dense-target.F32.gguf).
     #[arg(long)]
     pub model: Option<PathBuf>,
-    /// MTP drafter GGUF (gemma4-assistant): serve with --spec-type draft-mtp.
+    /// MTP drafter GGUF (`gemma4-assistant`) that pairs with the model: serve with --spec-type
+    /// draft-mtp.
     #[arg(long)]
     pub draft: Option<PathBuf>,
-    /// Draft tokens per round with --draft (the engine spec then needs `spec=K`).
-    #[arg(long, default_value_t = 4)]
+    /// Draft tokens per round with --draft, 1 or more (the engine spec then needs `spec=K`).
+    #[arg(long, default_value_t = 4, requires = "draft")]
     pub spec_k: usize,
-    /// Port on 127.0.0.1 (default: a free one).
+    /// Port on 127.0.0.1, free (default: a free one).
     #[arg(long)]
     pub port: Option<u16>,
-    /// Server slots (parallel sequences; `batch:N` needs N ≤ slots).
+    /// Server slots (parallel sequences; `batch:N` needs N ≤ slots), 1 or more.
     #[arg(long, default_value_t = 4)]
     pub parallel: usize,
-    /// Context size (all slots together).
+    /// Context size (all slots together), at least --parallel (one token per slot).
     #[arg(long, default_value_t = 8192)]
     pub ctx: usize,
-    /// Compile jobs.
+    /// Compile jobs (1 to 1024).
     #[arg(long, default_value_t = 2)]
     pub jobs: usize,
+    /// A llama-server binary to run instead of building one under target/ext (it must know the
+    /// gemma4 architectures).
+    #[arg(long, conflicts_with = "jobs")]
+    pub server_bin: Option<PathBuf>,
     /// Start the server in the background (pid and log under target/ext/) and return.
     #[arg(long)]
     pub detach: bool,
     /// Extra arguments for llama-server (after `--`).
     #[arg(last = true)]
     pub extra: Vec<String>,
+}
+
+/// Why `llama-server`'s arguments are refused: checked before anything is built or started.
+#[derive(Debug, thiserror::Error)]
+pub enum ArgError {
+    /// A count outside the range the server (or the build) takes.
+    #[error("--{flag} {value}: must be in {min}..={max} ({why})")]
+    OutOfRange {
+        /// The flag, without dashes.
+        flag: &'static str,
+        /// The value given.
+        value: usize,
+        /// Smallest value taken.
+        min: usize,
+        /// Largest value taken.
+        max: usize,
+        /// What the bound is for.
+        why: &'static str,
+    },
+    /// `--ctx` smaller than `--parallel`: llama-server gives each slot `ctx / parallel` tokens.
+    #[error(
+        "--ctx {ctx} is smaller than --parallel {parallel}: each of the {parallel} slots gets ctx / parallel tokens, which would be 0"
+    )]
+    CtxBelowSlots {
+        /// `--ctx`.
+        ctx: usize,
+        /// `--parallel`.
+        parallel: usize,
+    },
+    /// `--port 0`: the server would pick a port of its own, not the one printed.
+    #[error("--port 0: give a port from 1 to 65535, or leave --port out for a free one")]
+    PortZero,
+    /// The port given cannot be bound on 127.0.0.1 (in use, or privileged).
+    #[error("--port {port}: cannot listen on 127.0.0.1:{port}: {source}")]
+    PortUnavailable {
+        /// The port.
+        port: u16,
+        /// Why binding failed.
+        source: std::io::Error,
+    },
+    /// The default model (no `--model`) cannot be found.
+    #[error("{0}")]
+    NoDefaultModel(String),
+    /// A file flag names no regular file.
+    #[error("--{flag} {}: no such file", path.display())]
+    Missing {
+        /// `model`, `draft` or `server-bin`.
+        flag: &'static str,
+        /// The path given.
+        path: PathBuf,
+    },
+    /// A model file that is not a readable GGUF.
+    #[error("--{flag} {}: {source}", path.display())]
+    Gguf {
+        /// `model` or `draft`.
+        flag: &'static str,
+        /// The path given.
+        path: PathBuf,
+        /// The GGUF error.
+        source: Box<GgufError>,
+    },
+    /// `--model` is not a Gemma-4 target (an assistant, another architecture, a bad header).
+    #[error("--model {}: not a Gemma-4 target model (gemma4): {source}", path.display())]
+    NotTarget {
+        /// The path given.
+        path: PathBuf,
+        /// Why its configuration cannot be derived.
+        source: Box<ConfigError>,
+    },
+    /// `--draft` is not an MTP drafter.
+    #[error(
+        "--draft {}: not an MTP drafter (gemma4-assistant): {source}",
+        path.display()
+    )]
+    NotDrafter {
+        /// The path given.
+        path: PathBuf,
+        /// Why its assistant configuration cannot be derived.
+        source: Box<ConfigError>,
+    },
+    /// The drafter does not fit the target (`AssistantConfig::check_pairing`).
+    #[error("--draft {} does not pair with --model {}: {source}", draft.display(), model.display())]
+    Pairing {
+        /// The drafter.
+        draft: PathBuf,
+        /// The target.
+        model: PathBuf,
+        /// What differs.
+        source: Box<ConfigError>,
+    },
+}
+
+/// What [`check_args`] resolved: the files to serve (absolute, without `..`, so the printed
+/// judge command works from any folder).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checked {
+    /// The target model (`None`: `--build-only` without `--model` or `--draft`).
+    pub model: Option<PathBuf>,
+    /// The drafter and its draft tokens per round.
+    pub draft: Option<(PathBuf, usize)>,
+}
+
+/// `value` within `min..=max`, else [`ArgError::OutOfRange`] naming `flag`.
+fn in_range(
+    flag: &'static str,
+    value: usize,
+    (min, max): (usize, usize),
+    why: &'static str,
+) -> Result<(), ArgError> {
+    if (min..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(ArgError::OutOfRange {
+            flag,
+            value,
+            min,
+            max,
+            why,
+        })
+    }
+}
+
+/// `path` absolute and without `..` when it can be resolved (it exists), else as given.
+fn absolute(path: &Path) -> PathBuf {
+    path.canonicalize().unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// Opens `path` as a GGUF for `--flag`. Errors: [`ArgError::Missing`], [`ArgError::Gguf`].
+fn open_gguf(flag: &'static str, path: &Path) -> Result<GgufFile, ArgError> {
+    if !path.is_file() {
+        return Err(ArgError::Missing {
+            flag,
+            path: path.to_path_buf(),
+        });
+    }
+    GgufFile::open(path).map_err(|source| ArgError::Gguf {
+        flag,
+        path: path.to_path_buf(),
+        source: Box::new(source),
+    })
+}
+
+/// Every argument of the verb, checked before anything is built or started: the counts
+/// (`--spec-k`, `--parallel`, `--ctx`, `--jobs`, `--port`), `--server-bin`, the model (a GGUF
+/// whose Gemma-4 target configuration derives; the default fixture without `--model`) and the
+/// drafter (a `gemma4-assistant` GGUF that pairs with the model,
+/// `AssistantConfig::check_pairing`, the check the reference engine's conformance runs make).
+/// With `--build-only` the model is only looked at when `--model` or `--draft` is given.
+///
+/// Errors: the first [`ArgError`] found, naming the flag and its value.
+pub fn check_args(a: &Args) -> Result<Checked, ArgError> {
+    if a.draft.is_some() {
+        in_range(
+            "spec-k",
+            a.spec_k,
+            (1, MAX_SERVER_INT),
+            "draft tokens per round; the judge's engine option spec=K takes 1 or more",
+        )?;
+    }
+    if !a.build_only {
+        in_range("parallel", a.parallel, (1, MAX_SERVER_INT), "server slots")?;
+        in_range(
+            "ctx",
+            a.ctx,
+            (1, MAX_SERVER_INT),
+            "context tokens, all slots together",
+        )?;
+        if a.ctx < a.parallel {
+            return Err(ArgError::CtxBelowSlots {
+                ctx: a.ctx,
+                parallel: a.parallel,
+            });
+        }
+        match a.port {
+            Some(0) => return Err(ArgError::PortZero),
+            Some(port) => {
+                // bound and released at once: the server binds it again when it starts
+                TcpListener::bind(("127.0.0.1", port))
+                    .map_err(|source| ArgError::PortUnavailable { port, source })?;
+            }
+            None => {}
+        }
+    }
+    match &a.server_bin {
+        Some(bin) if !bin.is_file() => {
+            return Err(ArgError::Missing {
+                flag: "server-bin",
+                path: bin.clone(),
+            })
+        }
+        Some(_) => {}
+        None => in_range("jobs", a.jobs, (1, MAX_JOBS), "compile jobs")?,
+    }
+    if a.build_only && a.model.is_none() && a.draft.is_none() {
+        return Ok(Checked {
+            model: None,
+            draft: None,
+        });
+    }
+    let model = match &a.model {
+        Some(m) => m.clone(),
+        None => {
+            default_fixture("models/dense-target.F32.gguf").map_err(ArgError::NoDefaultModel)?
+        }
+    };
+    let target = open_gguf("model", &model)?;
+    let config = Config::from_gguf(&target).map_err(|source| ArgError::NotTarget {
+        path: model.clone(),
+        source: Box::new(source),
+    })?;
+    let draft = match &a.draft {
+        None => None,
+        Some(d) => {
+            let file = open_gguf("draft", d)?;
+            let assistant =
+                AssistantConfig::from_gguf(&file).map_err(|source| ArgError::NotDrafter {
+                    path: d.clone(),
+                    source: Box::new(source),
+                })?;
+            assistant
+                .check_pairing(&config)
+                .map_err(|source| ArgError::Pairing {
+                    draft: d.clone(),
+                    model: model.clone(),
+                    source: Box::new(source),
+                })?;
+            Some((absolute(d), a.spec_k))
+        }
+    };
+    Ok(Checked {
+        model: Some(absolute(&model)),
+        draft,
+    })
+}
+
+/// The `--engine` spec that judges a server on `port` (`spec=K` for a drafting server): what the
+/// verb prints in its judge command, and what `suites::http::HttpSpec::parse` takes.
+pub fn judge_spec(port: u16, spec_k: Option<usize>) -> String {
+    match spec_k {
+        Some(k) => format!("llama-server=http://127.0.0.1:{port},spec={k}"),
+        None => format!("llama-server=http://127.0.0.1:{port}"),
+    }
 }
 
 /// `target/ext`.
@@ -257,26 +518,29 @@ pub fn wait_healthy(port: u16, limit: Duration, child: &mut Child) -> Result<()>
     bail!("llama-server on port {port} not healthy after {limit:?}")
 }
 
-/// Runs the verb.
+/// The last `n` lines of the log at `path` (empty when unreadable).
+fn log_tail(path: &Path, n: usize) -> String {
+    let lines: Vec<String> = std::fs::File::open(path)
+        .map(|f| BufReader::new(f).lines().map_while(Result::ok).collect())
+        .unwrap_or_default();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Runs the verb: every argument checked ([`check_args`]), then the build, then the server.
 pub fn run(a: &Args) -> Result<()> {
-    let bin = build(a.jobs)?;
+    let checked = check_args(a)?;
+    let bin = match &a.server_bin {
+        Some(b) => absolute(b),
+        None => build(a.jobs)?,
+    };
     if a.build_only {
         println!("{}", bin.display());
         return Ok(());
     }
-    let model = match &a.model {
-        Some(m) => m.clone(),
-        None => default_fixture("models/dense-target.F32.gguf").map_err(anyhow::Error::msg)?,
+    let Some(model) = checked.model else {
+        bail!("no model to serve");
     };
-    if !model.exists() {
-        bail!("model not found: {}", model.display());
-    }
-    // absolute, without `..`: the printed command works from any folder
-    let model = model.canonicalize().unwrap_or(model);
-    let draft = a
-        .draft
-        .as_ref()
-        .map(|d| d.canonicalize().unwrap_or(d.clone()));
+    let draft = checked.draft;
     let port = match a.port {
         Some(p) => p,
         None => free_port()?,
@@ -284,34 +548,29 @@ pub fn run(a: &Args) -> Result<()> {
     let mut cmd = suites::http::llama_server_command(
         &bin,
         &model,
-        draft.as_deref().map(|d| (d, a.spec_k)),
+        draft.as_ref().map(|(d, k)| (d.as_path(), *k)),
         port,
         a.parallel,
         a.ctx,
     );
     cmd.args(&a.extra);
-    let spec = match &draft {
-        Some(_) => format!("llama-server=http://127.0.0.1:{port},spec={}", a.spec_k),
-        None => format!("llama-server=http://127.0.0.1:{port}"),
-    };
+    let spec = judge_spec(port, draft.as_ref().map(|d| d.1));
+    std::fs::create_dir_all(ext_dir())?;
     let log = ext_dir().join(format!("llama-server-{port}.log"));
-    let logf = std::fs::File::create(&log)?;
-    cmd.stdout(Stdio::from(logf.try_clone()?))
+    let logf = std::fs::File::create(&log).with_context(|| log.display().to_string())?;
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::from(logf.try_clone()?))
         .stderr(Stdio::from(logf));
     let mut child = cmd
         .spawn()
         .with_context(|| format!("cannot start {}", bin.display()))?;
     if let Err(e) = wait_healthy(port, Duration::from_secs(180), &mut child) {
         let _ = child.kill();
-        let tail: Vec<String> = BufReader::new(std::fs::File::open(&log)?)
-            .lines()
-            .map_while(Result::ok)
-            .collect();
-        bail!("{e}\n{}", tail[tail.len().saturating_sub(20)..].join("\n"));
+        bail!("{e}\n{}", log_tail(&log, 20));
     }
+    let pid = child.id();
     println!(
-        "llama-server (pid {}) serving {} on http://127.0.0.1:{port} (log {})",
-        child.id(),
+        "llama-server (pid {pid}) serving {} on http://127.0.0.1:{port} (log {})",
         model.display(),
         log.display()
     );
@@ -322,12 +581,9 @@ pub fn run(a: &Args) -> Result<()> {
     );
     if a.detach {
         let pid_file = ext_dir().join(format!("llama-server-{port}.pid"));
-        std::fs::write(&pid_file, child.id().to_string())?;
-        println!(
-            "stop it: kill {} (pid also in {})",
-            child.id(),
-            pid_file.display()
-        );
+        std::fs::write(&pid_file, pid.to_string())
+            .with_context(|| pid_file.display().to_string())?;
+        println!("stop it: kill {pid} (pid also in {})", pid_file.display());
         return Ok(());
     }
     println!("stop it: Ctrl-C (judge from another terminal, or start with --detach)");
@@ -337,7 +593,7 @@ pub fn run(a: &Args) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{free_port, resolve_url, wait_healthy};
+    use super::{free_port, judge_spec, resolve_url, wait_healthy};
     use std::time::{Duration, Instant};
 
     /// A server that dies at start (here a shell exiting with status 3, nothing listening) is
@@ -355,6 +611,19 @@ mod tests {
         assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
         let msg = err.to_string();
         assert!(msg.contains("exited") && msg.contains('3'), "{msg}");
+    }
+
+    /// The judge command's engine spec is one conformance takes (`spec=K` with K ≥ 1; the verb
+    /// refuses `--spec-k 0` before this, which printed `spec=0`, refused by conformance).
+    #[test]
+    fn the_judge_spec_parses() {
+        for k in [None, Some(1), Some(4)] {
+            let spec = judge_spec(8080, k);
+            let parsed = suites::http::HttpSpec::parse(&spec).unwrap();
+            assert_eq!(parsed.spec_k, k, "{spec}");
+            assert_eq!(parsed.url, "http://127.0.0.1:8080", "{spec}");
+        }
+        assert!(suites::http::HttpSpec::parse(&judge_spec(8080, Some(0))).is_err());
     }
 
     #[test]
