@@ -256,3 +256,44 @@ fn malformed_metadata_gives_errors_naming_the_key() {
         })
     ));
 }
+
+/// `tokenizer.ggml.scores` is optional, but when present it has one f32 per token, like
+/// `token_type` (100 scores for 271 tokens used to be accepted).
+#[test]
+fn scores_of_the_wrong_length_are_refused() {
+    let mut w = toy_writer();
+    w.set(
+        "tokenizer.ggml.scores",
+        Value::Array(Array::F32(vec![-1000.0; 271])),
+    );
+    load(&w).expect("one score per token");
+    w.set(
+        "tokenizer.ggml.scores",
+        Value::Array(Array::F32(vec![-1000.0; 100])),
+    );
+    let err = load(&w).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            TokenizerError::LengthMismatch {
+                key: "tokenizer.ggml.scores",
+                expected: 271,
+                found: 100
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "tokenizer.ggml.scores has 100 entries but tokenizer.ggml.tokens has 271"
+    );
+    w.set(
+        "tokenizer.ggml.scores",
+        Value::Array(Array::I32(vec![0; 271])),
+    );
+    let err = load(&w).unwrap_err();
+    assert!(
+        matches!(&err, TokenizerError::Gguf(GgufError::WrongType { key, .. }) if key == "tokenizer.ggml.scores"),
+        "{err:?}"
+    );
+}

@@ -49,7 +49,12 @@ pub(super) struct VocabData {
 }
 
 impl VocabData {
-    /// Reads and checks `tokenizer.ggml.{tokens, token_type, merges}`.
+    /// Reads and checks `tokenizer.ggml.{tokens, token_type, merges}` and, when present,
+    /// `tokenizer.ggml.scores` (unused by BPE, but one f32 per token like `token_type`:
+    /// llama.cpp reads `scores[id]` for every id without checking the length).
+    ///
+    /// Errors: a per-token array of another length ([`TokenizerError::LengthMismatch`]), a
+    /// malformed merge.
     pub fn from_gguf(file: &GgufFile) -> Result<VocabData, TokenizerError> {
         let pieces: Vec<String> = file
             .get_array_str("tokenizer.ggml.tokens")?
@@ -63,6 +68,16 @@ impl VocabData {
                 expected: pieces.len(),
                 found: token_types.len(),
             });
+        }
+        if file.get("tokenizer.ggml.scores").is_some() {
+            let n_scores = file.get_array_f32("tokenizer.ggml.scores")?.len();
+            if n_scores != pieces.len() {
+                return Err(TokenizerError::LengthMismatch {
+                    key: "tokenizer.ggml.scores",
+                    expected: pieces.len(),
+                    found: n_scores,
+                });
+            }
         }
         let merges = file
             .get_array_str("tokenizer.ggml.merges")?

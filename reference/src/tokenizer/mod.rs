@@ -175,7 +175,8 @@ impl GemmaTokenizer {
     /// Builds the tokenizer from a GGUF's `tokenizer.*` metadata (`spec/gguf-gemma4.md` §7).
     ///
     /// Reads `tokenizer.ggml.{model, tokens, merges, token_type, bos_token_id, eos_token_id,
-    /// unknown_token_id}` (required), `tokenizer.ggml.suppress_tokens` and
+    /// unknown_token_id}` (required), `tokenizer.ggml.scores` (optional; checked for one f32
+    /// per token, otherwise unused), `tokenizer.ggml.suppress_tokens` and
     /// `tokenizer.chat_template` (optional). Stop ids: `eos_token_id`, plus `eot_token_id` /
     /// `eom_token_id` when present, plus the ids of the texts in [`EOG_TOKEN_TEXTS`]
     /// (`spec/gemma4-chat.md` §3; gives {1, 50, 106} for Gemma 4).
