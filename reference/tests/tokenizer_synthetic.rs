@@ -297,3 +297,23 @@ fn scores_of_the_wrong_length_are_refused() {
         "{err:?}"
     );
 }
+
+/// An empty token string is refused naming its id (it came out as a merge's token "out of
+/// vocabulary", naming neither); id 264 is `a`, which the merge `a b` uses.
+#[test]
+fn empty_token_string_is_refused_naming_its_id() {
+    let (mut tokens, types) = toy_tokens();
+    tokens[A as usize] = String::new();
+    let mut w = toy_writer();
+    w.set("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)));
+    w.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
+    let err = load(&w).unwrap_err();
+    assert!(
+        matches!(err, TokenizerError::EmptyPiece { id: 264 }),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "tokenizer.ggml.tokens[264] is the empty string: every token needs text"
+    );
+}

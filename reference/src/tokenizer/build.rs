@@ -53,14 +53,18 @@ impl VocabData {
     /// `tokenizer.ggml.scores` (unused by BPE, but one f32 per token like `token_type`:
     /// llama.cpp reads `scores[id]` for every id without checking the length).
     ///
-    /// Errors: a per-token array of another length ([`TokenizerError::LengthMismatch`]), a
-    /// malformed merge.
+    /// Errors: a per-token array of another length ([`TokenizerError::LengthMismatch`]), an
+    /// empty token string ([`TokenizerError::EmptyPiece`]: no real vocabulary has one, and the
+    /// BPE builder would report it as some merge's token "out of vocabulary"), a malformed merge.
     pub fn from_gguf(file: &GgufFile) -> Result<VocabData, TokenizerError> {
         let pieces: Vec<String> = file
             .get_array_str("tokenizer.ggml.tokens")?
             .into_iter()
             .map(str::to_owned)
             .collect();
+        if let Some(id) = pieces.iter().position(String::is_empty) {
+            return Err(TokenizerError::EmptyPiece { id: id as u32 });
+        }
         let token_types = file.get_array_i32("tokenizer.ggml.token_type")?;
         if token_types.len() != pieces.len() {
             return Err(TokenizerError::LengthMismatch {

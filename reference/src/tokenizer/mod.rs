@@ -58,6 +58,13 @@ pub enum TokenizerError {
         /// Number of tokens.
         vocab_size: usize,
     },
+    /// A token of `tokenizer.ggml.tokens` is the empty string (no real Gemma-4 vocabulary has
+    /// one; a token without text can never be produced by the BPE).
+    #[error("tokenizer.ggml.tokens[{id}] is the empty string: every token needs text")]
+    EmptyPiece {
+        /// The token id.
+        id: u32,
+    },
     /// The same piece appears twice in `tokenizer.ggml.tokens`.
     #[error("tokenizer.ggml.tokens: piece {piece:?} occurs at ids {first} and {second}")]
     DuplicatePiece {
@@ -182,9 +189,9 @@ impl GemmaTokenizer {
     /// (`spec/gemma4-chat.md` §3; gives {1, 50, 106} for Gemma 4).
     ///
     /// Errors: a missing or mistyped key ([`TokenizerError::Gguf`]), a model other than `gemma4`,
-    /// arrays of the wrong length, ids out of range, malformed merges, a template that does not
-    /// compile. The full 262 144-token / 514 906-merge vocabulary loads in well under a second
-    /// with optimised dependencies.
+    /// arrays of the wrong length, an empty token string, ids out of range, malformed merges, a
+    /// template that does not compile. The full 262 144-token / 514 906-merge vocabulary loads
+    /// in well under a second with optimised dependencies.
     pub fn from_gguf(file: &GgufFile) -> Result<GemmaTokenizer, TokenizerError> {
         let model = file.get_str("tokenizer.ggml.model")?;
         if model != "gemma4" {
