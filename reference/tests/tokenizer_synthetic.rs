@@ -244,7 +244,7 @@ fn malformed_metadata_gives_errors_naming_the_key() {
 
     let mut w = toy_writer();
     w.set("tokenizer.chat_template", Value::String("{% if %}".into()));
-    assert!(matches!(load(&w), Err(TokenizerError::Template(_))));
+    assert!(matches!(load(&w), Err(TokenizerError::Template { .. })));
 
     let tok = load(&toy_writer()).unwrap();
     assert!(matches!(
@@ -255,6 +255,74 @@ fn malformed_metadata_gives_errors_naming_the_key() {
             ..
         })
     ));
+}
+
+/// The toy tokenizer with `tokenizer.chat_template` = `source`.
+fn with_template(source: &str) -> GemmaTokenizer {
+    let mut w = toy_writer();
+    w.set("tokenizer.chat_template", Value::String(source.into()));
+    load(&w).expect("toy tokenizer")
+}
+
+/// One user message.
+fn user(text: &str) -> [ChatMessage; 1] {
+    [ChatMessage::new("user", text)]
+}
+
+/// Template errors read on one line: `raise_exception`'s own message, or minijinja's error
+/// kind and detail, each with the template line; no source dump, no Rust path.
+#[test]
+fn template_errors_are_one_readable_line() {
+    let tok = with_template(
+        "{{ bos_token }}\n{% if messages[0]['role'] == 'user' %}\
+         {{ raise_exception('Conversation roles must alternate user/assistant') }}{% endif %}",
+    );
+    let err = tok.render_chat(&user("hi"), true, false).unwrap_err();
+    assert!(
+        matches!(&err, TokenizerError::TemplateRaised { line: Some(2), message }
+            if message == "Conversation roles must alternate user/assistant"),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "tokenizer.chat_template refused the chat (line 2): Conversation roles must alternate \
+         user/assistant"
+    );
+
+    let tok = with_template("{{ bos_token }}\n\n{{ messages[0]['content'] | nosuchfilter }}");
+    let err = tok.render_chat(&user("hi"), true, false).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "tokenizer.chat_template (line 3): unknown filter: filter nosuchfilter is unknown"
+    );
+    assert!(
+        matches!(err, TokenizerError::Template { line: Some(3), .. }),
+        "{err:?}"
+    );
+
+    // Compile errors come out the same way, when the tokenizer is built.
+    let mut w = toy_writer();
+    w.set(
+        "tokenizer.chat_template",
+        Value::String("ok\n{% if %}".into()),
+    );
+    let err = load(&w).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(&err, TokenizerError::Template { line: Some(2), message } if message.starts_with("syntax error: ")),
+        "{err:?}"
+    );
+    for e in [
+        &err,
+        &tok.render_chat(&user("hi"), true, false).unwrap_err(),
+    ] {
+        let text = e.to_string();
+        assert!(!text.contains('\n') && !text.contains("::"), "{text}");
+    }
+    assert!(
+        text.starts_with("tokenizer.chat_template (line 2): syntax error: "),
+        "{text}"
+    );
 }
 
 /// `tokenizer.ggml.scores` is optional, but when present it has one f32 per token, like

@@ -13,6 +13,43 @@ use minijinja::{context, Environment, Error, ErrorKind, Value};
 
 use super::{ChatMessage, TokenizerError};
 
+/// Source of the error `raise_exception` returns: tells the template's own refusal apart from
+/// minijinja's errors of the same kind ([`template_error`]).
+#[derive(Debug)]
+struct RaisedByTemplate;
+
+impl std::fmt::Display for RaisedByTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("raised by the template")
+    }
+}
+
+impl std::error::Error for RaisedByTemplate {}
+
+/// A minijinja error as a [`TokenizerError`] that reads on one line, with no Rust paths and no
+/// source dump: the template's own message for `raise_exception`, otherwise minijinja's error
+/// kind and detail; each with the template line.
+fn template_error(e: &Error) -> TokenizerError {
+    let line = e.line().filter(|&l| l > 0);
+    let raised = std::error::Error::source(e).is_some_and(|s| s.is::<RaisedByTemplate>());
+    if raised {
+        return TokenizerError::TemplateRaised {
+            line,
+            message: e.detail().unwrap_or_default().to_string(),
+        };
+    }
+    let mut message = e.kind().to_string();
+    if let Some(detail) = e.detail() {
+        message = format!("{message}: {detail}");
+    }
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        message = format!("{message}: {c}");
+        cause = c.source();
+    }
+    TokenizerError::Template { line, message }
+}
+
 /// Name under which the template is registered (no extension: no auto-escaping).
 const TEMPLATE_NAME: &str = "chat_template";
 
@@ -45,9 +82,10 @@ fn py_trim(value: &str, chars: Option<&str>) -> String {
     }
 }
 
-/// transformers' `raise_exception(message)` template helper.
+/// transformers' `raise_exception(message)` template helper: the render stops with
+/// [`TokenizerError::TemplateRaised`] carrying `message`.
 fn raise_exception(message: String) -> Result<Value, Error> {
-    Err(Error::new(ErrorKind::InvalidOperation, message))
+    Err(Error::new(ErrorKind::InvalidOperation, message).with_source(RaisedByTemplate))
 }
 
 impl ChatTemplate {
@@ -60,7 +98,8 @@ impl ChatTemplate {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_filter("trim", py_trim);
         env.add_function("raise_exception", raise_exception);
-        env.add_template_owned(TEMPLATE_NAME, source.to_string())?;
+        env.add_template_owned(TEMPLATE_NAME, source.to_string())
+            .map_err(|e| template_error(&e))?;
         Ok(ChatTemplate {
             env,
             source: source.to_string(),
@@ -74,13 +113,18 @@ impl ChatTemplate {
     }
 
     /// Renders `messages` (non-empty; checked by the caller).
+    ///
+    /// Errors: the template's own errors ([`template_error`]).
     pub fn render(
         &self,
         messages: &[ChatMessage],
         add_generation_prompt: bool,
         enable_thinking: bool,
     ) -> Result<String, TokenizerError> {
-        let tmpl = self.env.get_template(TEMPLATE_NAME)?;
+        let tmpl = self
+            .env
+            .get_template(TEMPLATE_NAME)
+            .map_err(|e| template_error(&e))?;
         let ctx = context! {
             messages => Value::from_serialize(messages),
             add_generation_prompt => add_generation_prompt,
@@ -91,7 +135,7 @@ impl ChatTemplate {
             pad_token => self.special.pad.as_str(),
             mask_token => self.special.mask.as_str(),
         };
-        Ok(tmpl.render(ctx)?)
+        tmpl.render(ctx).map_err(|e| template_error(&e))
     }
 }
 

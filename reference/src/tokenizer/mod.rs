@@ -125,9 +125,29 @@ pub enum TokenizerError {
     /// A chat needs at least one message (the template reads `messages[0]`).
     #[error("a chat needs at least one message")]
     EmptyChat,
-    /// `tokenizer.chat_template` failed to compile or render.
-    #[error("tokenizer.chat_template: {0:#}")]
-    Template(#[from] minijinja::Error),
+    /// `tokenizer.chat_template` failed to compile or render (syntax error, unknown filter,
+    /// undefined method, ...).
+    #[error("tokenizer.chat_template{}: {message}", at_line(*line))]
+    Template {
+        /// Template line of the error, when minijinja knows it.
+        line: Option<usize>,
+        /// minijinja's error kind and detail (`unknown filter: filter x is unknown`).
+        message: String,
+    },
+    /// The template refused the chat with `raise_exception(message)` (e.g. roles that do not
+    /// alternate).
+    #[error("tokenizer.chat_template refused the chat{}: {message}", at_line(*line))]
+    TemplateRaised {
+        /// Template line of the `raise_exception` call.
+        line: Option<usize>,
+        /// The template's own message.
+        message: String,
+    },
+}
+
+/// ` (line N)` for a known template line, else nothing.
+fn at_line(line: Option<usize>) -> String {
+    line.map(|l| format!(" (line {l})")).unwrap_or_default()
 }
 
 /// One chat message as the template sees it: `{"role": ..., "content": ...}`.
@@ -376,8 +396,8 @@ impl GemmaTokenizer {
     /// `bos_token`, `eos_token`, `unk_token`, `pad_token`, `mask_token`.
     ///
     /// The result starts with the `<bos>` text when the template emits it (Gemma 4 always does).
-    /// Errors: [`TokenizerError::NoChatTemplate`], [`TokenizerError::EmptyChat`],
-    /// [`TokenizerError::Template`].
+    /// Errors: [`TokenizerError::NoChatTemplate`], [`TokenizerError::EmptyChat`], the
+    /// template's own errors ([`TokenizerError::Template`], [`TokenizerError::TemplateRaised`]).
     pub fn render_chat(
         &self,
         messages: &[ChatMessage],
