@@ -6,7 +6,7 @@
 //! rule, `tokenizer.ggml.suppress_tokens`, and the error paths.
 
 use reference::gguf::{Array, GgufError, GgufFile, GgufWriter, Value};
-use reference::tokenizer::{ChatMessage, GemmaTokenizer, TokenizerError};
+use reference::tokenizer::{ChatMessage, GemmaTokenizer, TokenizerError, CHAT_TEMPLATE_FUEL};
 
 /// Toy vocabulary: specials 0..=7, the 256 byte tokens 8..=263 (`<0xXX>` = 8 + XX), then
 /// ordinary pieces from 264 on.
@@ -267,6 +267,54 @@ fn with_template(source: &str) -> GemmaTokenizer {
 /// One user message.
 fn user(text: &str) -> [ChatMessage; 1] {
     [ChatMessage::new("user", text)]
+}
+
+/// A template that loops 10^10 times stops at its work budget (it ran without limit) with an
+/// error naming the budget and the line; so does one that loops inside a macro. The budget is
+/// per render: 3000 × 3000 empty loop steps (3 instructions each: iterate, bind the variable,
+/// jump back; about 0.54 of the budget) render twice in a row.
+#[test]
+fn runaway_template_stops_at_its_work_budget() {
+    let tok = with_template(
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+    );
+    let err = tok.render_chat(&user("hi"), true, false).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            TokenizerError::TemplateBudget {
+                fuel: CHAT_TEMPLATE_FUEL,
+                line: Some(1)
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "tokenizer.chat_template exceeded its work budget of {CHAT_TEMPLATE_FUEL} template \
+             instructions (line 1) (a runaway loop: the real Gemma-4 template uses about 50 to \
+             100 per message)"
+        )
+    );
+    let tok = with_template(
+        "{% macro spin() %}\n{% for i in range(100000) %}{% for j in range(100000) %}\
+         {% endfor %}{% endfor %}\n{% endmacro %}\n{{ spin() }}",
+    );
+    let err = tok.render_chat(&user("hi"), true, false).unwrap_err();
+    assert!(
+        matches!(err, TokenizerError::TemplateBudget { line: Some(2), .. }),
+        "{err:?}"
+    );
+
+    assert_eq!(CHAT_TEMPLATE_FUEL, 50_000_000);
+    let tok = with_template(
+        "{% for i in range(3000) %}{% for j in range(3000) %}{% endfor %}{% endfor %}\
+         {{ messages[0].content }}",
+    );
+    for _ in 0..2 {
+        assert_eq!(tok.render_chat(&user("hi"), true, false).unwrap(), "hi");
+    }
 }
 
 /// Template errors read on one line: `raise_exception`'s own message, or minijinja's error

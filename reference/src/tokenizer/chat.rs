@@ -13,6 +13,22 @@ use minijinja::{context, Environment, Error, ErrorKind, Value};
 
 use super::{ChatMessage, TokenizerError};
 
+/// Work budget of one render: minijinja fuel (`Environment::set_fuel`), one unit per executed
+/// template instruction (loop steps, lookups, calls, emits; a filter or method call such as
+/// `split` or `trim` is one unit whatever its input length), counted afresh for each render.
+///
+/// Measured with the real Gemma-4 template (`tokenizer.chat_template` of every fixture model
+/// and of `ggml-vocab-gemma-4.gguf`: one 12 045-byte template), minijinja 2.24: 116 to 279
+/// units on the nine transformers-rendered chats of `fixtures/tokenizer/chat-cases.json`, 116
+/// to 247 on the chat prompts of `suites/*.toml`; each further user turn costs 53, an
+/// assistant turn with a thought 96 (18 more per further `<channel|>`), and a chat that fills
+/// the real models' 262 144-position context with the shortest turns (52 428 of them) about
+/// 3.9 million. The budget, 5·10^7, is about 180 000 times the largest measured chat and 12
+/// times that context-filling one, while a template that loops without end (`range(100000)`
+/// nested in `range(100000)`: 10^10 steps) is stopped after about 1.6 s (a dev build on a
+/// two-core machine) instead of running for hours.
+pub const CHAT_TEMPLATE_FUEL: u64 = 50_000_000;
+
 /// Source of the error `raise_exception` returns: tells the template's own refusal apart from
 /// minijinja's errors of the same kind ([`template_error`]).
 #[derive(Debug)]
@@ -27,8 +43,8 @@ impl std::fmt::Display for RaisedByTemplate {
 impl std::error::Error for RaisedByTemplate {}
 
 /// A minijinja error as a [`TokenizerError`] that reads on one line, with no Rust paths and no
-/// source dump: the template's own message for `raise_exception`, otherwise minijinja's error
-/// kind and detail; each with the template line.
+/// source dump: the template's own message for `raise_exception`, the work budget for running
+/// out of fuel, otherwise minijinja's error kind and detail; each with the template line.
 fn template_error(e: &Error) -> TokenizerError {
     let line = e.line().filter(|&l| l > 0);
     let raised = std::error::Error::source(e).is_some_and(|s| s.is::<RaisedByTemplate>());
@@ -36,6 +52,12 @@ fn template_error(e: &Error) -> TokenizerError {
         return TokenizerError::TemplateRaised {
             line,
             message: e.detail().unwrap_or_default().to_string(),
+        };
+    }
+    if e.kind() == ErrorKind::OutOfFuel {
+        return TokenizerError::TemplateBudget {
+            fuel: CHAT_TEMPLATE_FUEL,
+            line,
         };
     }
     let mut message = e.kind().to_string();
@@ -89,9 +111,11 @@ fn raise_exception(message: String) -> Result<Value, Error> {
 }
 
 impl ChatTemplate {
-    /// Compiles `source`; errors name the template line (`TokenizerError::Template`).
+    /// Compiles `source`; errors name the template line (`TokenizerError::Template`). Renders
+    /// are bounded by [`CHAT_TEMPLATE_FUEL`].
     pub fn new(source: &str, special: SpecialTexts) -> Result<ChatTemplate, TokenizerError> {
         let mut env = Environment::new();
+        env.set_fuel(Some(CHAT_TEMPLATE_FUEL));
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_keep_trailing_newline(false);
@@ -125,7 +149,18 @@ impl ChatTemplate {
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| template_error(&e))?;
-        let ctx = context! {
+        tmpl.render(self.context(messages, add_generation_prompt, enable_thinking))
+            .map_err(|e| template_error(&e))
+    }
+
+    /// The variables of one render (`apply_chat_template`'s).
+    fn context(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        enable_thinking: bool,
+    ) -> Value {
+        context! {
             messages => Value::from_serialize(messages),
             add_generation_prompt => add_generation_prompt,
             enable_thinking => enable_thinking,
@@ -134,14 +169,74 @@ impl ChatTemplate {
             unk_token => self.special.unk.as_str(),
             pad_token => self.special.pad.as_str(),
             mask_token => self.special.mask.as_str(),
-        };
-        tmpl.render(ctx).map_err(|e| template_error(&e))
+        }
+    }
+
+    /// The fuel one render uses (for the measurements behind [`CHAT_TEMPLATE_FUEL`]).
+    #[cfg(test)]
+    fn fuel_used(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        enable_thinking: bool,
+    ) -> u64 {
+        let tmpl = self.env.get_template(TEMPLATE_NAME).expect("template");
+        let out = tmpl
+            .render_captured(self.context(messages, add_generation_prompt, enable_thinking))
+            .expect("render");
+        out.state().fuel_levels().expect("fuel is on").0
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::py_trim;
+    use super::{py_trim, CHAT_TEMPLATE_FUEL};
+    use crate::gguf::GgufFile;
+    use crate::tokenizer::{ChatMessage, GemmaTokenizer};
+
+    /// A user/assistant chat of `turns` messages, each assistant message with a thought.
+    fn long_chat(turns: usize) -> Vec<ChatMessage> {
+        (0..turns)
+            .map(|i| match i % 2 {
+                0 => ChatMessage::new("user", format!("Question {i}?")),
+                _ => ChatMessage::new("assistant", format!("<|channel>t<channel|>Answer {i}.")),
+            })
+            .collect()
+    }
+
+    /// The margins stated at [`CHAT_TEMPLATE_FUEL`], on the real Gemma-4 template (that of the
+    /// dense fixture model; every fixture has the same one): every transformers-rendered chat
+    /// of `chat-cases.json` uses at most a 100 000th of the budget, and a chat that fills the
+    /// 262 144-position context of the real models with the shortest turns (5 tokens each:
+    /// `<|turn>`, role, `\n`, `<turn|>`, `\n`; 52 428 turns) at most a tenth.
+    #[test]
+    fn real_template_uses_a_small_part_of_the_budget() {
+        let dir = crate::fixtures_dir();
+        let (Ok(file), Ok(cases)) = (
+            GgufFile::open(dir.join("models/dense-target.Q4_K_M.gguf")),
+            std::fs::read_to_string(dir.join("tokenizer/chat-cases.json")),
+        ) else {
+            eprintln!("skipped: fixtures not found at {}", dir.display());
+            return;
+        };
+        let tok = GemmaTokenizer::from_gguf(&file).expect("tokenizer");
+        let chat = tok.chat.as_ref().expect("the fixture has a chat template");
+        let cases: serde_json::Value = serde_json::from_str(&cases).expect("chat-cases.json");
+        let mut most = 0;
+        for c in cases.as_array().expect("a list of cases") {
+            let messages: Vec<ChatMessage> =
+                serde_json::from_value(c["messages"].clone()).expect("messages");
+            let thinking = c["template_kwargs"]["enable_thinking"] == true;
+            let generation = c["add_generation_prompt"] == true;
+            let fuel = chat.fuel_used(&messages, generation, thinking);
+            eprintln!("{}: fuel {fuel}", c["name"]);
+            most = most.max(fuel);
+        }
+        assert!(most > 0 && most * 100_000 <= CHAT_TEMPLATE_FUEL, "{most}");
+        let full = chat.fuel_used(&long_chat(262_144 / 5), true, false);
+        eprintln!("52 428 turns: fuel {full}");
+        assert!(full * 10 <= CHAT_TEMPLATE_FUEL, "{full}");
+    }
 
     #[test]
     fn trim_filter_strips_python_whitespace_set() {

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::gguf::{GgufError, GgufFile};
 
 pub use build::{TOKEN_TYPE_BYTE, TOKEN_TYPE_CONTROL, TOKEN_TYPE_NORMAL, TOKEN_TYPE_USER_DEFINED};
+pub use chat::CHAT_TEMPLATE_FUEL;
 
 /// Token texts that llama.cpp 0c1e570 puts in the end-of-generation set for Gemma 4 (the entries
 /// marked "gemma4" in `src/llama-vocab.cpp`, `llama_vocab::impl::load`): `<turn|>` ends a model
@@ -142,6 +143,19 @@ pub enum TokenizerError {
         line: Option<usize>,
         /// The template's own message.
         message: String,
+    },
+    /// The render ran out of its work budget ([`CHAT_TEMPLATE_FUEL`]): a loop far longer than
+    /// any chat needs.
+    #[error(
+        "tokenizer.chat_template exceeded its work budget of {fuel} template instructions{} \
+         (a runaway loop: the real Gemma-4 template uses about 50 to 100 per message)",
+        at_line(*line)
+    )]
+    TemplateBudget {
+        /// The budget ([`CHAT_TEMPLATE_FUEL`]).
+        fuel: u64,
+        /// Template line where the budget ran out.
+        line: Option<usize>,
     },
 }
 
@@ -397,7 +411,9 @@ impl GemmaTokenizer {
     ///
     /// The result starts with the `<bos>` text when the template emits it (Gemma 4 always does).
     /// Errors: [`TokenizerError::NoChatTemplate`], [`TokenizerError::EmptyChat`], the
-    /// template's own errors ([`TokenizerError::Template`], [`TokenizerError::TemplateRaised`]).
+    /// template's own errors ([`TokenizerError::Template`], [`TokenizerError::TemplateRaised`],
+    /// [`TokenizerError::TemplateBudget`]: at most [`CHAT_TEMPLATE_FUEL`] template instructions
+    /// per render).
     pub fn render_chat(
         &self,
         messages: &[ChatMessage],
