@@ -373,6 +373,60 @@ fn template_errors_are_one_readable_line() {
     );
 }
 
+/// A template that renders none of the messages' text (an empty one, or one that prints fixed
+/// text) is refused at render time: the user's words would silently vanish from the prompt.
+/// The tokenizer itself still loads and encodes plain text. A chat whose only text is blank
+/// has nothing to lose; a template that prints one of two messages passes (the rule is
+/// "none", the template decides what it keeps), and so does one that prints a transformed
+/// text (the output depends on it).
+#[test]
+fn template_that_drops_every_message_is_refused() {
+    let tok = with_template("");
+    assert_eq!(tok.encode("ab", false).unwrap(), vec![AB]);
+    let err = tok.render_chat(&user("hi"), true, false).unwrap_err();
+    assert!(matches!(err, TokenizerError::EmptyChatTemplate), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "tokenizer.chat_template is empty: it renders none of the messages"
+    );
+    assert!(matches!(
+        with_template(" \n\t").encode_chat(&user("hi"), true, false),
+        Err(TokenizerError::EmptyChatTemplate)
+    ));
+
+    let tok = with_template("{{ bos_token }}[fixed]");
+    let err = tok.encode_chat(&user(" hi "), true, false).unwrap_err();
+    assert!(
+        matches!(&err, TokenizerError::TemplateDropsContent { messages: 1, output } if output == "<bos>[fixed]"),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "tokenizer.chat_template renders none of the messages' text: the output is the same \
+         whatever the 1 message(s) with text say (output \"<bos>[fixed]\")"
+    );
+    assert_eq!(
+        tok.render_chat(&user(" \n"), true, false).unwrap(),
+        "<bos>[fixed]"
+    );
+    let tok = with_template("{{ bos_token }}{{ messages[-1]['content'] }}");
+    let two = [ChatMessage::new("user", "a"), ChatMessage::new("user", "b")];
+    assert_eq!(tok.render_chat(&two, true, false).unwrap(), "<bos>b");
+    let tok = with_template("{{ bos_token }}{{ messages[0]['content'] | upper }}");
+    assert_eq!(
+        tok.render_chat(&user("hi"), true, false).unwrap(),
+        "<bos>HI"
+    );
+    // A long output is shown cut to 80 characters.
+    let tok = with_template("{{ 'x' * 100 }}");
+    match tok.render_chat(&user("hi"), true, false) {
+        Err(TokenizerError::TemplateDropsContent { output, .. }) => {
+            assert_eq!(output, format!("{}…", "x".repeat(80)))
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 /// `tokenizer.ggml.scores` is optional, but when present it has one f32 per token, like
 /// `token_type` (100 scores for 271 tokens used to be accepted).
 #[test]

@@ -72,6 +72,10 @@ fn template_error(e: &Error) -> TokenizerError {
     TokenizerError::Template { line, message }
 }
 
+/// What [`ChatTemplate::render`] puts in place of the messages' text to see whether the
+/// output depends on it.
+const CONTENT_PROBE: &str = "content probe 7f3a";
+
 /// Name under which the template is registered (no extension: no auto-escaping).
 const TEMPLATE_NAME: &str = "chat_template";
 
@@ -138,19 +142,83 @@ impl ChatTemplate {
 
     /// Renders `messages` (non-empty; checked by the caller).
     ///
-    /// Errors: the template's own errors ([`template_error`]).
+    /// Errors: [`TokenizerError::EmptyChatTemplate`] for an empty (or all-whitespace) source;
+    /// the template's own errors ([`template_error`]); [`TokenizerError::TemplateDropsContent`]
+    /// when some message has text but the output does not depend on any of it
+    /// ([`Self::check_content_rendered`]), which would otherwise score or generate from a
+    /// prompt without the user's words.
     pub fn render(
         &self,
         messages: &[ChatMessage],
         add_generation_prompt: bool,
         enable_thinking: bool,
     ) -> Result<String, TokenizerError> {
+        if self.source.trim_matches(is_py_whitespace).is_empty() {
+            return Err(TokenizerError::EmptyChatTemplate);
+        }
         let tmpl = self
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| template_error(&e))?;
-        tmpl.render(self.context(messages, add_generation_prompt, enable_thinking))
-            .map_err(|e| template_error(&e))
+        let rendered = tmpl
+            .render(self.context(messages, add_generation_prompt, enable_thinking))
+            .map_err(|e| template_error(&e))?;
+        self.check_content_rendered(messages, add_generation_prompt, enable_thinking, &rendered)?;
+        Ok(rendered)
+    }
+
+    /// [`TokenizerError::TemplateDropsContent`] when some message has text and the template's
+    /// output does not depend on it. Fast path: the output contains some message's text as the
+    /// Gemma-4 template writes it (stripped of Python whitespace). Otherwise (a template that
+    /// transforms the text, or drops it) the chat is rendered again with every non-blank
+    /// content replaced by [`CONTENT_PROBE`]: the same output means no message's text reaches
+    /// the prompt.
+    fn check_content_rendered(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        enable_thinking: bool,
+        rendered: &str,
+    ) -> Result<(), TokenizerError> {
+        let has_text = |m: &ChatMessage| !m.content.trim_matches(is_py_whitespace).is_empty();
+        let texts: Vec<&str> = messages
+            .iter()
+            .filter(|m| has_text(m))
+            .map(|m| m.content.trim_matches(is_py_whitespace))
+            .collect();
+        if texts.is_empty() || texts.iter().any(|t| rendered.contains(t)) {
+            return Ok(());
+        }
+        let probe: Vec<ChatMessage> = messages
+            .iter()
+            .map(|m| ChatMessage {
+                role: m.role.clone(),
+                content: if has_text(m) {
+                    CONTENT_PROBE.to_string()
+                } else {
+                    m.content.clone()
+                },
+            })
+            .collect();
+        let probed = self
+            .env
+            .get_template(TEMPLATE_NAME)
+            .and_then(|t| t.render(self.context(&probe, add_generation_prompt, enable_thinking)));
+        match probed {
+            Ok(other) if other == rendered => {
+                const SHOWN: usize = 80;
+                let mut output: String = rendered.chars().take(SHOWN).collect();
+                if output.len() < rendered.len() {
+                    output.push('…');
+                }
+                Err(TokenizerError::TemplateDropsContent {
+                    messages: texts.len(),
+                    output,
+                })
+            }
+            // The output (or the error) changed with the text: the text reaches the prompt.
+            _ => Ok(()),
+        }
     }
 
     /// The variables of one render (`apply_chat_template`'s).

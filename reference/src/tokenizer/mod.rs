@@ -157,6 +157,22 @@ pub enum TokenizerError {
         /// Template line where the budget ran out.
         line: Option<usize>,
     },
+    /// `tokenizer.chat_template` is the empty string (or only whitespace): a chat through it
+    /// would lose every message.
+    #[error("tokenizer.chat_template is empty: it renders none of the messages")]
+    EmptyChatTemplate,
+    /// Some message has text, but the rendered chat is the same whatever that text is: the
+    /// prompt would silently lose the user's words.
+    #[error(
+        "tokenizer.chat_template renders none of the messages' text: the output is the same \
+         whatever the {messages} message(s) with text say (output {output:?})"
+    )]
+    TemplateDropsContent {
+        /// Messages with non-blank content.
+        messages: usize,
+        /// The start of the rendered output (at most 80 characters, `…` when cut).
+        output: String,
+    },
 }
 
 /// ` (line N)` for a known template line, else nothing.
@@ -410,10 +426,12 @@ impl GemmaTokenizer {
     /// `bos_token`, `eos_token`, `unk_token`, `pad_token`, `mask_token`.
     ///
     /// The result starts with the `<bos>` text when the template emits it (Gemma 4 always does).
-    /// Errors: [`TokenizerError::NoChatTemplate`], [`TokenizerError::EmptyChat`], the
-    /// template's own errors ([`TokenizerError::Template`], [`TokenizerError::TemplateRaised`],
+    /// Errors: [`TokenizerError::NoChatTemplate`], [`TokenizerError::EmptyChat`],
+    /// [`TokenizerError::EmptyChatTemplate`], the template's own errors
+    /// ([`TokenizerError::Template`], [`TokenizerError::TemplateRaised`],
     /// [`TokenizerError::TemplateBudget`]: at most [`CHAT_TEMPLATE_FUEL`] template instructions
-    /// per render).
+    /// per render) and [`TokenizerError::TemplateDropsContent`] when the output does not depend
+    /// on the messages' text.
     pub fn render_chat(
         &self,
         messages: &[ChatMessage],
