@@ -9,17 +9,23 @@
 //! llama-server`), at `nice -n 19`.
 //!
 //! Every argument is checked before anything is built or started ([`check_args`]): one
-//! `error: …` line, exit 2.
+//! `error: …` line, exit 2. The server started in the foreground is stopped when xtask is
+//! (SIGINT, SIGTERM, SIGHUP: [`catch_stop_signals`]) and on every error path ([`ServerGuard`]);
+//! with `--detach` it keeps running once it answers.
 
+use std::ffi::c_int;
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use reference::config::{AssistantConfig, Config, ConfigError};
 use reference::gguf::{GgufError, GgufFile};
+use signal_hook::consts::signal::{SIGHUP, SIGINT, SIGTERM};
 
 use crate::conformance::{default_fixture, workspace_root};
 
@@ -494,19 +500,180 @@ pub fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// Polls `GET /health` of the server `child` on `port` until HTTP 200, `limit`, or the child's
-/// exit (e.g. a model it cannot load), whichever comes first.
+/// The signals that stop the verb's server: SIGINT (Ctrl-C, `kill -INT`), SIGTERM (`kill`) and
+/// SIGHUP (the terminal closed).
+pub const STOP_SIGNALS: [c_int; 3] = [SIGINT, SIGTERM, SIGHUP];
+
+/// The name of a [`STOP_SIGNALS`] signal, for messages.
+pub fn signal_name(sig: c_int) -> String {
+    match sig {
+        SIGINT => "SIGINT".into(),
+        SIGTERM => "SIGTERM".into(),
+        SIGHUP => "SIGHUP".into(),
+        n => format!("signal {n}"),
+    }
+}
+
+/// The last stop signal caught (0: none yet), set by the handlers [`catch_stop_signals`]
+/// registers (`signal_hook::flag`: the handler only stores the number).
+#[derive(Debug, Clone, Default)]
+pub struct StopFlag(Arc<AtomicUsize>);
+
+impl StopFlag {
+    /// The signal caught, if any.
+    pub fn caught(&self) -> Option<c_int> {
+        match self.0.load(Ordering::SeqCst) {
+            0 => None,
+            n => c_int::try_from(n).ok(),
+        }
+    }
+
+    /// Records `sig` as caught (what the handlers do, for tests).
+    #[cfg(test)]
+    pub fn set(&self, sig: c_int) {
+        self.0
+            .store(usize::try_from(sig).unwrap_or(1), Ordering::SeqCst);
+    }
+}
+
+/// Whether `sig` is ignored according to `status`, the text of `/proc/self/status` (its
+/// `SigIgn:` line, a hexadecimal mask with bit `sig - 1` per signal). `None`: no such line.
+pub fn ignored_in_status(status: &str, sig: c_int) -> Option<bool> {
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())?;
+    let bit = u32::try_from(sig).ok()?.checked_sub(1)?;
+    Some(bit < 64 && mask >> bit & 1 == 1)
+}
+
+/// Whether xtask was started with `sig` ignored (`nohup` ignores SIGHUP; a shell without job
+/// control ignores SIGINT in `cmd &`): read from `/proc/self/status`; `false` where it cannot be
+/// read (not Linux).
+fn ignored_at_start(sig: c_int) -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| ignored_in_status(&s, sig))
+        .unwrap_or(false)
+}
+
+/// From now on the [`STOP_SIGNALS`] no longer end xtask: they are recorded in the returned flag,
+/// and the verb stops its server and then ends with the signal ([`exit_by_signal`]). A signal
+/// xtask was started with ignored stays ignored (`nohup`, background jobs of a script).
 ///
-/// Errors: the child exited (with its status) or `limit` passed without a healthy answer.
-pub fn wait_healthy(port: u16, limit: Duration, child: &mut Child) -> Result<()> {
+/// Errors: a handler cannot be registered.
+pub fn catch_stop_signals() -> std::io::Result<StopFlag> {
+    let flag = StopFlag::default();
+    for sig in STOP_SIGNALS {
+        if ignored_at_start(sig) {
+            continue;
+        }
+        let value = usize::try_from(sig).unwrap_or(1);
+        signal_hook::flag::register_usize(sig, Arc::clone(&flag.0), value)?;
+    }
+    Ok(flag)
+}
+
+/// Ends xtask as `sig` would have without a handler (a shell shows status 128 + sig: 130 for
+/// SIGINT), after the server was stopped; `exit(128 + sig)` if that cannot be done.
+pub fn exit_by_signal(sig: c_int) -> ! {
+    let _ = signal_hook::low_level::emulate_default_handler(sig);
+    std::process::exit(128 + sig)
+}
+
+/// The server process: killed and reaped when dropped — on every error path, a panic, or a stop
+/// signal — unless [`ServerGuard::release`]d (`--detach`, once it answers).
+#[derive(Debug)]
+pub struct ServerGuard(Option<Child>);
+
+impl ServerGuard {
+    /// Guards `child`.
+    pub fn new(child: Child) -> ServerGuard {
+        ServerGuard(Some(child))
+    }
+
+    /// The process.
+    pub fn child(&mut self) -> &mut Child {
+        self.0
+            .as_mut()
+            .expect("a ServerGuard holds its child until released")
+    }
+
+    /// Its process id.
+    pub fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, Child::id)
+    }
+
+    /// Lets the process outlive xtask (not killed on drop, never waited for: `--detach`).
+    pub fn release(mut self) {
+        // dropping a Child neither kills nor waits for it
+        drop(self.0.take());
+    }
+}
+
+impl Drop for ServerGuard {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            // an error here means it already exited: nothing left to stop
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Why the server did not come up ([`wait_healthy`]).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The process ended before answering.
+    #[error("llama-server exited ({status}) before answering on port {port}")]
+    Exited {
+        /// Its exit status.
+        status: ExitStatus,
+        /// The port it was given.
+        port: u16,
+    },
+    /// No healthy answer within the limit.
+    #[error("llama-server on port {port} not healthy after {limit:?}")]
+    Timeout {
+        /// The port.
+        port: u16,
+        /// The wait.
+        limit: Duration,
+    },
+    /// A stop signal arrived while waiting.
+    #[error("stopped by {} while llama-server was starting", signal_name(*.0))]
+    Stopped(c_int),
+    /// The process could not be polled.
+    #[error("cannot poll llama-server: {0}")]
+    Poll(#[from] std::io::Error),
+}
+
+/// Polls `GET /health` of the server `child` on `port` until HTTP 200, `limit`, the child's exit
+/// (e.g. a model it cannot load) or a stop signal in `stop`, whichever comes first.
+///
+/// Errors: [`StartError`]: the child exited (with its status), `limit` passed without a healthy
+/// answer, or a signal was caught.
+pub fn wait_healthy(
+    port: u16,
+    limit: Duration,
+    child: &mut Child,
+    stop: &StopFlag,
+) -> Result<(), StartError> {
     let t0 = Instant::now();
     let url = format!("http://127.0.0.1:{port}/health");
-    while t0.elapsed() < limit {
+    loop {
+        if let Some(sig) = stop.caught() {
+            return Err(StartError::Stopped(sig));
+        }
         if let Some(status) = child.try_wait()? {
-            bail!("llama-server exited ({status}) before answering on port {port}");
+            return Err(StartError::Exited { status, port });
+        }
+        if t0.elapsed() >= limit {
+            return Err(StartError::Timeout { port, limit });
         }
         let ok = Command::new("curl")
-            .args(["-sf", "-o", "/dev/null", &url])
+            .args(["-sf", "--max-time", "5", "-o", "/dev/null", &url])
+            .stdin(Stdio::null())
             .status()
             .map(|s| s.success())
             .unwrap_or(false);
@@ -515,7 +682,36 @@ pub fn wait_healthy(port: u16, limit: Duration, child: &mut Child) -> Result<()>
         }
         std::thread::sleep(Duration::from_millis(300));
     }
-    bail!("llama-server on port {port} not healthy after {limit:?}")
+}
+
+/// How a foreground server ended ([`serve_foreground`]).
+#[derive(Debug)]
+pub enum Ended {
+    /// A stop signal arrived; the server was stopped (killed and reaped).
+    Signal(c_int),
+    /// The server exited by itself.
+    Exited(ExitStatus),
+}
+
+/// Waits on the foreground server until it exits or a stop signal is caught; on a signal the
+/// server is killed and reaped before this returns (the guard is dropped).
+///
+/// Errors: the process cannot be polled (the guard then stops it).
+pub fn serve_foreground(mut server: ServerGuard, stop: &StopFlag) -> std::io::Result<Ended> {
+    loop {
+        if let Some(sig) = stop.caught() {
+            drop(server);
+            return Ok(Ended::Signal(sig));
+        }
+        if let Some(status) = server.child().try_wait()? {
+            // Ctrl-C in the terminal reaches the server too: it may end first
+            return Ok(match stop.caught() {
+                Some(sig) => Ended::Signal(sig),
+                None => Ended::Exited(status),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// The last `n` lines of the log at `path` (empty when unreadable).
@@ -561,14 +757,21 @@ pub fn run(a: &Args) -> Result<()> {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::from(logf.try_clone()?))
         .stderr(Stdio::from(logf));
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("cannot start {}", bin.display()))?;
-    if let Err(e) = wait_healthy(port, Duration::from_secs(180), &mut child) {
-        let _ = child.kill();
+    // before the spawn: a signal from now on stops the server instead of orphaning it
+    let stop = catch_stop_signals().context("cannot catch SIGINT/SIGTERM/SIGHUP")?;
+    let mut server = ServerGuard::new(
+        cmd.spawn()
+            .with_context(|| format!("cannot start {}", bin.display()))?,
+    );
+    if let Err(e) = wait_healthy(port, Duration::from_secs(180), server.child(), &stop) {
+        drop(server);
+        if let StartError::Stopped(sig) = e {
+            eprintln!("{e}: stopped it");
+            exit_by_signal(sig);
+        }
         bail!("{e}\n{}", log_tail(&log, 20));
     }
-    let pid = child.id();
+    let pid = server.id();
     println!(
         "llama-server (pid {pid}) serving {} on http://127.0.0.1:{port} (log {})",
         model.display(),
@@ -583,18 +786,45 @@ pub fn run(a: &Args) -> Result<()> {
         let pid_file = ext_dir().join(format!("llama-server-{port}.pid"));
         std::fs::write(&pid_file, pid.to_string())
             .with_context(|| pid_file.display().to_string())?;
+        server.release();
         println!("stop it: kill {pid} (pid also in {})", pid_file.display());
         return Ok(());
     }
     println!("stop it: Ctrl-C (judge from another terminal, or start with --detach)");
-    let status = child.wait()?;
-    bail!("llama-server exited: {status}")
+    match serve_foreground(server, &stop)? {
+        Ended::Signal(sig) => {
+            eprintln!("{}: stopped llama-server (pid {pid})", signal_name(sig));
+            exit_by_signal(sig)
+        }
+        Ended::Exited(status) => bail!("llama-server exited: {status}"),
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{free_port, judge_spec, resolve_url, wait_healthy};
+    use super::{
+        free_port, judge_spec, resolve_url, serve_foreground, wait_healthy, Ended, ServerGuard,
+        StartError, StopFlag, SIGINT, SIGTERM,
+    };
+    use std::process::{Child, Command};
     use std::time::{Duration, Instant};
+
+    /// A child that runs until killed (`sleep 600`).
+    fn sleeper() -> Child {
+        Command::new("sleep").arg("600").spawn().unwrap()
+    }
+
+    /// Whether process `pid` runs: `/proc/PID` exists (a reaped process leaves none) and is
+    /// not a zombie (a released child killed here is never reaped by this process).
+    fn alive(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            // "PID (COMM) STATE …": the state follows the last ')'
+            stat.rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().next())
+                != Some("Z")
+        })
+    }
 
     /// A server that dies at start (here a shell exiting with status 3, nothing listening) is
     /// reported at once with its status, not after the whole wait (the `--model` of a truncated
@@ -607,10 +837,105 @@ mod tests {
             .spawn()
             .unwrap();
         let t0 = Instant::now();
-        let err = wait_healthy(port, Duration::from_secs(60), &mut child).unwrap_err();
+        let err = wait_healthy(
+            port,
+            Duration::from_secs(60),
+            &mut child,
+            &StopFlag::default(),
+        )
+        .unwrap_err();
         assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
         let msg = err.to_string();
         assert!(msg.contains("exited") && msg.contains('3'), "{msg}");
+    }
+
+    /// A stop signal caught while the server starts ends the wait at once, naming the signal
+    /// (the caller then drops the guard, which stops the server).
+    #[test]
+    fn wait_healthy_stops_on_a_stop_signal() {
+        let port = free_port().unwrap();
+        let mut server = ServerGuard::new(sleeper());
+        let stop = StopFlag::default();
+        stop.set(SIGTERM);
+        let t0 = Instant::now();
+        let err = wait_healthy(port, Duration::from_secs(60), server.child(), &stop).unwrap_err();
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        assert!(
+            matches!(err, StartError::Stopped(s) if s == SIGTERM),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "stopped by SIGTERM while llama-server was starting"
+        );
+    }
+
+    /// Dropping the guard (any error path, a panic) kills and reaps the server; a released one
+    /// keeps running (`--detach`).
+    #[test]
+    fn the_guard_stops_its_server_unless_released() {
+        let server = ServerGuard::new(sleeper());
+        let pid = server.id();
+        assert!(alive(pid));
+        drop(server);
+        assert!(!alive(pid), "pid {pid} survived its guard");
+
+        let server = ServerGuard::new(sleeper());
+        let pid = server.id();
+        server.release();
+        assert!(alive(pid), "a released server was stopped");
+        let killed = Command::new("kill").arg(pid.to_string()).status().unwrap();
+        assert!(killed.success());
+    }
+
+    /// In the foreground, a caught signal stops the server before the verb ends (a SIGINT sent
+    /// to xtask alone left llama-server running, reparented to init); a server that exits by
+    /// itself is reported with its status.
+    #[test]
+    fn the_foreground_server_is_stopped_on_a_signal() {
+        let server = ServerGuard::new(sleeper());
+        let pid = server.id();
+        let stop = StopFlag::default();
+        let flag = stop.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            flag.set(SIGINT);
+        });
+        let ended = serve_foreground(server, &stop).unwrap();
+        t.join().unwrap();
+        assert!(
+            matches!(ended, Ended::Signal(s) if s == SIGINT),
+            "{ended:?}"
+        );
+        assert!(!alive(pid), "pid {pid} survived the signal");
+
+        let child = Command::new("sh").args(["-c", "exit 4"]).spawn().unwrap();
+        let ended = serve_foreground(ServerGuard::new(child), &StopFlag::default()).unwrap();
+        assert!(
+            matches!(&ended, Ended::Exited(s) if s.code() == Some(4)),
+            "{ended:?}"
+        );
+    }
+
+    /// The `SigIgn` mask of `/proc/self/status`: bit `sig - 1` (SIGHUP 1 → bit 0, SIGINT 2 →
+    /// bit 1, SIGTERM 15 → bit 14); the mask `0x4003` ignores all three, `0x2` SIGINT alone.
+    #[test]
+    fn ignored_signals_are_read_from_the_status_mask() {
+        use super::{ignored_in_status, SIGHUP};
+        let status =
+            |mask: &str| format!("Name:\txtask\nSigBlk:\t0000000000000000\nSigIgn:\t{mask}\n");
+        let all = status("0000000000004003");
+        for sig in [SIGHUP, SIGINT, SIGTERM] {
+            assert_eq!(ignored_in_status(&all, sig), Some(true), "{sig}");
+        }
+        let int_only = status("0000000000000002");
+        assert_eq!(ignored_in_status(&int_only, SIGINT), Some(true));
+        assert_eq!(ignored_in_status(&int_only, SIGHUP), Some(false));
+        assert_eq!(ignored_in_status(&int_only, SIGTERM), Some(false));
+        assert_eq!(ignored_in_status("Name:\txtask\n", SIGINT), None);
+        // Linux has the line
+        let own = std::fs::read_to_string("/proc/self/status").unwrap();
+        assert!(ignored_in_status(&own, SIGTERM).is_some());
     }
 
     /// The judge command's engine spec is one conformance takes (`spec=K` with K ≥ 1; the verb

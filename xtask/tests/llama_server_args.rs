@@ -1,11 +1,18 @@
 //! `cargo xtask llama-server` through the built binary: every argument is checked before
-//! anything is built or started (one `error: …` line, exit 2, nothing else printed). No
-//! llama.cpp build is needed: the refusals come before the build.
+//! anything is built or started (one `error: …` line, exit 2, nothing else printed), and the
+//! server it starts is stopped when xtask is stopped.
+//!
+//! No llama.cpp build is needed: the refusals come before the build, and the server tests run
+//! a stand-in (`--server-bin`, a shell script that starts this test binary's
+//! [`fake_llama_server`], which answers `GET /health`).
 
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// The workspace root (the folder above `xtask/`).
 fn root() -> PathBuf {
@@ -216,4 +223,284 @@ fn model_and_drafter_kinds_are_checked() {
             "{stderr}"
         );
     }
+}
+
+/// The stand-in llama-server: when started by the script of [`fake_server_bin`] (which sets
+/// `FAKE_LLAMA_SERVER_PORT`), answers every connection on that port with `200 OK`, until
+/// killed. Run alone (no variable) it returns at once.
+#[test]
+#[ignore = "the stand-in llama-server that the server tests start; does nothing alone"]
+fn fake_llama_server() {
+    let Ok(port) = std::env::var("FAKE_LLAMA_SERVER_PORT") else {
+        return;
+    };
+    let listener = TcpListener::bind(format!("127.0.0.1:{port}")).unwrap();
+    for conn in listener.incoming() {
+        let Ok(mut c) = conn else { continue };
+        let mut buf = [0u8; 1024];
+        let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
+        let _ = c.read(&mut buf);
+        let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+    }
+}
+
+/// A folder for one test under the test target's scratch space.
+fn scratch(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("llama-server-args-{name}"));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// An executable script in `dir` standing in for llama-server: it writes its pid to
+/// `dir/server.pid`, then becomes [`fake_llama_server`] on the `--port` it was given, or with
+/// `healthy = false` a process that never answers (`sleep`).
+fn fake_server_bin(dir: &Path, healthy: bool) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let serve = if healthy {
+        format!(
+            "FAKE_LLAMA_SERVER_PORT=$port exec '{}' --exact fake_llama_server --ignored \
+             --test-threads 1",
+            exe.display()
+        )
+    } else {
+        "exec sleep 600".to_string()
+    };
+    let script = format!(
+        "#!/bin/sh\nport=\nwhile [ $# -gt 0 ]; do\n  if [ \"$1\" = --port ]; then port=$2; fi\n  \
+         shift\ndone\necho $$ > '{}'\n{serve}\n",
+        dir.join("server.pid").display()
+    );
+    let bin = dir.join("llama-server");
+    std::fs::write(&bin, script).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
+/// Whether process `pid` runs: `/proc/PID` exists and is not a zombie (a detached server
+/// killed by the test is reaped by init, which in a container may never happen).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // "PID (COMM) STATE …": the state follows the last ')'
+        stat.rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().next())
+            != Some("Z")
+    })
+}
+
+/// Waits up to 60 s for `f` to be true.
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Sends `sig` (`INT`, `TERM`) to `pid` with kill(1).
+fn kill(sig: &str, pid: u32) {
+    let ok = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{sig} {pid}");
+}
+
+/// Starts `cargo xtask llama-server --server-bin BIN --model MODEL EXTRA…` with piped output.
+fn start(bin: &Path, model: &Path, extra: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["llama-server", "--server-bin", s(bin), "--model", s(model)])
+        .args(extra)
+        .current_dir(root())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Reads xtask's stdout up to the `llama-server (pid N) serving …` line (what follows may be
+/// lost); returns N and the log path it names.
+fn served_pid(xtask: &mut Child) -> (u32, PathBuf) {
+    let mut lines = Vec::new();
+    let mut out = BufReader::new(xtask.stdout.as_mut().unwrap());
+    loop {
+        let mut line = String::new();
+        if out.read_line(&mut line).unwrap() == 0 {
+            let mut err = String::new();
+            let _ = xtask.stderr.as_mut().unwrap().read_to_string(&mut err);
+            panic!("xtask ended before serving: {lines:?} {err}");
+        }
+        lines.push(line.trim_end().to_string());
+        if let Some(rest) = line.strip_prefix("llama-server (pid ") {
+            let pid = rest.split(')').next().unwrap().parse().unwrap();
+            let log = rest
+                .rsplit("(log ")
+                .next()
+                .unwrap()
+                .trim_end()
+                .trim_end_matches(')');
+            return (pid, PathBuf::from(log));
+        }
+    }
+}
+
+/// `kill -INT` / `kill -TERM` sent to xtask alone (not its process group) stops the server it
+/// started in the foreground, then ends xtask by that signal (shell status 130 / 143); before,
+/// xtask ended and left llama-server running, reparented to init.
+#[test]
+fn a_signal_to_xtask_stops_its_foreground_server() {
+    let Some(model) = fixture("dense-target.F32.gguf") else {
+        return;
+    };
+    for (sig, num) in [("INT", 2), ("TERM", 15)] {
+        let dir = scratch(&format!("fg-{sig}"));
+        let bin = fake_server_bin(&dir, true);
+        let mut xtask = start(&bin, &model, &[]);
+        let (pid, log) = served_pid(&mut xtask);
+        assert!(alive(pid));
+        kill(sig, xtask.id());
+        let status = xtask.wait().unwrap();
+        assert_eq!(status.signal(), Some(num), "{sig}: {status:?}");
+        assert!(
+            !alive(pid),
+            "SIG{sig}: the server (pid {pid}) outlived xtask"
+        );
+        let _ = std::fs::remove_file(log);
+    }
+}
+
+/// A signal xtask was started with ignored stays ignored (`trap "" INT` here; `nohup` does so
+/// for SIGHUP, a script's `cmd &` for SIGINT): SIGINT leaves xtask and its server running, and
+/// SIGTERM then stops both.
+#[test]
+fn a_signal_ignored_at_start_stays_ignored() {
+    let Some(model) = fixture("dense-target.F32.gguf") else {
+        return;
+    };
+    let dir = scratch("ignored");
+    let bin = fake_server_bin(&dir, true);
+    let mut xtask = Command::new("sh")
+        .args(["-c", "trap '' INT; exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_xtask"))
+        .args([
+            "llama-server",
+            "--server-bin",
+            s(&bin),
+            "--model",
+            s(&model),
+        ])
+        .current_dir(root())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (pid, log) = served_pid(&mut xtask);
+    kill("INT", xtask.id());
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        xtask.try_wait().unwrap().is_none(),
+        "xtask ended on an ignored SIGINT"
+    );
+    assert!(alive(pid), "the server was stopped on an ignored SIGINT");
+    kill("TERM", xtask.id());
+    let status = xtask.wait().unwrap();
+    assert_eq!(status.signal(), Some(15), "{status:?}");
+    assert!(!alive(pid), "the server (pid {pid}) outlived xtask");
+    let _ = std::fs::remove_file(log);
+}
+
+/// A signal while the server is still starting (not yet answering) stops it too.
+#[test]
+fn a_signal_while_starting_stops_the_server() {
+    let Some(model) = fixture("dense-target.F32.gguf") else {
+        return;
+    };
+    let dir = scratch("starting");
+    let bin = fake_server_bin(&dir, false);
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let mut xtask = start(&bin, &model, &["--port", &port]);
+    let pid_file = dir.join("server.pid");
+    wait_for("the stand-in server's pid file", || {
+        std::fs::read_to_string(&pid_file).is_ok_and(|t| t.ends_with('\n'))
+    });
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(pid));
+    kill("INT", xtask.id());
+    let status = xtask.wait().unwrap();
+    assert_eq!(status.signal(), Some(2), "{status:?}");
+    assert!(
+        !alive(pid),
+        "the starting server (pid {pid}) outlived xtask"
+    );
+    let mut err = String::new();
+    xtask.stderr.unwrap().read_to_string(&mut err).unwrap();
+    assert_eq!(
+        err,
+        "stopped by SIGINT while llama-server was starting: stopped it\n"
+    );
+    let _ = std::fs::remove_file(root().join(format!("target/ext/llama-server-{port}.log")));
+}
+
+/// `--detach` still leaves the server running after xtask returns (exit 0), and prints the pid
+/// and the kill command that stops it.
+#[test]
+fn detach_leaves_the_server_running() {
+    let Some(model) = fixture("dense-target.F32.gguf") else {
+        return;
+    };
+    let dir = scratch("detach");
+    let bin = fake_server_bin(&dir, true);
+    // xtask returns: read everything it printed
+    let out = start(&bin, &model, &["--detach"])
+        .wait_with_output()
+        .unwrap();
+    let rest = String::from_utf8_lossy(&out.stdout).into_owned();
+    let status = out.status;
+    assert_eq!(status.code(), Some(0), "{rest}");
+    let serving = rest
+        .lines()
+        .find_map(|l| l.strip_prefix("llama-server (pid "))
+        .unwrap_or_else(|| panic!("no serving line: {rest}"));
+    let pid: u32 = serving.split(')').next().unwrap().parse().unwrap();
+    let log = serving
+        .rsplit("(log ")
+        .next()
+        .unwrap()
+        .trim_end_matches(')');
+    let stop = rest
+        .lines()
+        .find(|l| l.starts_with("stop it: "))
+        .unwrap_or_else(|| panic!("no stop line: {rest}"));
+    assert!(
+        stop.starts_with(&format!("stop it: kill {pid} (pid also in ")),
+        "{stop}"
+    );
+    let pid_file = stop
+        .rsplit("(pid also in ")
+        .next()
+        .unwrap()
+        .trim_end_matches(')');
+    assert_eq!(std::fs::read_to_string(pid_file).unwrap(), pid.to_string());
+    assert!(
+        rest.contains("judge it: cargo xtask conformance --engine llama-server=http://127.0.0.1:"),
+        "{rest}"
+    );
+    assert!(alive(pid), "the detached server (pid {pid}) was stopped");
+    kill("TERM", pid);
+    wait_for("the detached server to stop", || !alive(pid));
+    let _ = std::fs::remove_file(pid_file);
+    let _ = std::fs::remove_file(log);
 }
