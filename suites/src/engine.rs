@@ -168,6 +168,41 @@ impl fmt::Display for Mode {
     }
 }
 
+/// The modes of `modes` as a message lists them, in the given order, comma-separated, with
+/// each run of consecutive batch widths written once (`plain, batch:1..16`: an HTTP engine
+/// declares every `batch:N` up to its concurrency); `"no mode"` for an empty list.
+pub fn mode_list(modes: &[Mode]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < modes.len() {
+        if let Mode::Batch { n: first } = modes[i] {
+            let mut last = first;
+            let mut j = i + 1;
+            while let Some(Mode::Batch { n }) = modes.get(j) {
+                if *n != last + 1 {
+                    break;
+                }
+                last = *n;
+                j += 1;
+            }
+            parts.push(match last - first {
+                0 => format!("batch:{first}"),
+                1 => format!("batch:{first}, batch:{last}"),
+                _ => format!("batch:{first}..{last}"),
+            });
+            i = j;
+        } else {
+            parts.push(modes[i].to_string());
+            i += 1;
+        }
+    }
+    if parts.is_empty() {
+        "no mode".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
 impl FromStr for Mode {
     type Err = ModeParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -333,6 +368,29 @@ pub enum EngineError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Runs of consecutive batch widths are written once; other modes as they are, in order.
+    #[test]
+    fn mode_lists_collapse_batch_runs() {
+        let b = |n| Mode::Batch { n };
+        assert_eq!(mode_list(&[]), "no mode");
+        let mut http = vec![Mode::Plain];
+        http.extend((1..=16).map(b));
+        assert_eq!(mode_list(&http), "plain, batch:1..16");
+        assert_eq!(
+            mode_list(&[
+                Mode::Prefill,
+                b(4),
+                Mode::Spec { k: 1 },
+                Mode::Spec { k: 2 }
+            ]),
+            "prefill, batch:4, spec:1, spec:2"
+        );
+        assert_eq!(
+            mode_list(&[b(1), b(2), b(4), b(5), b(6), b(8)]),
+            "batch:1, batch:2, batch:4..6, batch:8"
+        );
+    }
 
     #[test]
     fn mode_strings_round_trip() {

@@ -18,7 +18,8 @@
 //! `timeout=SECONDS` (per request, default 600; the first requests, `/props` and `/v1/models`,
 //! give up after at most [`PROBE_TIMEOUT`], 30 s; a request still waiting after 30 s says so on
 //! stderr), `retries=N` (connection errors only, default 4), `concurrency=N` (largest `batch:N`,
-//! default: the server's slots, else 16), `top-k=K` (default 16, at least 2 as a suite's
+//! at most [`MAX_CONCURRENCY`]; default: the server's slots, else 16, and never more than
+//! [`MAX_CONCURRENCY`]), `top-k=K` (default 16, at least 2 as a suite's
 //! `top_k`), `model=NAME` (OpenAI `model` field; default: the first of `/v1/models`).
 //!
 //! **Log-probabilities, not logits.** Servers return `log p = logit − logsumexp(logits)`: per
@@ -46,6 +47,8 @@
 //! judged on the same tokens as one that does.
 
 pub mod client;
+#[cfg(test)]
+mod fake;
 pub mod parse;
 
 use std::path::{Path, PathBuf};
@@ -157,6 +160,13 @@ pub struct HttpSpec {
     pub model: Option<String>,
 }
 
+/// The largest `batch:N` an HTTP engine runs: each of the N requests in flight is one client
+/// thread (and one server slot). A `concurrency=N` above it is refused; a server that reports
+/// more slots (`/props` `total_slots`) is run with this many at most, which the engine's notes
+/// say. (A server-given slot count once sized the list of declared modes: 10¹² slots aborted
+/// the run allocating 16 TB.)
+pub const MAX_CONCURRENCY: usize = 256;
+
 /// Whether `spec` names an HTTP engine (`llama-server=…` or `openai=…`).
 pub fn is_http_spec(spec: &str) -> bool {
     spec.starts_with("llama-server=") || spec.starts_with("openai=")
@@ -219,7 +229,16 @@ impl HttpSpec {
                         ))
                     })?
                 }
-                "concurrency" => s.concurrency = Some(num(v)?),
+                "concurrency" => {
+                    let n = num(v)?;
+                    if n > MAX_CONCURRENCY {
+                        return Err(bad(format!(
+                            "option concurrency: {v:?} is more than {MAX_CONCURRENCY} (the most \
+                             requests this client runs at once: one thread each)"
+                        )));
+                    }
+                    s.concurrency = Some(n);
+                }
                 "top-k" => {
                     s.top_k = num(v)?;
                     if s.top_k < crate::suite::MIN_TOP_K {
@@ -385,7 +404,12 @@ impl HttpEngine {
             probe.len(),
             c.top_k.first().map_or(0, Vec::len)
         ));
-        let max_n = engine.spec.concurrency.or(slots).unwrap_or(16).max(1);
+        let max_n = engine
+            .spec
+            .concurrency
+            .or(slots)
+            .unwrap_or(16)
+            .clamp(1, MAX_CONCURRENCY);
         engine.modes = match engine.spec.spec_k {
             Some(k) => vec![Mode::Spec { k }],
             None => std::iter::once(Mode::Plain)
@@ -410,9 +434,13 @@ impl HttpEngine {
             (_, Some(k)) => engine
                 .notes
                 .push(format!("speculative server: only spec:{k} declared")),
-            (Some(n), None) => engine
-                .notes
-                .push(format!("server has {n} slots: batch:1..{max_n} declared")),
+            (Some(n), None) => engine.notes.push(match engine.spec.concurrency {
+                None if n > MAX_CONCURRENCY => format!(
+                    "server has {n} slots: batch:1..{max_n} declared (at most \
+                     {MAX_CONCURRENCY} requests at once; engine option concurrency=N lowers it)"
+                ),
+                _ => format!("server has {n} slots: batch:1..{max_n} declared"),
+            }),
             (None, None) => {}
         }
         Ok(engine)
@@ -585,8 +613,22 @@ impl HttpEngine {
                     ));
                 }
                 let accepted = c.accepted.unwrap_or(0);
+                // counts the server gives: bounded before they are summed over a run
+                if accepted > drafted {
+                    return Err(format!(
+                        "spec:{k}: the server reports {accepted} accepted drafts of {drafted} \
+                         drafted (timings.draft_n_accepted > timings.draft_n)"
+                    ));
+                }
+                if drafted > k.saturating_mul(c.tokens.len()) {
+                    return Err(format!(
+                        "spec:{k}: the server reports {drafted} drafted tokens for {} emitted \
+                         (timings.draft_n): more than {k} per emitted token",
+                        c.tokens.len()
+                    ));
+                }
                 Some(SpecStats {
-                    rounds: c.tokens.len().saturating_sub(1 + accepted),
+                    rounds: c.tokens.len().saturating_sub(accepted.saturating_add(1)),
                     drafted,
                     accepted,
                     per_round: Vec::new(),
@@ -940,6 +982,144 @@ mod tests {
                 "{api}"
             );
         }
+    }
+
+    /// A llama-server fake serving `model` with `/props` `total_slots` = `slots` and greedy
+    /// completions of token 236 (top-2: 236, 237); its URL.
+    fn slots_server(model: &Path, slots: u64) -> String {
+        let model = model.display().to_string();
+        fake::serve(std::sync::Arc::new(
+            move |_: &str, path: &str, body: &Value| match path {
+                "/props" => (200, json!({"model_path": model, "total_slots": slots})),
+                "/completion" => (
+                    200,
+                    fake::completion(body, 236, &[(236, -0.1), (237, -2.5)]),
+                ),
+                _ => (404, json!({})),
+            },
+        ))
+    }
+
+    /// A slot count the server gives is bounded: 10¹² slots (it aborted the run allocating the
+    /// list of modes, 16 TB) declare plain and batch:1..256 with a note saying so; a
+    /// concurrency=N above 256 is refused naming the option; 4 slots give batch:1..4.
+    #[test]
+    fn a_huge_slot_count_is_bounded() {
+        let Some(model) = crate::test_fixture_model("dense-target.Q4_K_M.gguf") else {
+            return;
+        };
+        let url = slots_server(&model, 1_000_000_000_000);
+        let e = HttpEngine::connect(
+            HttpSpec::parse(&format!("llama-server={url}")).unwrap(),
+            &model,
+        )
+        .unwrap();
+        let mut want = vec![Mode::Plain];
+        want.extend((1..=256).map(|n| Mode::Batch { n }));
+        assert_eq!(e.modes(), want);
+        assert!(
+            e.notes.contains(
+                &"server has 1000000000000 slots: batch:1..256 declared (at most 256 requests \
+                  at once; engine option concurrency=N lowers it)"
+                    .to_string()
+            ),
+            "{:?}",
+            e.notes
+        );
+        let spec = format!("llama-server={url},concurrency=99999999999");
+        assert_eq!(
+            HttpSpec::parse(&spec).unwrap_err().to_string(),
+            format!(
+                "bad engine spec {spec:?}: option concurrency: \"99999999999\" is more than 256 \
+                 (the most requests this client runs at once: one thread each)"
+            )
+        );
+        let spec = format!("llama-server={url},concurrency=256");
+        let e = HttpEngine::connect(HttpSpec::parse(&spec).unwrap(), &model).unwrap();
+        assert_eq!(e.modes().len(), 257);
+        let e = HttpEngine::connect(
+            HttpSpec::parse(&format!("llama-server={}", slots_server(&model, 4))).unwrap(),
+            &model,
+        )
+        .unwrap();
+        assert_eq!(
+            e.modes(),
+            [
+                Mode::Plain,
+                Mode::Batch { n: 1 },
+                Mode::Batch { n: 2 },
+                Mode::Batch { n: 3 },
+                Mode::Batch { n: 4 }
+            ]
+        );
+        assert!(e
+            .notes
+            .contains(&"server has 4 slots: batch:1..4 declared".to_string()));
+    }
+
+    /// Speculative counters the server gives are checked before they are summed: more
+    /// accepted than drafted, or more drafted than K per emitted token (u64::MAX overflowed the
+    /// rounds count), fail that request naming the counter; plausible ones give the stats
+    /// (3 tokens, 4 drafted, 1 accepted: rounds = 3 − 1 − 1 = 1).
+    #[test]
+    fn impossible_draft_counts_fail_the_request() {
+        let Some(model) = crate::test_fixture_model("dense-target.Q4_K_M.gguf") else {
+            return;
+        };
+        let m = model.display().to_string();
+        let url = fake::serve(std::sync::Arc::new(
+            move |_: &str, path: &str, body: &Value| match path {
+                "/props" => (200, json!({"model_path": m, "total_slots": 1})),
+                "/completion" => {
+                    let mut c = fake::completion(body, 236, &[(236, -0.1), (237, -2.5)]);
+                    let (d, a) = match body["n_predict"].as_u64() {
+                        Some(3) => (4u64, 1u64),
+                        Some(4) => (3, 5),
+                        _ => (u64::MAX, 2),
+                    };
+                    c["timings"] = json!({"draft_n": d, "draft_n_accepted": a});
+                    (200, c)
+                }
+                _ => (404, json!({})),
+            },
+        ));
+        let spec = HttpSpec::parse(&format!("llama-server={url},spec=2")).unwrap();
+        let mut e = HttpEngine::connect(spec, &model).unwrap();
+        let req = |n: usize| Request {
+            id: format!("r{n}"),
+            prompt: vec![2, 818],
+            max_tokens: n,
+            stop: vec![],
+        };
+        let t = e
+            .generate(&[req(3), req(4), req(5)], &Mode::Spec { k: 2 })
+            .unwrap();
+        assert_eq!(
+            t[0].spec,
+            Some(SpecStats {
+                rounds: 1,
+                drafted: 4,
+                accepted: 1,
+                per_round: vec![],
+            })
+        );
+        assert_eq!(
+            e.request_errors(),
+            [
+                (
+                    "r4".to_string(),
+                    "spec:2: the server reports 5 accepted drafts of 3 drafted \
+                     (timings.draft_n_accepted > timings.draft_n)"
+                        .to_string()
+                ),
+                (
+                    "r5".to_string(),
+                    "spec:2: the server reports 18446744073709551615 drafted tokens for 5 \
+                     emitted (timings.draft_n): more than 2 per emitted token"
+                        .to_string()
+                )
+            ]
+        );
     }
 
     #[test]

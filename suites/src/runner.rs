@@ -207,15 +207,13 @@ fn overflow_hint(prompt_tokens: usize, context: usize) -> String {
 /// Why a mode the engine does not declare is skipped, listing what it declares (a drafter
 /// declares only some `spec:K`: `spec:8` with `--draft` read as if the drafter were missing):
 /// `engine reference-f32 does not declare it (it declares prefill, plain, batch:4, spec:1,
-/// spec:2, spec:4)`; `hint` is appended inside the parentheses.
+/// spec:2, spec:4)`, consecutive batch widths as one range ([`crate::engine::mode_list`]:
+/// `plain, batch:1..16` for an HTTP engine); `hint` is appended inside the parentheses.
 pub fn undeclared_reason(engine: &str, declared: &[Mode], hint: &str) -> String {
-    let list: Vec<String> = declared.iter().map(Mode::to_string).collect();
-    let list = if list.is_empty() {
-        "no mode".to_string()
-    } else {
-        list.join(", ")
-    };
-    format!("engine {engine} does not declare it (it declares {list}{hint})")
+    format!(
+        "engine {engine} does not declare it (it declares {}{hint})",
+        crate::engine::mode_list(declared)
+    )
 }
 
 /// The result of judging one trajectory.

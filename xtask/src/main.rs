@@ -68,7 +68,7 @@ HTTP engine options (--engine llama-server=URL,OPTION,â€¦ or openai=URL,OPTION,â
   timeout=SECONDS  per request (default 600; the first request, /props, gives up after 30 s at most;
                    a request still waiting after 30 s says so)
   retries=N        retries on connection errors (default 4)
-  concurrency=N    largest batch:N (default: the server's slot count, else 16)
+  concurrency=N    largest batch:N, at most 256 (default: the server's slot count up to 256, else 16)
   model=NAME       the OpenAI `model` field (default: the first of /v1/models)
   allow-remote     judge a server that is not on this machine (conformance: --allow-remote)";
 
