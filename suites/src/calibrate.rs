@@ -19,6 +19,14 @@ pub const ENGINE_TOP_K: usize = 64;
 /// The quantiles printed and stored.
 pub const QUANTILES: [f64; 5] = [0.5, 0.9, 0.99, 0.999, 0.9999];
 
+/// The fewest measured pairs from which τ is proposed ([`Calibration::refusal`]). τ is the
+/// largest error seen × the safety factor; of `n` errors drawn alike, the share of the engine's
+/// errors above the largest is `1/(n+1)` on average, so at 100 pairs the largest stands for
+/// about the 99th percentile, the least the safety factor (2 by default) is sized for. One
+/// position gives up to 28 pairs (the oracle's top-8), so a prompt of a few tokens is enough
+/// when the engine's top-k holds the oracle's candidates.
+pub const MIN_PAIRS: usize = 100;
+
 /// Where the largest error was seen.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Worst {
@@ -48,6 +56,10 @@ pub struct Calibration {
     /// Pairs whose candidate was missing from the engine's top-[`ENGINE_TOP_K`] (not measured;
     /// a non-zero count means the engine is far from the oracle and τ is not trustworthy).
     pub missing: usize,
+    /// Positions where the engine's top-k holds at least one of the oracle's top-8 candidates.
+    pub shared_positions: usize,
+    /// The longest engine top-k row seen (the engine's effective top-k).
+    pub engine_top_k: usize,
     /// `(q, error quantile)` for [`QUANTILES`].
     pub quantiles: Vec<(f64, f64)>,
     /// Largest error in logits.
@@ -63,6 +75,45 @@ pub struct Calibration {
 }
 
 impl Calibration {
+    /// Why no τ may be proposed from this measurement, or `None`: no pair measured (the
+    /// engine's top-k rows share no id with the oracle's top-8 at any position — another model
+    /// or tokenizer? — or never two of them — a top-k too small), or fewer than [`MIN_PAIRS`].
+    /// A τ from no data was the floor 2⁻⁴⁰ and was written to `budgets.toml`, passing nothing
+    /// but exact output.
+    pub fn refusal(&self) -> Option<String> {
+        let what = format!(
+            "{} pairs measured at {} positions ({} missing from the engine's top-k)",
+            self.pairs, self.positions, self.missing
+        );
+        if self.positions == 0 {
+            return Some("no positions to measure (no golden sequences)".into());
+        }
+        if self.pairs == 0 && self.shared_positions == 0 {
+            return Some(format!(
+                "{what}: the engine's top-k rows (up to {} ids) share no id with the oracle's \
+                 top-{CANDIDATES} at any position: does the engine serve another model or \
+                 tokenizer?",
+                self.engine_top_k
+            ));
+        }
+        if self.pairs == 0 {
+            return Some(format!(
+                "{what}: the engine's top-k rows (up to {} ids) never hold two of the oracle's \
+                 top-{CANDIDATES}: ask for a larger top-k (llama-server/openai: engine option \
+                 top-k={ENGINE_TOP_K})",
+                self.engine_top_k
+            ));
+        }
+        if self.pairs < MIN_PAIRS {
+            return Some(format!(
+                "{what}: fewer than {MIN_PAIRS}, too few to propose τ: calibrate on more \
+                 positions (more prompts or suites) or with a larger engine top-k (engine \
+                 option top-k={ENGINE_TOP_K})"
+            ));
+        }
+        None
+    }
+
     /// The `budgets.toml` entry for this calibration (`date` UTC `YYYY-MM-DD`, `suite` as given).
     pub fn budget(&self, suite: &str, date: &str) -> Budget {
         Budget {
@@ -93,7 +144,7 @@ pub fn calibrate(
     safety: f64,
 ) -> Result<Calibration, EngineError> {
     let mut errors = Vec::new();
-    let (mut positions, mut missing) = (0, 0);
+    let (mut positions, mut missing, mut shared_positions, mut engine_top_k) = (0, 0, 0, 0);
     let mut max_logit_error = 0f64;
     let mut worst: Option<Worst> = None;
     // one sequence at a time bounds memory (the f64 forward over 1000+ tokens is large)
@@ -113,12 +164,16 @@ pub fn calibrate(
         }
         for (t, (er, or)) in e.rows.iter().zip(o).enumerate() {
             positions += 1;
+            engine_top_k = engine_top_k.max(er.len());
             let cand: Vec<(u32, f64, Option<f64>)> = or
                 .top_k
                 .iter()
                 .take(CANDIDATES)
                 .map(|&(id, l)| (id, l, er.iter().find(|x| x.0 == id).map(|x| x.1)))
                 .collect();
+            if cand.iter().any(|c| c.2.is_some()) {
+                shared_positions += 1;
+            }
             for &(_, l, e) in &cand {
                 if let Some(e) = e {
                     max_logit_error = max_logit_error.max((e - l).abs());
@@ -157,6 +212,8 @@ pub fn calibrate(
         positions,
         pairs: errors.len(),
         missing,
+        shared_positions,
+        engine_top_k,
         quantiles: QUANTILES
             .iter()
             .map(|&q| (q, quantile(&errors, q)))
@@ -218,7 +275,10 @@ pub struct ModelCalibration {
 /// model file read: a bad engine spec ([`crate::conformance::check_engine`]), a
 /// `budgets.toml` the result could not be written into (when `write`), a suite that does not
 /// load, a suite file given twice or two with one name; unreadable model, missing goldens (run
-/// `bless`), golden pinned to another SHA-256, engine or oracle failure.
+/// `bless`), golden pinned to another SHA-256, engine or oracle failure; a measurement τ may
+/// not be proposed from ([`Calibration::refusal`]: no pair, or fewer than [`MIN_PAIRS`]),
+/// naming model and engine — that model's `budgets.toml` is not written (a model calibrated
+/// before it in the same run keeps what was written for it).
 pub fn calibrate_models(
     opts: &crate::conformance::Options,
     safety: f64,
@@ -282,6 +342,17 @@ pub fn calibrate_models(
         let calibration =
             calibrate(engine.as_mut(), &mut oracle, &seqs, safety).map_err(|e| fatal(&e))?;
         let suites = names.join("+");
+        if let Some(why) = calibration.refusal() {
+            return Err(Fatal(format!(
+                "{stem} · {} · suites {suites}: no τ proposed: {why}{}",
+                calibration.engine,
+                if write {
+                    "; budgets.toml not written"
+                } else {
+                    ""
+                }
+            )));
+        }
         let written = if write {
             let path = budgets_path(m);
             crate::budgets::Budgets::save_engine(
@@ -328,6 +399,159 @@ mod tests {
         assert_eq!(c.pairs, 4 * 28);
         assert_eq!(c.max_error, 0.0);
         assert_eq!(c.tau, 2f64.powi(-40));
+    }
+
+    /// The toy model as an engine whose score rows keep `keep` candidates with every id moved
+    /// by `shift` (ids the oracle never ranks when the shift is past the vocabulary).
+    struct Moved {
+        toy: ToyModel,
+        shift: u32,
+        keep: usize,
+    }
+
+    impl Engine for Moved {
+        fn name(&self) -> &str {
+            "moved"
+        }
+        fn modes(&self) -> Vec<crate::engine::Mode> {
+            Vec::new()
+        }
+        fn generate(
+            &mut self,
+            _: &[crate::engine::Request],
+            mode: &crate::engine::Mode,
+        ) -> Result<Vec<crate::engine::Trajectory>, EngineError> {
+            Err(EngineError::UnsupportedMode {
+                engine: "moved".into(),
+                mode: *mode,
+            })
+        }
+        fn score(
+            &mut self,
+            seqs: &[Vec<u32>],
+            top_k: usize,
+        ) -> Result<Vec<crate::engine::Scores>, EngineError> {
+            let mut out = Engine::score(&mut self.toy, seqs, top_k)?;
+            for s in &mut out {
+                for r in &mut s.rows {
+                    r.truncate(self.keep);
+                    for x in r.iter_mut() {
+                        x.0 += self.shift;
+                    }
+                }
+            }
+            Ok(out)
+        }
+    }
+
+    /// No τ from no data: an engine whose top-k shares no id with the oracle's top-8 (4
+    /// positions × 28 pairs, all missing), one whose rows hold only the top-1 (each position
+    /// shares one id: no pair), and an exact engine on 3 positions (84 pairs < 100) are refused,
+    /// each saying why; the exact engine on 4 positions (112 pairs) is not.
+    #[test]
+    fn no_tau_from_too_few_pairs() {
+        let toy = ToyModel::new(50);
+        let seq = [vec![1, 2, 3, 9]];
+        let mut far = Moved {
+            toy: toy.clone(),
+            shift: 1000,
+            keep: 16,
+        };
+        let c = calibrate(&mut far, &mut toy.clone(), &seq, 2.0).unwrap();
+        assert_eq!((c.positions, c.pairs, c.missing), (4, 0, 4 * 28));
+        assert_eq!(
+            c.refusal().unwrap(),
+            "0 pairs measured at 4 positions (112 missing from the engine's top-k): the engine's \
+             top-k rows (up to 16 ids) share no id with the oracle's top-8 at any position: does \
+             the engine serve another model or tokenizer?"
+        );
+        let mut top1 = Moved {
+            toy: toy.clone(),
+            shift: 0,
+            keep: 1,
+        };
+        let c = calibrate(&mut top1, &mut toy.clone(), &seq, 2.0).unwrap();
+        assert_eq!((c.pairs, c.shared_positions, c.engine_top_k), (0, 4, 1));
+        assert_eq!(
+            c.refusal().unwrap(),
+            "0 pairs measured at 4 positions (112 missing from the engine's top-k): the engine's \
+             top-k rows (up to 1 ids) never hold two of the oracle's top-8: ask for a larger \
+             top-k (llama-server/openai: engine option top-k=64)"
+        );
+        let c = calibrate(&mut toy.clone(), &mut toy.clone(), &[vec![1, 2, 3]], 2.0).unwrap();
+        assert_eq!(c.pairs, 3 * 28);
+        assert!(c
+            .refusal()
+            .unwrap()
+            .starts_with("84 pairs measured at 3 positions (0 missing from the engine's top-k): fewer than 100, too few to propose τ"));
+        let c = calibrate(&mut toy.clone(), &mut toy.clone(), &seq, 2.0).unwrap();
+        assert_eq!(c.refusal(), None);
+    }
+
+    /// `calibrate` against a llama-server whose top-k shares no id with the oracle's (a fake
+    /// answering ids 9000..9015 at every position) stops naming model, engine and why, and
+    /// leaves budgets.toml as it was (it wrote `pairs = 0`, τ = 2⁻⁴⁰, exit 0); a dry run stops
+    /// the same way.
+    #[cfg(feature = "http")]
+    #[test]
+    fn calibrate_writes_no_tau_measured_from_nothing() {
+        use crate::conformance::{ModelSpec, Options};
+        use crate::http::fake;
+        use serde_json::{json, Value};
+        let Some(model) = crate::test_fixture_model("dense-target.Q4_K_M.gguf") else {
+            return;
+        };
+        let dir = std::env::temp_dir().join(format!("gemma4-cal-nothing-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let gdir = dir.join("goldens/dense-target.Q4_K_M/smoke");
+        std::fs::create_dir_all(&gdir).unwrap();
+        let src = repo.join("goldens/dense-target.Q4_K_M/smoke");
+        for f in std::fs::read_dir(&src).unwrap() {
+            let f = f.unwrap().path();
+            std::fs::copy(&f, gdir.join(f.file_name().unwrap())).unwrap();
+        }
+        let budgets = dir.join("goldens/dense-target.Q4_K_M/budgets.toml");
+        let before =
+            std::fs::read_to_string(repo.join("goldens/dense-target.Q4_K_M/budgets.toml")).unwrap();
+        std::fs::write(&budgets, &before).unwrap();
+        let m = model.display().to_string();
+        let far: Vec<(u32, f64)> = (0..16).map(|j| (9000 + j, -0.1 - f64::from(j))).collect();
+        let url = fake::serve(std::sync::Arc::new(
+            move |_: &str, path: &str, body: &Value| match path {
+                "/props" => (200, json!({"model_path": m, "total_slots": 1})),
+                "/completion" => (200, fake::completion(body, 9000, &far)),
+                _ => (404, json!({})),
+            },
+        ));
+        let o = Options {
+            models: vec![ModelSpec {
+                path: model,
+                draft: None,
+                suites: None,
+            }],
+            suites: vec![repo.join("suites/smoke.toml")],
+            engine: format!("llama-server={url}"),
+            modes: None,
+            prompts: vec![],
+            goldens_root: dir.join("goldens"),
+            out_dir: dir.join("out"),
+            cache_dir: dir.join("cache"),
+            progress: false,
+            strict_invariance: false,
+            require_acceptance: false,
+            oracle_acceptance: false,
+            load: Default::default(),
+        };
+        let want = "dense-target.Q4_K_M · llama-server · suites smoke: no τ proposed: 0 pairs \
+                    measured at 157 positions (4396 missing from the engine's top-k): the \
+                    engine's top-k rows (up to 16 ids) share no id with the oracle's top-8 at any \
+                    position: does the engine serve another model or tokenizer?";
+        let e = calibrate_models(&o, 2.0, true).unwrap_err().0;
+        assert_eq!(e, format!("{want}; budgets.toml not written"));
+        assert_eq!(std::fs::read_to_string(&budgets).unwrap(), before);
+        assert_eq!(calibrate_models(&o, 2.0, false).unwrap_err().0, want);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -48,7 +48,7 @@
 
 pub mod client;
 #[cfg(test)]
-mod fake;
+pub(crate) mod fake;
 pub mod parse;
 
 use std::path::{Path, PathBuf};

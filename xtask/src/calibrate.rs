@@ -1,6 +1,8 @@
 //! `cargo xtask calibrate`: measure an engine's rounding error against the f64 oracle on the
 //! suites' golden sequences and propose the tie budget τ (`design/conformance.md` §6); writes
-//! `goldens/<model>/budgets.toml` for that engine unless `--dry-run`.
+//! `goldens/<model>/budgets.toml` for that engine unless `--dry-run`. A measurement of fewer
+//! than `suites::calibrate::MIN_PAIRS` pairs (none, when the engine's top-k shares no id with
+//! the oracle's top-8) proposes no τ: exit 2, nothing written, the cause on the error line.
 
 use std::path::PathBuf;
 
