@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use suites::report::{Entry, Report, Run};
+use suites::report::{Entry, Report, Run, REPORT_SCHEMA};
 use suites::rule::{
     compare_modes, Fork, ForkClass, Judgement, PositionJudgement, PositionVerdict, Verdict,
 };
@@ -46,7 +46,8 @@ pub fn report_path(run: &str) -> PathBuf {
 }
 
 /// Reads a run's report. Errors: a run that is neither a file, a folder nor a label
-/// ([`crate::conformance::label_flag`]: `../../etc` read outside `runs/`), or an unreadable report.
+/// ([`crate::conformance::label_flag`]: `../../etc` read outside `runs/`), or
+/// [`read_report`]'s.
 fn load(run: &str) -> Result<Report, String> {
     if !Path::new(run).exists() && !suites::suite::is_safe_name(run) {
         return Err(format!(
@@ -54,9 +55,24 @@ fn load(run: &str) -> Result<Report, String> {
             suites::suite::SAFE_NAME_RULE
         ));
     }
-    let path = report_path(run);
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    read_report(&report_path(run))
+}
+
+/// Reads a report of schema [`REPORT_SCHEMA`] from `path`. Errors (naming the file):
+/// unreadable, not JSON, another schema — checked before the rest is parsed, so a later
+/// schema's report is named as such, not as a missing field (`conformance-report/2` was read
+/// as this version's) —, or not a report.
+pub fn read_report(path: &Path) -> Result<Report, String> {
+    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let text = std::fs::read_to_string(path).map_err(|e| at(&e))?;
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| at(&e))?;
+    let schema = value.get("schema").unwrap_or(&serde_json::Value::Null);
+    if schema.as_str() != Some(REPORT_SCHEMA) {
+        return Err(at(&format!(
+            "schema {schema}, but this version reads {REPORT_SCHEMA:?} only (suites/REPORT_SCHEMA.md)"
+        )));
+    }
+    serde_json::from_value(value).map_err(|e| at(&e))
 }
 
 /// Rebuilds the steps and the per-position judgement of a saved entry: positions listed in its
@@ -287,4 +303,43 @@ pub fn run(a: &Args) -> i32 {
         rb.runs.first().map_or(f64::NAN, |r| r.tau)
     );
     i32::from(any_wrong)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_report;
+    use suites::report::Report;
+
+    /// Only the schema this version writes is read: `conformance-report/2` (accepted before),
+    /// a missing schema and a number are refused naming the file and both schemas.
+    #[test]
+    fn other_schemas_are_refused() {
+        let d = std::env::temp_dir().join(format!("xtask-compare-schema-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let p = d.join("r.json");
+        let mut v = serde_json::to_value(Report::new(Vec::new())).unwrap();
+        assert_eq!(v["schema"], suites::report::REPORT_SCHEMA);
+        std::fs::write(&p, v.to_string()).unwrap();
+        assert!(read_report(&p).is_ok());
+        for (schema, shown) in [
+            (
+                serde_json::json!("conformance-report/2"),
+                "\"conformance-report/2\"",
+            ),
+            (serde_json::Value::Null, "null"),
+            (serde_json::json!(1), "1"),
+        ] {
+            v["schema"] = schema;
+            std::fs::write(&p, v.to_string()).unwrap();
+            assert_eq!(
+                read_report(&p).unwrap_err(),
+                format!(
+                    "{}: schema {shown}, but this version reads \"conformance-report/1\" only \
+                     (suites/REPORT_SCHEMA.md)",
+                    p.display()
+                )
+            );
+        }
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 }
