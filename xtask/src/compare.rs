@@ -1,33 +1,246 @@
 //! `cargo xtask compare RUN_A RUN_B`: compares two saved conformance runs (`report.json` of
 //! two `cargo xtask conformance --label …` runs, e.g. a server in plain mode and the same server
-//! with MTP speculative decoding) with every fork measured against the oracle
-//! (`design/conformance.md` §4, through `suites::rule::compare_modes`).
+//! with MTP speculative decoding) with every fork measured against the f64 oracle
+//! (`design/conformance.md` §4, classified by `suites::rule::compare_modes`).
 //!
 //! For each (model, suite, prompt) present in both runs and each pair of modes (one from A, one
-//! from B), the first differing output index is found; each side's oracle margin there is the
-//! one its own run measured on the shared prefix (0 where that run agreed with the oracle's
-//! argmax), and the fork is classified `tie-split`, `<side> wrong` or `both wrong`.
+//! from B), the first differing output index is found (the fork). The reports are not trusted
+//! there: the oracle — the model file both runs judged, SHA-256 checked — scores the shared
+//! prefix (the prompt encoded again from its suite file, then the output tokens both sides
+//! share) and each side's token gets its margin to the oracle's argmax from those logits
+//! ([`suites::rule::judge_position`]): 0 (the argmax), within τ (a tie) or beyond (wrong). The
+//! fork is then `tie-split`, `<side> wrong`, `both wrong` or `length`.
+//!
+//! Refused before anything is printed (exit 2): a report of another schema than
+//! [`REPORT_SCHEMA`], a token id outside the model's vocabulary in a compared entry (naming
+//! the report, the entry and the output index), a prompt whose token count is not the one the
+//! run recorded, runs of one model stem with different files.
+//!
 //! Only forks and pairs with an `error` side are listed; identical outputs are counted in the
 //! closing summary line. Exit code 0: no side wrong; 1: some side diverges from the oracle at a
-//! fork; 2: unreadable or incompatible runs.
+//! fork; 2: unreadable, incompatible or uncheckable runs.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use reference::config::Config;
+use reference::gguf::GgufFile;
+use suites::engine::EngineError;
+use suites::oracle::{Codec, Oracle, ScoreCache};
+use suites::reference_engine::{GemmaCodec, ReferenceOracle};
 use suites::report::{Entry, Report, Run, REPORT_SCHEMA};
 use suites::rule::{
-    compare_modes, Fork, ForkClass, Judgement, PositionJudgement, PositionVerdict, Verdict,
+    compare_modes, judge_position, Fork, ForkClass, Judgement, PositionJudgement, RuleParams,
+    Verdict,
 };
+use suites::runner::ModelLimits;
+use suites::suite::Suite;
 use suites::{Step, StepKind};
 
-use crate::conformance::workspace_root;
+use crate::conformance::{suite_path, workspace_root};
+
+/// What `compare --help` says is measured against the oracle, and what is taken from the
+/// reports as they are.
+const MEASURED_HELP: &str = "\
+Measured against the f64 oracle, at the fork (the first output index where A's and B's tokens
+differ) of each (model, suite, prompt, mode of A, mode of B):
+  The oracle is the model file both runs judged (the recorded path, or a --model file; its
+  SHA-256 must be the recorded one). It scores the shared prefix: the prompt, encoded again from
+  the suite file (suites/<suite>.toml, or a --suite file; its token count must be the recorded
+  one), then the output tokens both sides share. Each side's token y there gets
+  m = l[a] - l[y] from those logits, a = the oracle's argmax (suppressed ids excluded; a
+  suppressed y: m = inf): m = 0 it is the argmax, m <= tau a tie, m > tau wrong.
+  tau = the smaller of the two runs' tau. Class: tie-split (both sides within tau),
+  '<side> wrong', 'both wrong', length (one output is a prefix of the other; the longer side's
+  token is still scored).
+Checked before anything is printed (exit 2, one error line): the report schema
+(conformance-report/1), every token id of a compared entry against the model's vocabulary
+(naming the report, the entry and the output index; entries whose verdict is error are not
+compared and not checked), the prompt token counts, the model files.
+Taken from the reports as written: the output tokens, each run's tau, the verdicts column (the
+runs' own verdicts, not judged again) and the engine gaps (each engine's own top-2 logit gap at
+the fork, where the run recorded its top-5 there).
+Exit code: 0 no side wrong, 1 some side wrong at a fork, 2 not compared.";
 
 /// Flags of `compare`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = MEASURED_HELP)]
 pub struct Args {
     /// Run A: a label (target/conformance/runs/LABEL), a folder with report.json, or a file.
     pub run_a: String,
     /// Run B: as run A.
     pub run_b: String,
+    /// A model file the runs judged, for a run whose recorded model path is not readable here
+    /// (used when its SHA-256 is the recorded one); repeatable.
+    #[arg(long)]
+    pub model: Vec<PathBuf>,
+    /// A suite file for a suite that is not suites/<name>.toml (matched by its `[suite] name`);
+    /// repeatable.
+    #[arg(long)]
+    pub suite: Vec<PathBuf>,
+}
+
+/// One entry of a report, as errors name it: `REPORT: STEM / SUITE / prompt P / mode M`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryRef {
+    /// The report file.
+    pub report: PathBuf,
+    /// Model stem.
+    pub stem: String,
+    /// Suite name.
+    pub suite: String,
+    /// Prompt id.
+    pub prompt: String,
+    /// Mode.
+    pub mode: String,
+}
+
+impl EntryRef {
+    /// Entry `e` of `run` in `report`.
+    fn new(report: &Path, run: &Run, e: &Entry) -> Box<EntryRef> {
+        Box::new(EntryRef {
+            report: report.to_path_buf(),
+            stem: run.model.stem.clone(),
+            suite: run.suite.clone(),
+            prompt: e.prompt.clone(),
+            mode: e.mode.clone(),
+        })
+    }
+}
+
+impl std::fmt::Display for EntryRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: {} / {} / prompt {} / mode {}",
+            self.report.display(),
+            self.stem,
+            self.suite,
+            self.prompt,
+            self.mode
+        )
+    }
+}
+
+/// Why two runs cannot be compared (exit 2). Each names the report, run or file involved.
+#[derive(Debug, thiserror::Error)]
+pub enum CompareError {
+    /// A run argument that is neither a file, a folder nor a label
+    /// ([`crate::conformance::label_flag`]: `../../etc` read outside `runs/`).
+    #[error("run {run:?}: no such file or folder, and not a label (labels are {rule})")]
+    NotARun {
+        /// The argument.
+        run: String,
+        /// The label rule.
+        rule: &'static str,
+    },
+    /// The report cannot be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        /// The report.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The report is not JSON of the schema.
+    #[error("{}: {source}", path.display())]
+    Json {
+        /// The report.
+        path: PathBuf,
+        /// Cause.
+        source: serde_json::Error,
+    },
+    /// The report's `"schema"` is not the one this version writes and reads.
+    #[error(
+        "{}: schema {found}, but this version reads {expected:?} only (suites/REPORT_SCHEMA.md)",
+        path.display()
+    )]
+    Schema {
+        /// The report.
+        path: PathBuf,
+        /// What it says (`"conformance-report/2"`, `null`, …), as JSON.
+        found: String,
+        /// [`REPORT_SCHEMA`].
+        expected: &'static str,
+    },
+    /// Two runs of one model stem and suite judged different files.
+    #[error("{stem} / {suite}: runs judged different model files ({a} vs {b})")]
+    ModelsDiffer {
+        /// Model stem.
+        stem: String,
+        /// Suite name.
+        suite: String,
+        /// SHA-256 in A.
+        a: String,
+        /// SHA-256 in B.
+        b: String,
+    },
+    /// No (model, suite, prompt) in both runs.
+    #[error("the two runs share no (model, suite, prompt)")]
+    NothingShared,
+    /// No readable file with the recorded SHA-256 for a model the runs judged.
+    #[error(
+        "model {stem} (SHA-256 {sha256}), judged by both runs: no file with that SHA-256 among \
+         {tried} (pass the file with --model)"
+    )]
+    NoModelFile {
+        /// Model stem.
+        stem: String,
+        /// The recorded SHA-256.
+        sha256: String,
+        /// The paths looked at, comma-separated.
+        tried: String,
+    },
+    /// The model file cannot be read, or its config, tokenizer or weights loaded.
+    #[error("model {}: {message}", path.display())]
+    Model {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        message: String,
+    },
+    /// A token id that is not in the model's vocabulary.
+    #[error("{entry}: output index {index}: token id {id} is outside the vocabulary of {} (V = {vocab})", entry.stem)]
+    TokenOutOfVocab {
+        /// The entry.
+        entry: Box<EntryRef>,
+        /// Output index.
+        index: usize,
+        /// The id.
+        id: u32,
+        /// Vocabulary size.
+        vocab: usize,
+    },
+    /// The suite file of a compared run cannot be read, or lacks the prompt.
+    #[error("suite {name}: {message} (pass the suite file with --suite)")]
+    Suite {
+        /// Suite name as recorded.
+        name: String,
+        /// What failed.
+        message: String,
+    },
+    /// The prompt encodes to another length than the run recorded.
+    #[error("{entry}: the run recorded {recorded} prompt tokens, {} encodes the prompt to {encoded} (the suite or the tokenizer changed since the run)", suite_file.display())]
+    PromptLength {
+        /// The entry.
+        entry: Box<EntryRef>,
+        /// The suite file read.
+        suite_file: PathBuf,
+        /// Recorded `prompt_tokens`.
+        recorded: usize,
+        /// Tokens now.
+        encoded: usize,
+    },
+    /// The oracle could not score a fork.
+    #[error("{at}: oracle at output index {index}: {source}")]
+    Oracle {
+        /// `STEM / SUITE / prompt P`.
+        at: String,
+        /// Fork index.
+        index: usize,
+        /// Cause.
+        source: Box<EngineError>,
+    },
 }
 
 /// Where a run label or path points: `report.json` inside.
@@ -45,39 +258,47 @@ pub fn report_path(run: &str) -> PathBuf {
         .join("report.json")
 }
 
-/// Reads a run's report. Errors: a run that is neither a file, a folder nor a label
-/// ([`crate::conformance::label_flag`]: `../../etc` read outside `runs/`), or
-/// [`read_report`]'s.
-fn load(run: &str) -> Result<Report, String> {
-    if !Path::new(run).exists() && !suites::suite::is_safe_name(run) {
-        return Err(format!(
-            "run {run:?}: no such file or folder, and not a label (labels are {})",
-            suites::suite::SAFE_NAME_RULE
-        ));
-    }
-    read_report(&report_path(run))
-}
-
-/// Reads a report of schema [`REPORT_SCHEMA`] from `path`. Errors (naming the file):
-/// unreadable, not JSON, another schema — checked before the rest is parsed, so a later
-/// schema's report is named as such, not as a missing field (`conformance-report/2` was read
-/// as this version's) —, or not a report.
-pub fn read_report(path: &Path) -> Result<Report, String> {
-    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
-    let text = std::fs::read_to_string(path).map_err(|e| at(&e))?;
-    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| at(&e))?;
+/// Reads a report of schema [`REPORT_SCHEMA`] from `path`. Errors: unreadable, not JSON,
+/// another schema (checked before the rest is parsed: a later schema's report is named as
+/// such, not as a missing field), or not a report.
+pub fn read_report(path: &Path) -> Result<Report, CompareError> {
+    let text = std::fs::read_to_string(path).map_err(|source| CompareError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let json = |source| CompareError::Json {
+        path: path.to_path_buf(),
+        source,
+    };
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(json)?;
     let schema = value.get("schema").unwrap_or(&serde_json::Value::Null);
     if schema.as_str() != Some(REPORT_SCHEMA) {
-        return Err(at(&format!(
-            "schema {schema}, but this version reads {REPORT_SCHEMA:?} only (suites/REPORT_SCHEMA.md)"
-        )));
+        return Err(CompareError::Schema {
+            path: path.to_path_buf(),
+            found: schema.to_string(),
+            expected: REPORT_SCHEMA,
+        });
     }
-    serde_json::from_value(value).map_err(|e| at(&e))
+    serde_json::from_value(value).map_err(json)
 }
 
-/// Rebuilds the steps and the per-position judgement of a saved entry: positions listed in its
-/// events carry their verdict and margin, every other judged position agreed (margin 0).
-pub fn entry_judgement(e: &Entry) -> (Vec<Step>, Judgement) {
+/// Reads a run's report: its path and contents. Errors: a run that is neither a file, a folder
+/// nor a label, or [`read_report`]'s.
+fn load(run: &str) -> Result<(PathBuf, Report), CompareError> {
+    if !Path::new(run).exists() && !suites::suite::is_safe_name(run) {
+        return Err(CompareError::NotARun {
+            run: run.to_string(),
+            rule: suites::suite::SAFE_NAME_RULE,
+        });
+    }
+    let path = report_path(run);
+    let report = read_report(&path)?;
+    Ok((path, report))
+}
+
+/// The steps of a saved entry, with the engine's own top-5 where an event recorded it (for the
+/// engine gap at a fork).
+pub fn entry_steps(e: &Entry) -> Vec<Step> {
     let mut steps: Vec<Step> = e
         .tokens
         .iter()
@@ -87,80 +308,371 @@ pub fn entry_judgement(e: &Entry) -> (Vec<Step>, Judgement) {
             kind: StepKind::Decode,
         })
         .collect();
-    let mut positions: Vec<PositionJudgement> = (0..e.judged.min(e.tokens.len()))
-        .map(|i| PositionJudgement {
-            index: i,
-            token: e.tokens[i],
-            oracle_top: e.tokens[i],
-            margin: 0.0,
-            margin_is_bound: false,
-            oracle_top2: e.margins.get(i).copied().flatten().unwrap_or(f64::INFINITY),
-            oracle_tie: false,
-            verdict: PositionVerdict::Agree,
-        })
-        .collect();
     for ev in e.events.iter().chain(e.first_divergence.iter()) {
-        if let Some(p) = positions.get_mut(ev.index) {
-            p.oracle_top = ev.oracle_top.id;
-            p.margin = ev.margin.unwrap_or(f64::INFINITY);
-            p.margin_is_bound = ev.margin_is_bound;
-            p.verdict = ev.kind;
-        }
         if let (Some(s), Some(top)) = (steps.get_mut(ev.index), &ev.engine_top5) {
             s.top_k = Some(top.iter().map(|c| (c.id, c.logit)).collect());
         }
     }
-    let j = Judgement {
-        verdict: e.verdict,
-        first_divergence: e.first_divergence.as_ref().map(|d| d.index),
-        tie_flips: e.tie_flips,
-        oracle_tie_flips: e.oracle_tie_flips,
-        needs_rescore: None,
-        error: e.error.clone(),
+    steps
+}
+
+/// The first output index where `a` and `b` differ (one ending first counts), `None` when
+/// they are identical.
+pub fn first_fork(a: &[u32], b: &[u32]) -> Option<usize> {
+    (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i))
+}
+
+/// A judgement that holds only `at` (at its index): what [`compare_modes`] reads of a side.
+fn judgement_at(at: Option<PositionJudgement>) -> Judgement {
+    let mut positions = Vec::new();
+    if let Some(p) = at {
+        // indices before the fork are not read by compare_modes: the shared prefix
+        positions = vec![p.clone(); p.index + 1];
+    }
+    Judgement {
+        verdict: Verdict::Exact,
         positions,
+        first_divergence: None,
+        tie_flips: 0,
+        oracle_tie_flips: 0,
+        needs_rescore: None,
+        error: None,
+    }
+}
+
+/// The fork between two entries of one prompt, each side's token judged by `judge(index,
+/// token)` — the oracle on the shared prefix `tokens[..index]` — and not by the reports
+/// ([`compare_modes`] classifies the margins with `tau`). `None`: identical outputs.
+///
+/// Errors: `judge`'s.
+pub fn fork_of<E>(
+    (mode_a, ea): (&str, &Entry),
+    (mode_b, eb): (&str, &Entry),
+    tau: f64,
+    mut judge: impl FnMut(usize, u32) -> Result<PositionJudgement, E>,
+) -> Result<Option<Fork>, E> {
+    let Some(index) = first_fork(&ea.tokens, &eb.tokens) else {
+        return Ok(None);
     };
-    (steps, j)
+    let ja = match ea.tokens.get(index) {
+        Some(&t) => Some(judge(index, t)?),
+        None => None,
+    };
+    let jb = match eb.tokens.get(index) {
+        Some(&t) => Some(judge(index, t)?),
+        None => None,
+    };
+    Ok(compare_modes(
+        (mode_a, &entry_steps(ea), &judgement_at(ja)),
+        (mode_b, &entry_steps(eb), &judgement_at(jb)),
+        tau,
+    ))
 }
 
 /// One compared pair.
 #[derive(Debug, Clone)]
 pub struct Row {
+    /// Model stem.
+    pub model: String,
+    /// Suite name.
+    pub suite: String,
     /// Prompt id.
     pub prompt: String,
-    /// `A:<mode>`, `B:<mode>`.
+    /// Modes of A and B (without the `A:`/`B:` prefix).
     pub modes: (String, String),
-    /// Verdicts of each side.
+    /// Verdicts of each side, as the runs recorded them.
     pub verdicts: (Verdict, Verdict),
-    /// The fork (`None`: identical outputs).
+    /// The fork (`None`: identical outputs, or an `error` side).
     pub fork: Option<Fork>,
     /// Absolute position of the fork.
     pub position: Option<usize>,
+    /// The oracle's argmax at the fork (`None`: no fork).
+    pub oracle_top: Option<u32>,
+    /// The texts of the fork's tokens: A's, B's, the oracle's argmax.
+    pub texts: [String; 3],
 }
 
-/// Compares every (prompt, mode of A, mode of B) of two runs of the same model and suite.
-pub fn compare_runs(a: &Run, b: &Run) -> Vec<Row> {
-    let mut rows = Vec::new();
-    for ea in &a.entries {
-        for eb in b.entries.iter().filter(|e| e.prompt == ea.prompt) {
-            let (sa, ja) = entry_judgement(ea);
-            let (sb, jb) = entry_judgement(eb);
-            let (ma, mb) = (format!("A:{}", ea.mode), format!("B:{}", eb.mode));
-            let tau = a.tau.min(b.tau);
-            let fork = if ea.verdict == Verdict::Error || eb.verdict == Verdict::Error {
-                None
-            } else {
-                compare_modes((&ma, &sa, &ja), (&mb, &sb, &jb), tau)
+/// One model's file, opened and checked against the recorded SHA-256; its oracle and tokenizer
+/// are built on the first fork that needs them.
+struct ModelCtx {
+    path: PathBuf,
+    sha256: String,
+    config: Config,
+    file: Option<GgufFile>,
+    loaded: Option<(ReferenceOracle, GemmaCodec)>,
+}
+
+impl ModelCtx {
+    /// The first of `candidates` (existing files) whose SHA-256 is `run`'s.
+    fn find(run: &Run, candidates: &[PathBuf]) -> Result<ModelCtx, CompareError> {
+        let model_err = |path: &Path, message: String| CompareError::Model {
+            path: path.to_path_buf(),
+            message,
+        };
+        for path in candidates.iter().filter(|p| p.is_file()) {
+            let sha =
+                reference::gguf::sha256_file(path).map_err(|e| model_err(path, e.to_string()))?;
+            if sha != run.model.sha256 {
+                continue;
+            }
+            let file = GgufFile::open(path).map_err(|e| model_err(path, e.to_string()))?;
+            let config = Config::from_gguf(&file).map_err(|e| model_err(path, e.to_string()))?;
+            return Ok(ModelCtx {
+                path: path.clone(),
+                sha256: sha,
+                config,
+                file: Some(file),
+                loaded: None,
+            });
+        }
+        Err(CompareError::NoModelFile {
+            stem: run.model.stem.clone(),
+            sha256: run.model.sha256.clone(),
+            tried: candidates
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+    }
+
+    /// The oracle and the tokenizer (built once).
+    fn loaded(&mut self) -> Result<&mut (ReferenceOracle, GemmaCodec), CompareError> {
+        if self.loaded.is_none() {
+            let path = self.path.clone();
+            let err = |message: String| CompareError::Model {
+                path: path.clone(),
+                message,
             };
-            rows.push(Row {
-                prompt: ea.prompt.clone(),
-                position: fork.as_ref().map(|f| ea.prompt_tokens + f.index),
-                modes: (ma, mb),
-                verdicts: (ea.verdict, eb.verdict),
-                fork,
+            let file = self
+                .file
+                .take()
+                .ok_or_else(|| err("the file was not opened".into()))?;
+            let codec = GemmaCodec::from_gguf(&file, &path).map_err(err)?;
+            let model = reference::model::Model::<f64>::from_gguf_with(
+                file,
+                reference::model::Faults::default(),
+                reference::model::LoadOptions::default(),
+            )
+            .map_err(|e| err(suites::reference_engine::load_message(&e)))?;
+            self.loaded = Some((
+                ReferenceOracle::from_model(model, self.sha256.clone()),
+                codec,
+            ));
+        }
+        Ok(self.loaded.as_mut().expect("loaded above"))
+    }
+}
+
+/// Where a run's model file may be: the recorded path, that path under the workspace root when
+/// relative, then the `--model` files.
+fn model_candidates(run: &Run, extra: &[PathBuf]) -> Vec<PathBuf> {
+    let recorded = PathBuf::from(&run.model.path);
+    let mut c = vec![recorded.clone()];
+    if recorded.is_relative() {
+        c.push(workspace_root().join(&recorded));
+    }
+    c.extend(extra.iter().cloned());
+    c
+}
+
+/// Every token id of the compared (non-`error`) entries of `run` (from `report`) is below
+/// `vocab`. Errors: [`CompareError::TokenOutOfVocab`] for the first that is not.
+pub fn check_vocab(report: &Path, run: &Run, vocab: usize) -> Result<(), CompareError> {
+    for e in run.entries.iter().filter(|e| e.verdict != Verdict::Error) {
+        if let Some((index, &id)) = e
+            .tokens
+            .iter()
+            .enumerate()
+            .find(|(_, &id)| id as usize >= vocab)
+        {
+            return Err(CompareError::TokenOutOfVocab {
+                entry: EntryRef::new(report, run, e),
+                index,
+                id,
+                vocab,
             });
         }
     }
-    rows
+    Ok(())
+}
+
+/// A comparison: both reports, the files given, the models and suites read so far.
+struct Comparison<'a> {
+    args: &'a Args,
+    models: BTreeMap<String, ModelCtx>,
+    suites: BTreeMap<String, Suite>,
+    cache: ScoreCache,
+}
+
+impl Comparison<'_> {
+    /// The suite named `name`: a `--suite` file with that `[suite] name`, else
+    /// `suites/<name>.toml`.
+    fn suite(&mut self, name: &str) -> Result<&Suite, CompareError> {
+        if !self.suites.contains_key(name) {
+            let err = |message: String| CompareError::Suite {
+                name: name.to_string(),
+                message,
+            };
+            let mut found = None;
+            for p in &self.args.suite {
+                let s = Suite::load(p).map_err(|e| err(e.to_string()))?;
+                if s.settings.name == name {
+                    found = Some(s);
+                    break;
+                }
+            }
+            let suite = match found {
+                Some(s) => s,
+                None => Suite::load(suite_path(name)).map_err(|e| err(e.to_string()))?,
+            };
+            self.suites.insert(name.to_string(), suite);
+        }
+        Ok(&self.suites[name])
+    }
+
+    /// Compares `run_a` (of report `pa`) with `run_b` (of `pb`), one model and suite.
+    fn runs(
+        &mut self,
+        (pa, run_a): (&Path, &Run),
+        (pb, run_b): (&Path, &Run),
+    ) -> Result<Vec<Row>, CompareError> {
+        if run_a.model.sha256 != run_b.model.sha256 {
+            return Err(CompareError::ModelsDiffer {
+                stem: run_a.model.stem.clone(),
+                suite: run_a.suite.clone(),
+                a: run_a.model.sha256.clone(),
+                b: run_b.model.sha256.clone(),
+            });
+        }
+        let shared = run_a
+            .entries
+            .iter()
+            .any(|ea| run_b.entries.iter().any(|eb| eb.prompt == ea.prompt));
+        if !shared {
+            return Ok(Vec::new());
+        }
+        let sha = run_a.model.sha256.clone();
+        if !self.models.contains_key(&sha) {
+            let mut candidates = model_candidates(run_a, &[]);
+            candidates.extend(model_candidates(run_b, &self.args.model));
+            candidates.dedup();
+            self.models
+                .insert(sha.clone(), ModelCtx::find(run_a, &candidates)?);
+        }
+        let vocab = ModelLimits::from_config(&self.models[&sha].config).vocab_size;
+        check_vocab(pa, run_a, vocab)?;
+        check_vocab(pb, run_b, vocab)?;
+        let tau = run_a.tau.min(run_b.tau);
+        let mut rows = Vec::new();
+        for ea in &run_a.entries {
+            for eb in run_b.entries.iter().filter(|e| e.prompt == ea.prompt) {
+                rows.push(self.pair((pa, run_a, ea), (pb, eb), tau)?);
+            }
+        }
+        Ok(rows)
+    }
+
+    /// One (prompt, mode of A, mode of B).
+    fn pair(
+        &mut self,
+        (pa, run, ea): (&Path, &Run, &Entry),
+        (pb, eb): (&Path, &Entry),
+        tau: f64,
+    ) -> Result<Row, CompareError> {
+        let mut row = Row {
+            model: run.model.stem.clone(),
+            suite: run.suite.clone(),
+            prompt: ea.prompt.clone(),
+            modes: (ea.mode.clone(), eb.mode.clone()),
+            verdicts: (ea.verdict, eb.verdict),
+            fork: None,
+            position: None,
+            oracle_top: None,
+            texts: Default::default(),
+        };
+        if ea.verdict == Verdict::Error
+            || eb.verdict == Verdict::Error
+            || first_fork(&ea.tokens, &eb.tokens).is_none()
+        {
+            return Ok(row);
+        }
+        // the prompt, encoded again, must be the one the runs recorded
+        let suite = self.suite(&run.suite)?.clone();
+        let prompt = suite.prompt(&ea.prompt).map_err(|e| CompareError::Suite {
+            name: run.suite.clone(),
+            message: e.to_string(),
+        })?;
+        let ctx = self
+            .models
+            .get_mut(&run.model.sha256)
+            .expect("the model was found for this run");
+        let (oracle, codec) = ctx.loaded()?;
+        let ids = codec
+            .encode(&prompt.input, suite.settings.enable_thinking)
+            .map_err(|message| CompareError::Suite {
+                name: run.suite.clone(),
+                message: format!("prompt {}: {message}", ea.prompt),
+            })?;
+        for (path, e) in [(pa, ea), (pb, eb)] {
+            if e.prompt_tokens != ids.len() {
+                return Err(CompareError::PromptLength {
+                    entry: EntryRef::new(path, run, e),
+                    suite_file: suite.path.clone(),
+                    recorded: e.prompt_tokens,
+                    encoded: ids.len(),
+                });
+            }
+        }
+        let params = RuleParams {
+            tau,
+            max_tie_flips: run.max_tie_flips,
+            suppressed: oracle.suppressed_ids(),
+            oracle_tie_rel: suite.settings.oracle_tie_rel,
+            vocab_size: oracle.vocab_size(),
+        };
+        let cache = &mut self.cache;
+        let mut oracle_top = None;
+        let oracle_err = |index: usize, source: EngineError| CompareError::Oracle {
+            at: format!("{} / {} / prompt {}", run.model.stem, run.suite, ea.prompt),
+            index,
+            source: Box::new(source),
+        };
+        let fork = fork_of(
+            (&format!("A:{}", ea.mode), ea),
+            (&format!("B:{}", eb.mode), eb),
+            tau,
+            |index, token| {
+                // prompt ‖ shared output ‖ token: the row before the token holds the logits on
+                // the shared prefix, with `chosen` = ℓ[token]
+                let mut seq = ids.clone();
+                seq.extend_from_slice(&ea.tokens[..index]);
+                seq.push(token);
+                let rows = cache
+                    .score(oracle, std::slice::from_ref(&seq), 5)
+                    .map_err(|e| oracle_err(index, e))?;
+                let row = rows
+                    .first()
+                    .and_then(|r| r.get(seq.len() - 2))
+                    .filter(|r| !r.top_k.is_empty())
+                    .ok_or_else(|| oracle_err(index, EngineError::Other("no oracle row".into())))?;
+                let pj = judge_position(index, token, row, &params);
+                oracle_top = Some(pj.oracle_top);
+                Ok::<_, CompareError>(pj)
+            },
+        )?;
+        let text = |t: Option<u32>| match t {
+            Some(id) => format!("{id} {:?}", codec.decode(&[id])),
+            None => "(end)".into(),
+        };
+        if let Some(f) = &fork {
+            row.position = Some(ea.prompt_tokens + f.index);
+            row.texts = [text(f.tokens.0), text(f.tokens.1), text(oracle_top)];
+        }
+        row.oracle_top = oracle_top;
+        row.fork = fork;
+        Ok(row)
+    }
 }
 
 fn fmt_m(m: Option<f64>) -> String {
@@ -171,144 +683,241 @@ fn fmt_m(m: Option<f64>) -> String {
     }
 }
 
-/// Runs the verb; returns the exit code.
-pub fn run(a: &Args) -> i32 {
-    let (ra, rb) = match (load(&a.run_a), load(&a.run_b)) {
-        (Ok(x), Ok(y)) => (x, y),
-        (Err(e), _) | (_, Err(e)) => {
-            crate::print_error(&e);
-            return 2;
-        }
+/// Every row of the two reports' shared (model, suite) runs, forks judged by the oracle.
+///
+/// Errors: [`CompareError`], the first found.
+fn compare(a: &Args) -> Result<(Vec<Row>, (f64, f64)), CompareError> {
+    let (pa, ra) = load(&a.run_a)?;
+    let (pb, rb) = load(&a.run_b)?;
+    let mut cmp = Comparison {
+        args: a,
+        models: BTreeMap::new(),
+        suites: BTreeMap::new(),
+        cache: ScoreCache::new(Some(workspace_root().join("target/conformance/cache"))),
     };
-    let mut any_wrong = false;
-    let mut compared = 0;
-    let (mut identical, mut forks, mut wrong, mut errors) = (0usize, 0usize, 0usize, 0usize);
-    let mut lines: Vec<String> = Vec::new();
+    let mut rows = Vec::new();
     for run_a in &ra.runs {
         for run_b in rb
             .runs
             .iter()
             .filter(|r| r.suite == run_a.suite && r.model.stem == run_a.model.stem)
         {
-            if run_a.model.sha256 != run_b.model.sha256 {
-                eprintln!(
-                    "error: {} / {}: runs judged different model files ({} vs {})",
-                    run_a.model.stem, run_a.suite, run_a.model.sha256, run_b.model.sha256
-                );
-                return 2;
-            }
-            for row in compare_runs(run_a, run_b) {
-                compared += 1;
-                if row.verdicts.0 == Verdict::Error || row.verdicts.1 == Verdict::Error {
-                    errors += 1;
-                } else if row.fork.is_none() {
-                    // identical outputs: counted in the summary line, not listed
-                    identical += 1;
-                    continue;
-                } else {
-                    forks += 1;
-                }
-                let (fork_at, toks, margins, gaps, class) = match &row.fork {
-                    None => (
-                        "– (an error side)".to_string(),
-                        String::new(),
-                        String::new(),
-                        String::new(),
-                        String::new(),
-                    ),
-                    Some(f) => {
-                        // a token's text: from any event at the fork index of either side
-                        // (its own token, the oracle's top or a top-5 candidate)
-                        let prompt = row.prompt.as_str();
-                        let events: Vec<&suites::report::Event> =
-                            [(run_a, &row.modes.0[2..]), (run_b, &row.modes.1[2..])]
-                                .into_iter()
-                                .flat_map(|(r, mode)| {
-                                    r.entries
-                                        .iter()
-                                        .filter(move |e| e.prompt == prompt && e.mode == mode)
-                                })
-                                .flat_map(|e| e.events.iter().chain(e.first_divergence.iter()))
-                                .filter(|ev| ev.index == f.index)
-                                .collect();
-                        let text = |t: Option<u32>| match t {
-                            Some(id) => {
-                                let piece = events.iter().find_map(|ev| {
-                                    [&ev.token, &ev.oracle_top]
-                                        .into_iter()
-                                        .find(|tr| tr.id == id)
-                                        .map(|tr| tr.text.clone())
-                                        .or_else(|| {
-                                            ev.oracle_top5
-                                                .iter()
-                                                .find(|c| c.id == id)
-                                                .map(|c| c.text.clone())
-                                        })
-                                });
-                                match piece {
-                                    Some(p) => format!("{id} {p:?}"),
-                                    None => id.to_string(),
-                                }
-                            }
-                            None => "(end)".into(),
-                        };
-                        if matches!(f.class, ForkClass::Wrong(_) | ForkClass::BothWrong) {
-                            any_wrong = true;
-                            wrong += 1;
-                        }
-                        (
-                            format!("{} (index {})", row.position.unwrap_or(0), f.index),
-                            format!("{} / {}", text(f.tokens.0), text(f.tokens.1)),
-                            format!("{} / {}", fmt_m(f.margins.0), fmt_m(f.margins.1)),
-                            format!("{} / {}", fmt_m(f.engine_gaps.0), fmt_m(f.engine_gaps.1)),
-                            f.class.to_string(),
-                        )
-                    }
-                };
-                lines.push(format!(
-                    "| {} | {} | {} | {} | {} | {} / {} | {fork_at} | {toks} | {margins} | {gaps} | {class} |",
-                    run_a.model.stem,
-                    run_a.suite,
-                    row.prompt,
-                    &row.modes.0[2..],
-                    &row.modes.1[2..],
-                    row.verdicts.0.as_str(),
-                    row.verdicts.1.as_str(),
-                ));
-            }
+            rows.extend(cmp.runs((&pa, run_a), (&pb, run_b))?);
         }
     }
-    if compared == 0 {
-        // only the error: "no forks: every compared pair …" before it claimed a comparison
-        crate::print_error("the two runs share no (model, suite, prompt)");
-        return 2;
+    if rows.is_empty() {
+        return Err(CompareError::NothingShared);
+    }
+    let taus = (
+        ra.runs.first().map_or(f64::NAN, |r| r.tau),
+        rb.runs.first().map_or(f64::NAN, |r| r.tau),
+    );
+    Ok((rows, taus))
+}
+
+/// Runs the verb; returns the exit code.
+pub fn run(a: &Args) -> i32 {
+    let (rows, taus) = match compare(a) {
+        Ok(x) => x,
+        Err(e) => {
+            crate::print_error(e);
+            return 2;
+        }
+    };
+    let (mut identical, mut forks, mut wrong, mut errors) = (0usize, 0usize, 0usize, 0usize);
+    let mut lines: Vec<String> = Vec::new();
+    for row in &rows {
+        let error_side = row.verdicts.0 == Verdict::Error || row.verdicts.1 == Verdict::Error;
+        let cells = match &row.fork {
+            None if error_side => {
+                errors += 1;
+                ["– (an error side)", "", "", "", "", ""].map(String::from)
+            }
+            None => {
+                // identical outputs: counted in the summary line, not listed
+                identical += 1;
+                continue;
+            }
+            Some(f) => {
+                forks += 1;
+                if matches!(f.class, ForkClass::Wrong(_) | ForkClass::BothWrong) {
+                    wrong += 1;
+                }
+                let [ta, tb, top] = &row.texts;
+                [
+                    format!("{} (index {})", row.position.unwrap_or(0), f.index),
+                    format!("{ta} / {tb}"),
+                    top.clone(),
+                    format!("{} / {}", fmt_m(f.margins.0), fmt_m(f.margins.1)),
+                    format!("{} / {}", fmt_m(f.engine_gaps.0), fmt_m(f.engine_gaps.1)),
+                    f.class.to_string(),
+                ]
+            }
+        };
+        lines.push(format!(
+            "| {} | {} | {} | {} | {} | {} / {} | {} |",
+            row.model,
+            row.suite,
+            row.prompt,
+            row.modes.0,
+            row.modes.1,
+            row.verdicts.0.as_str(),
+            row.verdicts.1.as_str(),
+            cells.join(" | "),
+        ));
     }
     println!("A = {} · B = {}\n", a.run_a, a.run_b);
     if lines.is_empty() {
         println!("no forks: every compared pair has token-identical outputs");
     } else {
-        println!("| model | suite | prompt | A | B | verdicts | fork at | tokens (A / B) | oracle m (A / B) | engine gap (A / B) | class |");
-        println!("|---|---|---|---|---|---|---|---|---|---|---|");
+        println!(
+            "| model | suite | prompt | A | B | verdicts (as recorded) | fork at | tokens (A / B) | \
+             oracle argmax | oracle m (A / B) | engine gap (A / B) | class |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
         for l in &lines {
             println!("{l}");
         }
     }
     println!(
-        "\n{compared} (prompt, mode A, mode B) pairs: {identical} identical outputs (not listed), \
-         {forks} forks ({wrong} with a side wrong), {errors} with an error side."
+        "\n{} (prompt, mode A, mode B) pairs: {identical} identical outputs (not listed), \
+         {forks} forks ({wrong} with a side wrong), {errors} with an error side.",
+        rows.len()
     );
     println!(
-        "τ = {} (A) / {} (B); oracle m = ℓ[argmax] − ℓ[token] on the shared prefix (0: that side took the oracle's argmax).",
-        ra.runs.first().map_or(f64::NAN, |r| r.tau),
-        rb.runs.first().map_or(f64::NAN, |r| r.tau)
+        "τ = {} (A) / {} (B); at each fork the oracle scored the shared prefix: oracle m = \
+         ℓ[argmax] − ℓ[token] (0: that side took the oracle's argmax; ≤ τ: a tie; > τ: wrong).",
+        taus.0, taus.1
     );
-    i32::from(any_wrong)
+    i32::from(wrong > 0)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::read_report;
-    use suites::report::Report;
+    use super::{check_vocab, first_fork, fork_of, read_report, CompareError};
+    use suites::report::{Entry, Report, Run};
+    use suites::rule::{judge_position, ForkClass, OracleRow, RuleParams, Verdict};
+
+    /// An `exact` entry with these tokens (what a report says, nothing checked).
+    fn entry(mode: &str, tokens: &[u32]) -> Entry {
+        serde_json::from_value(serde_json::json!({
+            "prompt": "p", "mode": mode, "verdict": "exact", "passes": true,
+            "prompt_tokens": 3, "tokens": tokens, "text": "", "identical_to_golden": null,
+            "golden_fork": null, "rescored": false, "judged": tokens.len(), "tie_flips": 0,
+            "oracle_tie_flips": 0, "first_divergence": null, "events": [], "margins": [],
+            "wall_s": 0.0, "spec": null, "error": null
+        }))
+        .unwrap()
+    }
+
+    /// An oracle whose logits at every prefix are: id 7 → 5.0, id 8 → 4.9995 (a near-tie,
+    /// 5e-4 below), id 9 → 2.0, every other id → 0.0 (ids < 100).
+    fn judge(index: usize, token: u32) -> Result<suites::rule::PositionJudgement, String> {
+        let logit = |id: u32| match id {
+            7 => 5.0,
+            8 => 4.9995,
+            9 => 2.0,
+            _ => 0.0,
+        };
+        let row = OracleRow {
+            top_k: vec![(7, 5.0), (8, 4.9995), (9, 2.0)],
+            chosen: Some(logit(token)),
+            max_abs: None,
+        };
+        let p = RuleParams {
+            tau: 1e-3,
+            max_tie_flips: 3,
+            suppressed: vec![],
+            oracle_tie_rel: 1e-9,
+            vocab_size: 100,
+        };
+        Ok(judge_position(index, token, &row, &p))
+    }
+
+    /// The fork is classified by the oracle's logits, whatever the reports claim: both entries
+    /// say `exact` with no events (before, every such fork was a `tie-split` with margins 0).
+    /// Argmax 7 vs near-tie 8 (5e-4 ≤ τ = 1e-3): tie-split; 7 vs 9 (3.0 > τ): B wrong; 9 vs
+    /// 0 (3.0 and 5.0): both wrong; a prefix: length.
+    #[test]
+    fn forks_are_classified_by_the_oracle_not_the_report() {
+        let a = entry("plain", &[1, 2, 7, 4]);
+        let cases: [(&[u32], ForkClass, (f64, f64)); 3] = [
+            (&[1, 2, 8, 4], ForkClass::TieSplit, (0.0, 5e-4)),
+            (&[1, 2, 9], ForkClass::Wrong("B:batch:4".into()), (0.0, 3.0)),
+            (&[1, 2, 0], ForkClass::Wrong("B:batch:4".into()), (0.0, 5.0)),
+        ];
+        for (b, class, (ma, mb)) in cases {
+            let b = entry("batch:4", b);
+            let f = fork_of(("A:plain", &a), ("B:batch:4", &b), 1e-3, judge)
+                .unwrap()
+                .unwrap();
+            assert_eq!((f.index, &f.class), (2, &class), "{f:?}");
+            let (ga, gb) = (f.margins.0.unwrap(), f.margins.1.unwrap());
+            assert!((ga - ma).abs() < 1e-12 && (gb - mb).abs() < 1e-9, "{f:?}");
+        }
+        let both = fork_of(
+            ("A:plain", &entry("plain", &[9])),
+            ("B:plain", &entry("plain", &[0])),
+            1e-3,
+            judge,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(both.class, ForkClass::BothWrong);
+        let length = fork_of(
+            ("A:plain", &a),
+            ("B:plain", &entry("plain", &[1, 2])),
+            1e-3,
+            judge,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(length.class, ForkClass::Length);
+        assert_eq!(length.margins.0, Some(0.0), "the longer side is scored");
+        let same = fork_of(("A:plain", &a), ("B:plain", &a), 1e-3, judge).unwrap();
+        assert!(same.is_none());
+    }
+
+    #[test]
+    fn first_fork_index() {
+        assert_eq!(first_fork(&[1, 2, 3], &[1, 2, 3]), None);
+        assert_eq!(first_fork(&[1, 2, 3], &[1, 5, 3]), Some(1));
+        assert_eq!(first_fork(&[1, 2], &[1, 2, 3]), Some(2));
+        assert_eq!(first_fork(&[], &[4]), Some(0));
+    }
+
+    /// A run with one entry per (mode, tokens, verdict).
+    fn run(entries: Vec<Entry>) -> Run {
+        let mut r: Run = serde_json::from_value(serde_json::json!({
+            "model": {"path": "m.gguf", "stem": "m", "sha256": "00"}, "draft": null,
+            "suite": "smoke", "engine": "e", "tau": 1e-3, "tau_source": "t",
+            "max_tie_flips": 3, "goldens": null, "modes": [], "skipped_modes": [],
+            "entries": [], "forks": [], "engine_s": 0.0, "oracle_s": 0.0, "cache": [0, 0]
+        }))
+        .unwrap();
+        r.entries = entries;
+        r
+    }
+
+    /// A token id ≥ V in a compared entry is an error naming the report, the entry and the
+    /// index; an `error` entry (conformance records an engine's out-of-vocabulary id so) is
+    /// not compared and not checked.
+    #[test]
+    fn out_of_vocabulary_ids_are_refused() {
+        let r = run(vec![
+            entry("plain", &[1, 99, 2]),
+            entry("batch:4", &[1, 100, 2]),
+        ]);
+        let err = check_vocab(std::path::Path::new("/r/b.json"), &r, 100).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "/r/b.json: m / smoke / prompt p / mode batch:4: output index 1: token id 100 is \
+             outside the vocabulary of m (V = 100)"
+        );
+        let mut bad = entry("batch:4", &[1, 99_999_999]);
+        bad.verdict = Verdict::Error;
+        assert!(check_vocab(std::path::Path::new("b"), &run(vec![bad]), 100).is_ok());
+    }
 
     /// Only the schema this version writes is read: `conformance-report/2` (accepted before),
     /// a missing schema and a number are refused naming the file and both schemas.
@@ -331,8 +940,10 @@ mod tests {
         ] {
             v["schema"] = schema;
             std::fs::write(&p, v.to_string()).unwrap();
+            let err = read_report(&p).unwrap_err();
+            assert!(matches!(err, CompareError::Schema { .. }), "{err:?}");
             assert_eq!(
-                read_report(&p).unwrap_err(),
+                err.to_string(),
                 format!(
                     "{}: schema {shown}, but this version reads \"conformance-report/1\" only \
                      (suites/REPORT_SCHEMA.md)",
@@ -341,5 +952,19 @@ mod tests {
             );
         }
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// The help names what the oracle measures and the schema read.
+    #[test]
+    fn the_help_says_what_is_measured() {
+        for needle in [
+            "shared prefix",
+            "m = l[a] - l[y]",
+            "tie-split",
+            suites::report::REPORT_SCHEMA,
+            "Taken from the reports as written",
+        ] {
+            assert!(super::MEASURED_HELP.contains(needle), "{needle}");
+        }
     }
 }

@@ -1,0 +1,229 @@
+//! `cargo xtask compare` through the built binary on a real run: the reports are not trusted
+//! where the oracle can check them. A run of the f64 reference engine (`conformance --out`) is
+//! edited the way a wrong or corrupt report would be, and compared with the original.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// The workspace root (the folder above `xtask/`).
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// Runs `cargo xtask ARGS`: (exit status, stdout, stderr).
+fn xtask(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The model of the run.
+const MODEL: &str = "dense-target.Q4_K_M.gguf";
+/// The `story` prompt of `suites/smoke.toml` (a text prompt: BOS + its tokens).
+const STORY: &str = "Once upon a time there was a little model that";
+
+/// A saved run (reference-f64, smoke, plain) of the fixture model in a scratch folder, and its
+/// report as JSON; `None` (after printing the skip) without the fixtures.
+fn saved_run(name: &str) -> Option<(PathBuf, PathBuf, Value)> {
+    let fx = reference::fixtures_dir();
+    let model = fx.join("models").join(MODEL);
+    if !model.exists() {
+        println!("skipped: fixtures not found at {}", fx.display());
+        return None;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("compare-checks-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (code, _, err) = xtask(&[
+        "conformance",
+        "--engine",
+        "reference-f64",
+        "--suite",
+        "smoke",
+        "--modes",
+        "plain",
+        "--model",
+        model.to_str().unwrap(),
+        "--out",
+        dir.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let report = dir.join("report.json");
+    let json = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    Some((model, report, json))
+}
+
+/// The `story` entry of the (only) run.
+fn story(json: &mut Value) -> &mut Value {
+    json["runs"][0]["entries"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|e| e["prompt"] == "story")
+        .unwrap()
+}
+
+/// Writes `json` beside `report` as `name` and returns its path.
+fn write(report: &Path, name: &str, json: &Value) -> PathBuf {
+    let p = report.with_file_name(name);
+    std::fs::write(&p, json.to_string()).unwrap();
+    p
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// The f64 logits after `STORY` (BOS added), computed here with the reference scorer over the
+/// whole vocabulary: (argmax id, its logit, the logit of `id`).
+fn story_logits(model: &Path, id: u32) -> (u32, f64, f64) {
+    let file = reference::gguf::GgufFile::open(model).unwrap();
+    let tok = reference::tokenizer::GemmaTokenizer::from_gguf(&file).unwrap();
+    let ids = tok.encode(STORY, true).unwrap();
+    let m = reference::model::Model::<f64>::from_gguf(file, Default::default()).unwrap();
+    let v = m.config().n_vocab;
+    let rows = reference::score::score(&m, &[ids], v).unwrap();
+    let last = rows[0].last().unwrap();
+    let (top, top_logit) = last.top_k[0];
+    let l = last.top_k.iter().find(|c| c.0 == id).unwrap().1;
+    (top, top_logit, l)
+}
+
+/// A report that says `exact` for an output whose first token the oracle ranks far below its
+/// argmax: compare classified the fork `tie-split` (0 with a side wrong), exit 0, from the
+/// report's own margins. Now the oracle's logits on the prefix decide: B wrong, with the margin
+/// computed here independently, exit 1.
+#[test]
+fn a_fork_is_judged_by_the_oracle_not_the_report() {
+    let Some((model, report, mut json)) = saved_run("wrong") else {
+        return;
+    };
+    let (top, top_logit, l683) = story_logits(&model, 683);
+    let e = story(&mut json);
+    assert_eq!(e["verdict"], "exact");
+    assert_eq!(e["tokens"][0], top, "the engine took the oracle's argmax");
+    e["tokens"][0] = 683.into();
+    let edited = write(&report, "wrong.json", &json);
+    let (code, out, err) = xtask(&["compare", s(&report), s(&edited)]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    let row = out
+        .lines()
+        .find(|l| l.contains("| story |"))
+        .unwrap_or_else(|| panic!("{out}"));
+    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    // | model | suite | prompt | A | B | verdicts | fork at | tokens | argmax | m | gap | class |
+    assert_eq!(cells[6], "exact / exact", "{row}");
+    assert!(cells[7].ends_with("(index 0)"), "{row}");
+    assert!(cells[9].starts_with(&top.to_string()), "{row}");
+    assert_eq!(
+        cells[10],
+        format!("0.0000 / {:.4}", top_logit - l683),
+        "{row}"
+    );
+    assert!(
+        top_logit - l683 > 1.0,
+        "the edit must be a clear divergence"
+    );
+    assert_eq!(cells[12], "B:plain wrong", "{row}");
+    assert!(out.contains("1 forks (1 with a side wrong)"), "{out}");
+}
+
+/// A token id outside the vocabulary is an error naming the report, the entry and the output
+/// index (it was a `tie-split`, exit 0), before anything is printed.
+#[test]
+fn an_out_of_vocabulary_id_is_refused() {
+    let Some((_, report, mut json)) = saved_run("oov") else {
+        return;
+    };
+    story(&mut json)["tokens"][2] = 99_999_999.into();
+    let edited = write(&report, "oov.json", &json);
+    let (code, out, err) = xtask(&["compare", s(&report), s(&edited)]);
+    assert_eq!(
+        (code, out.as_str(), err.as_str()),
+        (
+            Some(2),
+            "",
+            format!(
+                "error: {}: dense-target.Q4_K_M / smoke / prompt story / mode plain: output \
+                 index 2: token id 99999999 is outside the vocabulary of dense-target.Q4_K_M \
+                 (V = 16384)\n",
+                edited.display()
+            )
+            .as_str()
+        )
+    );
+}
+
+/// A report of another schema (`conformance-report/2` was read as if it were this version's)
+/// is refused naming the file and both schemas.
+#[test]
+fn another_schema_is_refused() {
+    let Some((_, report, mut json)) = saved_run("schema") else {
+        return;
+    };
+    json["schema"] = "conformance-report/2".into();
+    let edited = write(&report, "schema2.json", &json);
+    let (code, out, err) = xtask(&["compare", s(&edited), s(&report)]);
+    assert_eq!(
+        (code, out.as_str(), err.as_str()),
+        (
+            Some(2),
+            "",
+            format!(
+                "error: {}: schema \"conformance-report/2\", but this version reads \
+                 \"conformance-report/1\" only (suites/REPORT_SCHEMA.md)\n",
+                edited.display()
+            )
+            .as_str()
+        )
+    );
+}
+
+/// The model file is found by its recorded path or a `--model` file with the recorded
+/// SHA-256; a prompt whose token count is not the recorded one is refused (the suite changed).
+#[test]
+fn the_model_file_and_the_prompt_are_checked() {
+    let Some((model, report, mut json)) = saved_run("files") else {
+        return;
+    };
+    story(&mut json)["tokens"][0] = 683.into();
+    json["runs"][0]["model"]["path"] = "/nonexistent/moved.gguf".into();
+    let moved = write(&report, "moved.json", &json);
+    let (code, _, err) = xtask(&["compare", s(&moved), s(&moved)]);
+    // identical runs: nothing to score, but the file is still looked for
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.starts_with("error: model dense-target.Q4_K_M (SHA-256 ")
+            && err.contains("no file with that SHA-256 among /nonexistent/moved.gguf")
+            && err.trim_end().ends_with("(pass the file with --model)"),
+        "{err}"
+    );
+    let (code, out, err) = xtask(&["compare", s(&report), s(&moved), "--model", s(&model)]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(out.contains("B:plain wrong"), "{out}");
+
+    story(&mut json)["prompt_tokens"] = 12.into();
+    let longer = write(&report, "longer.json", &json);
+    let (code, out, err) = xtask(&["compare", s(&report), s(&longer), "--model", s(&model)]);
+    assert_eq!((code, out.as_str()), (Some(2), ""), "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "error: {}: dense-target.Q4_K_M / smoke / prompt story / mode plain: the run \
+             recorded 12 prompt tokens, ",
+            longer.display()
+        )) && err.contains("encodes the prompt to 11"),
+        "{err}"
+    );
+}
