@@ -209,7 +209,8 @@ impl OracleSpec<'_> {
     }
 
     /// The oracle's greedy `spec:k` on `req` (§4.1 defaults of `reference::spec`), from the
-    /// cache when present. Cache write failures are ignored.
+    /// cache when present. A cache write failure is reported once per process
+    /// ([`crate::oracle::write_cache_entry`]); the run is returned all the same.
     ///
     /// Errors: the oracle's speculative decoder fails (named by request id).
     pub fn run(&mut self, req: &Request, k: usize) -> Result<OracleSpecRun, EngineError> {
@@ -249,12 +250,7 @@ impl OracleSpec<'_> {
                 stop: req.stop.clone(),
                 run: run.clone(),
             };
-            if let Some(d) = p.parent() {
-                let _ = std::fs::create_dir_all(d);
-            }
-            if let Ok(text) = serde_json::to_string(&e) {
-                let _ = std::fs::write(&p, text);
-            }
+            crate::oracle::write_cache_entry(&p, &serde_json::to_string(&e).unwrap_or_default());
         }
         Ok(run)
     }

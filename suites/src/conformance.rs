@@ -418,14 +418,41 @@ fn model_ref(path: &Path, sha256: &str) -> ModelRef {
     }
 }
 
+/// The output folder `dir` of a run, checked before anything runs: created if missing, and a
+/// probe file written in it and removed. A read-only or otherwise unwritable folder was found
+/// only after the whole run (one `plot not written` warning per prompt, then the report's
+/// error).
+///
+/// Errors: [`Fatal`], one line naming the folder and the cause (`a file, not a folder` when it
+/// is one).
+pub fn check_out_dir(dir: &Path) -> Result<(), Fatal> {
+    let cannot = |e: std::io::Error| {
+        Fatal(format!(
+            "output folder {}: cannot write there: {e}{}",
+            dir.display(),
+            if dir.is_file() {
+                " (a file, not a folder)"
+            } else {
+                ""
+            }
+        ))
+    };
+    std::fs::create_dir_all(dir).map_err(cannot)?;
+    let probe = dir.join(format!(".write-probe-{}", std::process::id()));
+    std::fs::write(&probe, b"probe").map_err(cannot)?;
+    std::fs::remove_file(&probe).map_err(cannot)
+}
+
 /// Runs the conformance suite(s) on every model and writes `report.json`, `report.md` and the
 /// plots under `opts.out_dir`. Returns the report (its `summary.exit_code` is 0 or 1).
 ///
 /// Checked before anything is read, in this order: the engine spec ([`check_engine`]: a bad
-/// HTTP spec is reported before a missing model file), the suites, prompt ids, floor keys,
-/// budgets, then the models.
+/// HTTP spec is reported before a missing model file), the output folder ([`check_out_dir`]),
+/// the suites, prompt ids, floor keys, budgets, then the models. (The cache folder is not
+/// checked: a failed cache write is a warning, [`crate::oracle::write_cache_entry`].)
 pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
     check_engine(&opts.engine)?;
+    check_out_dir(&opts.out_dir)?;
     let suites = load_suites(opts)?;
     check_prompt_ids(opts, &suites)?;
     check_floor_keys(opts, &suites)?;
@@ -729,6 +756,36 @@ pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The output folder is made (nested) and written to, leaving nothing behind; a file, or
+    /// a folder below a file, is refused naming the folder (and `a file, not a folder`).
+    #[test]
+    fn output_folders_are_made_and_probed() {
+        let dir = std::env::temp_dir().join(format!("gemma4-out-probe-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let nested = dir.join("a/b");
+        check_out_dir(&nested).unwrap();
+        assert_eq!(std::fs::read_dir(&nested).unwrap().count(), 0);
+        let file = dir.join("f");
+        std::fs::write(&file, b"x").unwrap();
+        let e = check_out_dir(&file).unwrap_err().0;
+        assert!(
+            e.starts_with(&format!(
+                "output folder {}: cannot write there: ",
+                file.display()
+            )) && e.ends_with(" (a file, not a folder)"),
+            "{e}"
+        );
+        let e = check_out_dir(&file.join("x")).unwrap_err().0;
+        assert!(
+            e.starts_with(&format!(
+                "output folder {}: cannot write there: ",
+                file.join("x").display()
+            )) && !e.ends_with("folder)"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// Options reading the repository's smoke suite (ids `count_chat`, `story`, …) for one model
     /// that does not exist: the prompt-id check must answer before any model is opened.

@@ -4,6 +4,7 @@
 //! `target/conformance/cache/`.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -71,6 +72,33 @@ fn plausible_rows(rows: &[OracleRow], ids: &[u32], top_k: usize) -> bool {
         })
 }
 
+/// Whether a failed cache write has been reported ([`write_cache_entry`]): once per process.
+static CACHE_WRITE_WARNED: AtomicBool = AtomicBool::new(false);
+
+/// Writes one cache entry `text` to `path` (its folder created). The cache only saves time, so
+/// a failure does not stop the run: the first one of the process is reported on stderr as one
+/// `warning: …` line naming the file and the cause (a read-only `target/` was silent, and every
+/// later run scored everything again); later ones only return `false`.
+pub(crate) fn write_cache_entry(path: &Path, text: &str) -> bool {
+    let written = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(path, text));
+    match written {
+        Ok(()) => true,
+        Err(e) => {
+            if !CACHE_WRITE_WARNED.swap(true, Ordering::SeqCst) {
+                eprintln!(
+                    "warning: oracle cache not written: {}: {e} (the run goes on; what is not \
+                     cached is computed again next time; this warning is printed once)",
+                    path.display()
+                );
+            }
+            false
+        }
+    }
+}
+
 /// Oracle scorings cached on disk by (model SHA-256, top-k, token ids).
 #[derive(Debug, Clone)]
 pub struct ScoreCache {
@@ -79,6 +107,9 @@ pub struct ScoreCache {
     pub hits: usize,
     /// Number of scorings computed by the oracle.
     pub misses: usize,
+    /// Number of computed scorings whose cache entry could not be written
+    /// ([`write_cache_entry`] warns once).
+    pub write_failures: usize,
 }
 
 impl ScoreCache {
@@ -88,6 +119,7 @@ impl ScoreCache {
             dir,
             hits: 0,
             misses: 0,
+            write_failures: 0,
         }
     }
 
@@ -119,7 +151,8 @@ impl ScoreCache {
     }
 
     /// Scores `seqs` with the oracle, answering from the cache where possible; rows as
-    /// [`Oracle::score`]. Cache write failures are ignored (the cache is an optimisation).
+    /// [`Oracle::score`]. A cache write failure is counted ([`ScoreCache::write_failures`]) and
+    /// reported once per process ([`write_cache_entry`]); the scoring is returned all the same.
     pub fn score(
         &mut self,
         oracle: &mut dyn Oracle,
@@ -158,11 +191,9 @@ impl ScoreCache {
                         ids: seqs[i].clone(),
                         rows: rows.clone(),
                     };
-                    if let Some(d) = p.parent() {
-                        let _ = std::fs::create_dir_all(d);
-                    }
-                    if let Ok(text) = serde_json::to_string(&e) {
-                        let _ = std::fs::write(&p, text);
+                    let text = serde_json::to_string(&e).unwrap_or_default();
+                    if !write_cache_entry(&p, &text) {
+                        self.write_failures += 1;
                     }
                 }
                 out[i] = Some(rows);
@@ -264,5 +295,23 @@ mod tests {
             assert_eq!((c.hits, c.misses), (1, 1));
         }
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A cache folder that cannot be made (its path is a file) does not stop scoring: the rows
+    /// are the oracle's, each failed write is counted, and nothing is answered from the cache.
+    #[test]
+    fn an_unwritable_cache_is_counted_not_fatal() {
+        let file = std::env::temp_dir().join(format!("score-cache-file-{}", std::process::id()));
+        std::fs::write(&file, b"not a folder").unwrap();
+        let seqs = vec![vec![2u32, 10, 11], vec![2, 12]];
+        let want = ScoreCache::new(None)
+            .score(&mut ToyModel::new(64), &seqs, 4)
+            .unwrap();
+        let mut c = ScoreCache::new(Some(file.join("cache")));
+        assert_eq!(c.score(&mut ToyModel::new(64), &seqs, 4).unwrap(), want);
+        assert_eq!((c.hits, c.misses, c.write_failures), (0, 2, 2));
+        assert_eq!(c.score(&mut ToyModel::new(64), &seqs, 4).unwrap(), want);
+        assert_eq!((c.hits, c.misses, c.write_failures), (0, 4, 4));
+        std::fs::remove_file(&file).unwrap();
     }
 }

@@ -479,17 +479,10 @@ pub fn run(a: &Args) -> i32 {
     if let Some(dir) = label_dir {
         o.out_dir = dir;
     }
-    // checked before the run, not after it (a file given as --out failed only at the end)
-    if let Err(e) = std::fs::create_dir_all(&o.out_dir) {
-        eprintln!(
-            "error: report folder {}: {e}{}",
-            o.out_dir.display(),
-            if o.out_dir.is_file() {
-                " (a file, not a folder)"
-            } else {
-                ""
-            }
-        );
+    // checked before the run, not after it (a file given as --out, or a read-only folder,
+    // failed only at the end): created and written to
+    if let Err(e) = suites::conformance::check_out_dir(&o.out_dir) {
+        crate::print_error(&e);
         return 2;
     }
     if let Some(m) = &a.modes {

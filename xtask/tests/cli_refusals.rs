@@ -219,3 +219,27 @@ fn a_bad_engine_spec_is_refused_before_the_model() {
          option `allow-remote`) to judge a remote server"
     );
 }
+
+/// The output folder is checked before anything runs (a read-only `target/` was found after
+/// the whole run): `--out` naming a file, or a folder below a file, is one `error: output folder
+/// …: cannot write there: …` line, exit 2, with a model that does not exist (so nothing ran).
+#[test]
+fn an_unwritable_output_folder_is_refused_first() {
+    let file = std::env::temp_dir().join(format!("cli-refusals-out-file-{}", std::process::id()));
+    std::fs::write(&file, b"a file").unwrap();
+    let below = file.join("report");
+    for (out, tail) in [(&file, " (a file, not a folder)"), (&below, "")] {
+        let out_s = out.display().to_string();
+        let (code, err) = xtask(&["conformance", "--model", NO_MODEL, "--out", &out_s]);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(
+            err.starts_with(&format!(
+                "error: output folder {out_s}: cannot write there: "
+            )) && err.trim_end().ends_with(tail)
+                && err.lines().count() == 1,
+            "{err}"
+        );
+    }
+    assert_eq!(std::fs::read(&file).unwrap(), b"a file");
+    std::fs::remove_file(&file).unwrap();
+}
