@@ -449,12 +449,19 @@ pub fn load_goldens(
                 _ => {
                     return Err(GoldenError::Format {
                         path: side,
-                        message: format!(
-                            "sidecar ({}) disagrees with the reviewed snapshot {} ({} tokens); re-run `cargo xtask bless` and review",
-                            other.map_or("missing".to_string(), |g| format!("{} tokens", g.tokens.len())),
-                            snap.display(),
-                            body.tokens.len()
-                        ),
+                        message: match other {
+                            None => format!(
+                                "no sidecar (nor a pending one that agrees) for the reviewed \
+                                 snapshot {}; re-run `cargo xtask bless` and review",
+                                snap.display()
+                            ),
+                            Some(g) => format!(
+                                "the sidecar disagrees with the reviewed snapshot {}: {}; re-run \
+                                 `cargo xtask bless` and review",
+                                snap.display(),
+                                disagreement(&g, &body)
+                            ),
+                        },
                     });
                 }
             },
@@ -480,6 +487,32 @@ pub fn load_goldens(
         out.insert(id.clone(), g);
     }
     Ok(out)
+}
+
+/// What differs between a sidecar `g` and the snapshot `body` it should agree with (same
+/// prompt length, same output tokens), for the message that refuses them: `prompt_tokens` (the
+/// snapshot holds only the prompt's length), or the first output index whose token differs, or
+/// the output lengths.
+fn disagreement(g: &Golden, body: &SnapshotBody) -> String {
+    if g.prompt.len() != body.prompt_tokens {
+        return format!(
+            "the prompt's length differs: the sidecar's prompt has {} tokens, the snapshot's \
+             prompt_tokens is {}",
+            g.prompt.len(),
+            body.prompt_tokens
+        );
+    }
+    match g.tokens.iter().zip(&body.tokens).position(|(a, b)| a != b) {
+        Some(i) => format!(
+            "output token {i} differs: {} in the sidecar, {} in the snapshot",
+            g.tokens[i], body.tokens[i]
+        ),
+        None => format!(
+            "the output's length differs: {} tokens in the sidecar, {} in the snapshot",
+            g.tokens.len(),
+            body.tokens.len()
+        ),
+    }
 }
 
 /// The content checks of [`load_goldens`] on a golden whose sidecar `side` agrees with the
@@ -535,14 +568,16 @@ fn check_content(
     if let Some(why) = Golden::length_problem(&body.tokens, prompt.max_tokens, stop_ids) {
         return Err(impossible(snap, why));
     }
-    if g.top_k.len() != g.tokens.len() || g.top_k.iter().any(|r| r.is_empty()) {
+    if g.top_k.len() != g.tokens.len() {
         return Err(format(
             side,
-            format!(
-                "{} tokens but {} top-k rows (or an empty row)",
-                g.tokens.len(),
-                g.top_k.len()
-            ),
+            format!("{} tokens but {} top-k rows", g.tokens.len(), g.top_k.len()),
+        ));
+    }
+    if let Some(i) = g.top_k.iter().position(Vec::is_empty) {
+        return Err(format(
+            side,
+            format!("top-k row {i} (of output token {i}) is empty"),
         ));
     }
     if body.margins.len() != body.tokens.len() {

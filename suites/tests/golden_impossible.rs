@@ -7,7 +7,9 @@
 //! written earlier from a NaN model), a continuation cut short without a stop id, a stop id
 //! inside the output, a sidecar with one top-k row fewer than tokens, a snapshot with one
 //! margin fewer, a sidecar logit edited so its margin no longer matches the snapshot's, and a
-//! wrong sidecar schema are each refused naming the file, the prompt and what is wrong; a
+//! wrong sidecar schema are each refused naming the file, the prompt and what is wrong; so are an
+//! empty top-k row (named by index) and a snapshot whose `prompt_tokens` or one output token
+//! differs from the sidecar (the prompt's length, or the index and both tokens, named); a
 //! continuation cut short on a stop id (the legitimate early end) loads.
 
 use std::path::{Path, PathBuf};
@@ -245,6 +247,54 @@ fn impossible_goldens_are_refused_naming_file_and_problem() {
     );
     assert!(
         e.contains("schema \"golden-oracle/0\", expected \"golden-oracle/1\""),
+        "{e}"
+    );
+
+    // an empty top-k row: named by its index (it said "N tokens but N top-k rows (or an empty
+    // row)")
+    let mut s = side.clone();
+    s["top_k"][5] = serde_json::json!([]);
+    let e = load(&dir, "empty-row", &suite, &s, &snap, &sha).unwrap_err();
+    assert_eq!(
+        e,
+        format!(
+            "{}: malformed golden: top-k row 5 (of output token 5) is empty",
+            side_path("empty-row").display()
+        )
+    );
+
+    // the snapshot's prompt_tokens one more than the sidecar's prompt: the prompt's length is
+    // named as what differs (it said "sidecar (N tokens) disagrees with … (N tokens)")
+    let plen = side["prompt"].as_array().unwrap().len();
+    let line = format!("\nprompt_tokens: {plen}\n");
+    assert!(snap.contains(&line), "{snap}");
+    let sn = snap.replacen(&line, &format!("\nprompt_tokens: {}\n", plen + 1), 1);
+    let e = load(&dir, "prompt-len", &suite, &side, &sn, &sha).unwrap_err();
+    assert_eq!(
+        e,
+        format!(
+            "{}: malformed golden: the sidecar disagrees with the reviewed snapshot {}: the \
+             prompt's length differs: the sidecar's prompt has {plen} tokens, the snapshot's \
+             prompt_tokens is {}; re-run `cargo xtask bless` and review",
+            side_path("prompt-len").display(),
+            snap_path("prompt-len").display(),
+            plen + 1
+        )
+    );
+
+    // the snapshot's output token 7 changed: the index and both tokens are named
+    let mut t = tokens.clone();
+    t[7] += 1;
+    let sn = snap_with(&snap, &t, &margins);
+    let e = load(&dir, "token", &suite, &side, &sn, &sha).unwrap_err();
+    assert!(
+        e.contains(&format!(
+            "the sidecar disagrees with the reviewed snapshot {}: output token 7 differs: {} in \
+             the sidecar, {} in the snapshot;",
+            snap_path("token").display(),
+            tokens[7],
+            tokens[7] + 1
+        )),
         "{e}"
     );
     let _ = std::fs::remove_dir_all(&dir);
