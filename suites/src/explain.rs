@@ -138,6 +138,40 @@ impl Ctx<'_> {
     }
 }
 
+/// Whether the `--engine` value names an HTTP engine (`llama-server=…`, `openai=…`).
+fn is_http(engine: &str) -> bool {
+    #[cfg(feature = "http")]
+    return crate::http::is_http_spec(engine);
+    #[cfg(not(feature = "http"))]
+    return {
+        let _ = engine;
+        false
+    };
+}
+
+/// What explain adds when the engine does not declare `md` (the engine declares `declared`):
+/// a reference or CUDA engine runs `spec:K` with a drafter (`--draft`); an HTTP engine runs
+/// `spec:K` only with `,spec=K` in `--engine` (its server drafting), and then nothing else, so
+/// explain cannot compare it with a non-speculative mode of the same engine: each server is
+/// judged in its own labelled run and the runs compared (`cargo xtask compare`). Empty for a
+/// mode no option adds (a batch width beyond an HTTP engine's concurrency).
+fn undeclared_hint(http: bool, md: Mode, declared: &[Mode]) -> &'static str {
+    let spec_declared = declared.iter().any(|d| matches!(d, Mode::Spec { .. }));
+    match (http, matches!(md, Mode::Spec { .. }), spec_declared) {
+        (false, true, _) => "; spec:K needs a drafter: --draft",
+        (true, true, false) => {
+            "; an HTTP engine runs spec:K when its server drafts and --engine ends in ,spec=K, \
+             and then only spec:K: to compare with plain, judge each server in its own \
+             `conformance --label` run and use `cargo xtask compare`"
+        }
+        (true, false, true) => {
+            "; with ,spec=K in --engine an HTTP engine runs only spec:K: to compare with plain, \
+             judge each server in its own `conformance --label` run and use `cargo xtask compare`"
+        }
+        _ => "",
+    }
+}
+
 /// Runs the four experiments and returns the text report (ending with the verdict line).
 ///
 /// Errors ([`Fatal`], exit 2), all but the last found before anything runs: `prefill` among the
@@ -190,20 +224,16 @@ pub fn explain(o: &ExplainOptions) -> Result<String, Fatal> {
     let declared = engine.modes();
     for md in [ma, mb] {
         if !declared.contains(&md) {
+            let generating: Vec<Mode> = declared
+                .iter()
+                .copied()
+                .filter(|d| *d != Mode::Prefill)
+                .collect();
             return Err(Fatal(format!(
                 "engine {} cannot generate in mode {md} (it declares {}{})",
                 engine.name(),
-                declared
-                    .iter()
-                    .filter(|d| **d != Mode::Prefill)
-                    .map(|d| d.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                if matches!(md, Mode::Spec { .. }) {
-                    "; spec:K needs a drafter: --draft"
-                } else {
-                    ""
-                }
+                crate::engine::mode_list(&generating),
+                undeclared_hint(is_http(&o.engine), md, &declared)
             )));
         }
     }
@@ -500,6 +530,50 @@ mod tests {
 
     /// An engine spec [`check_engine`] accepts whose server is not there.
     const UNREACHABLE: &str = "llama-server=http://127.0.0.1:1,retries=0";
+
+    /// An HTTP engine asked for the default `plain,spec:4` is told how an HTTP engine gets
+    /// spec:K (`,spec=K` in --engine) and that it then runs nothing else (it was told `spec:K
+    /// needs a drafter: --draft`, which an HTTP engine does not take); with `,spec=4` plain is
+    /// the missing mode, with the same advice. A fake llama-server with 4 slots serves the dense
+    /// fixture.
+    #[cfg(feature = "http")]
+    #[test]
+    fn an_http_engine_without_spec_is_told_how_to_get_it() {
+        use crate::http::fake;
+        use serde_json::{json, Value};
+        let Some(model) = crate::test_fixture_model("dense-target.Q4_K_M.gguf") else {
+            return;
+        };
+        let m = model.display().to_string();
+        let url = fake::serve(std::sync::Arc::new(
+            move |_: &str, path: &str, body: &Value| match path {
+                "/props" => (200, json!({"model_path": m, "total_slots": 4})),
+                "/completion" => (
+                    200,
+                    fake::completion(body, 236, &[(236, -0.1), (237, -2.5)]),
+                ),
+                _ => (404, json!({})),
+            },
+        ));
+        let smoke = Path::new(env!("CARGO_MANIFEST_DIR")).join("smoke.toml");
+        let mut o = options(&model, &smoke, (Mode::Plain, Mode::Spec { k: 4 }));
+        o.prompt = "story".into();
+        o.engine = format!("llama-server={url}");
+        assert_eq!(
+            explain(&o).unwrap_err().0,
+            "engine llama-server cannot generate in mode spec:4 (it declares plain, batch:1..4; \
+             an HTTP engine runs spec:K when its server drafts and --engine ends in ,spec=K, and \
+             then only spec:K: to compare with plain, judge each server in its own \
+             `conformance --label` run and use `cargo xtask compare`)"
+        );
+        o.engine = format!("llama-server={url},spec=4");
+        assert_eq!(
+            explain(&o).unwrap_err().0,
+            "engine llama-server cannot generate in mode plain (it declares spec:4; with ,spec=K \
+             in --engine an HTTP engine runs only spec:K: to compare with plain, judge each \
+             server in its own `conformance --label` run and use `cargo xtask compare`)"
+        );
+    }
 
     /// Options for `prompt` of the suite file `suite` on `model`, with an HTTP engine spec that
     /// passes [`check_engine`] but whose server is not there (port 1, no retries): a check
