@@ -15,12 +15,13 @@
 //! Options follow the URL, comma-separated: `allow-remote` (a non-loopback URL is refused
 //! without it), `sha256=HEX` (the served model file's SHA-256), `spec=K` (the server was
 //! started with an MTP drafter drafting K tokens; the engine then declares only `spec:K`),
-//! `timeout=SECONDS` (per request, default 600; the first requests, `/props` and `/v1/models`,
-//! give up after at most [`PROBE_TIMEOUT`], 30 s; a request still waiting after 30 s says so on
-//! stderr), `retries=N` (connection errors only, default 4), `concurrency=N` (largest `batch:N`,
-//! at most [`MAX_CONCURRENCY`]; default: the server's slots, else 16, and never more than
-//! [`MAX_CONCURRENCY`]), `top-k=K` (default 16, at least 2 as a suite's
-//! `top_k`), `model=NAME` (OpenAI `model` field; default: the first of `/v1/models`).
+//! `timeout=SECONDS` (per request, default 600, at most [`MAX_TIMEOUT`], a week; the first
+//! requests, `/props` and `/v1/models`, give up after at most [`PROBE_TIMEOUT`], 30 s; a
+//! request still waiting after 30 s says so on stderr), `retries=N` (connection errors only,
+//! default 4), `concurrency=N` (largest `batch:N`, at most [`MAX_CONCURRENCY`]; default: the
+//! server's slots, else 16, and never more than [`MAX_CONCURRENCY`]), `top-k=K` (default 16,
+//! at least 2 as a suite's `top_k`), `model=NAME` (OpenAI `model` field, not empty; default:
+//! the first of `/v1/models`).
 //!
 //! **Log-probabilities, not logits.** Servers return `log p = logit − logsumexp(logits)`: per
 //! position every candidate is shifted by the same constant, so differences — the engine's
@@ -167,6 +168,10 @@ pub struct HttpSpec {
 /// the run allocating 16 TB.)
 pub const MAX_CONCURRENCY: usize = 256;
 
+/// The longest per-request `timeout=`: a week. (`timeout=18446744073709551615` panicked with
+/// an overflow adding the timeout to the clock at the first request.)
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
+
 /// Whether `spec` names an HTTP engine (`llama-server=…` or `openai=…`).
 pub fn is_http_spec(spec: &str) -> bool {
     spec.starts_with("llama-server=") || spec.starts_with("openai=")
@@ -213,6 +218,11 @@ impl HttpSpec {
                     .ok_or_else(|| bad(format!("option {k}: {v:?} is not a positive integer")))
             };
             match k {
+                "allow-remote" if opt.contains('=') => {
+                    return Err(bad(format!(
+                        "option allow-remote takes no value (got {opt:?})"
+                    )))
+                }
                 "allow-remote" => s.allow_remote = true,
                 "sha256" => {
                     if v.len() != 64 || !v.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -221,7 +231,16 @@ impl HttpSpec {
                     s.sha256 = Some(v.to_ascii_lowercase());
                 }
                 "spec" => s.spec_k = Some(num(v)?),
-                "timeout" => s.timeout = Duration::from_secs(num(v)? as u64),
+                "timeout" => {
+                    let secs = num(v)? as u64;
+                    if secs > MAX_TIMEOUT.as_secs() {
+                        return Err(bad(format!(
+                            "option timeout: {v:?} seconds is more than {} (a week)",
+                            MAX_TIMEOUT.as_secs()
+                        )));
+                    }
+                    s.timeout = Duration::from_secs(secs);
+                }
                 "retries" => {
                     s.retries = v.parse().map_err(|_| {
                         bad(format!(
@@ -249,7 +268,13 @@ impl HttpSpec {
                         )));
                     }
                 }
-                "model" if !v.is_empty() => s.model = Some(v.to_string()),
+                "model" if v.is_empty() => {
+                    return Err(bad(format!(
+                        "option model: the value is empty in {opt:?} (model=NAME, the OpenAI \
+                         `model` field; leave the option out for the first of /v1/models)"
+                    )))
+                }
+                "model" => s.model = Some(v.to_string()),
                 _ => return Err(bad(format!("unknown option {opt:?}"))),
             }
         }
@@ -933,7 +958,9 @@ mod tests {
     }
 
     /// `top-k=1` is refused as a suite's `top_k = 1` is (the rule needs the top-2); a bad
-    /// `retries=` says what it takes.
+    /// `retries=` says what it takes; an empty `model=` says the value is empty; `allow-remote`
+    /// with a value and a timeout over a week (u64::MAX panicked at the first request) are
+    /// refused.
     #[test]
     fn top_k_below_two_and_bad_retries_are_refused() {
         let e = HttpSpec::parse("llama-server=http://127.0.0.1:1,top-k=1").unwrap_err();
@@ -948,6 +975,35 @@ mod tests {
                 .top_k,
             2
         );
+        // an empty model= was 'unknown option "model="'; allow-remote takes no value
+        for (opt, why) in [
+            (
+                "model=",
+                "option model: the value is empty in \"model=\" (model=NAME, the OpenAI \
+                        `model` field; leave the option out for the first of /v1/models)",
+            ),
+            (
+                "model",
+                "option model: the value is empty in \"model\" (model=NAME, the OpenAI \
+                       `model` field; leave the option out for the first of /v1/models)",
+            ),
+            (
+                "allow-remote=no",
+                "option allow-remote takes no value (got \"allow-remote=no\")",
+            ),
+            (
+                "timeout=604801",
+                "option timeout: \"604801\" seconds is more than 604800 (a week)",
+            ),
+        ] {
+            let spec = format!("openai=http://127.0.0.1:1/v1,{opt}");
+            assert_eq!(
+                HttpSpec::parse(&spec).unwrap_err().to_string(),
+                format!("bad engine spec {spec:?}: {why}")
+            );
+        }
+        let week = HttpSpec::parse("llama-server=http://127.0.0.1:1,timeout=604800").unwrap();
+        assert_eq!(week.timeout, MAX_TIMEOUT);
         let e = HttpSpec::parse("llama-server=http://127.0.0.1:1,retries=-1").unwrap_err();
         assert_eq!(
             e.to_string(),

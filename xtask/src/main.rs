@@ -65,10 +65,11 @@ HTTP engine options (--engine llama-server=URL,OPTION,â€¦ or openai=URL,OPTION,â
   spec=K           the server runs MTP speculative decoding drafting K tokens: only spec:K is judged
   sha256=HEX       SHA-256 of the model file the server serves (when /props names no file, or one
                    not readable here)
-  timeout=SECONDS  per request (default 600; the first request, /props, gives up after 30 s at most;
-                   a request still waiting after 30 s says so)
+  timeout=SECONDS  per request (default 600, at most 604800: a week; the first request, /props,
+                   gives up after 30 s at most; a request still waiting after 30 s says so)
   retries=N        retries on connection errors (default 4)
-  concurrency=N    largest batch:N, at most 256 (default: the server's slot count up to 256, else 16)
+  concurrency=N    largest batch:N, at most 256 (default: the server's slot count up to 256,
+                   else 16)
   model=NAME       the OpenAI `model` field (default: the first of /v1/models)
   allow-remote     judge a server that is not on this machine (conformance: --allow-remote)";
 
