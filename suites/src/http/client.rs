@@ -72,15 +72,20 @@ impl Client {
     }
 
     /// Runs `f` (one request to `url`), saying on stderr when it has been waiting
-    /// `notice_after`, then twice that, and so on, until it returns.
+    /// `notice_after`, then twice that, and so on, until it returns — never at or after the
+    /// timeout, when the request gives up instead (the `/props` request, whose limit is the
+    /// notice time, said "still waiting" the moment it gave up).
     fn waiting<T>(&self, url: &str, f: impl FnOnce() -> T) -> T {
         let (done, wait) = mpsc::channel::<()>();
         std::thread::scope(|s| {
             s.spawn(move || {
                 let t0 = Instant::now();
                 let mut next = self.notice_after;
-                while let Err(RecvTimeoutError::Timeout) =
-                    wait.recv_timeout(next.saturating_sub(t0.elapsed()))
+                while next < self.timeout
+                    && matches!(
+                        wait.recv_timeout(next.saturating_sub(t0.elapsed())),
+                        Err(RecvTimeoutError::Timeout)
+                    )
                 {
                     let line = format!(
                         "{url}: no response after {} s, still waiting (gives up after {} s: \
@@ -296,6 +301,25 @@ pub(crate) mod tests {
                 ),
             ]
         );
+    }
+
+    /// A request whose timeout is the notice time (the first request: both 30 s) gives up
+    /// without saying it is still waiting; one whose timeout is past the notice says so once.
+    #[test]
+    fn no_waiting_notice_when_the_request_gives_up_then() {
+        let url = format!("{}/props", silent_server());
+        for (timeout_ms, lines) in [(400, 0), (700, 1)] {
+            let sink = Arc::new(Mutex::new(Vec::new()));
+            let c = Client::new(
+                Duration::from_millis(timeout_ms),
+                0,
+                Duration::from_millis(10),
+            )
+            .keeping_notices(Duration::from_millis(400), sink.clone());
+            let e = c.get_json(&url).unwrap_err();
+            assert!(matches!(e, HttpError::Timeout { .. }), "{e}");
+            assert_eq!(sink.lock().unwrap().len(), lines, "timeout {timeout_ms} ms");
+        }
     }
 
     #[test]
