@@ -44,8 +44,8 @@ pub struct Prompt {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SuiteSettings {
-    /// Suite name (defaults to the file stem).
-    #[serde(default)]
+    /// Suite name (defaults to the file stem; `name = ""` is refused, not read as unset).
+    #[serde(default, deserialize_with = "non_empty_name")]
     pub name: String,
     /// Top-k stored and compared per position (default 16).
     #[serde(default = "default_top_k")]
@@ -88,6 +88,18 @@ pub struct SuiteSettings {
 /// Smallest top-k a suite (`[suite] top_k`) or an engine (`top-k=` of an HTTP engine spec) may
 /// ask for: the rule needs the oracle's and the engine's top-2 (margins, gaps).
 pub const MIN_TOP_K: usize = 2;
+
+/// `[suite] name` as given: an empty string is an error (it fell back to the file stem
+/// silently, as if the key were absent; the file then owned another name's goldens folder).
+fn non_empty_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let name = String::deserialize(d)?;
+    if name.is_empty() {
+        return Err(serde::de::Error::custom(
+            "the name is empty: give one, or leave the key out for the file's stem",
+        ));
+    }
+    Ok(name)
+}
 
 fn default_top_k() -> usize {
     16
@@ -664,6 +676,20 @@ mod tests {
         ] {
             parse(&format!("[suite]\n{ok}\n{p}")).unwrap_or_else(|e| panic!("{ok}: {e}"));
         }
+    }
+
+    /// `[suite] name = ""` is refused naming the key and its place (it fell back to the file's
+    /// stem as if the key were absent); an absent name is the stem.
+    #[test]
+    fn an_empty_suite_name_is_refused() {
+        let p = "[[prompt]]\nid = \"a\"\ntext = \"x\"\nmax_tokens = 1\n";
+        let e = parse(&format!("[suite]\nname = \"\"\n{p}")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "suites/t.toml: bad suite TOML: line 2 column 8: [suite] name: the name is empty: give \
+             one, or leave the key out for the file's stem"
+        );
+        assert_eq!(parse(p).unwrap().settings.name, "t");
     }
 
     /// The file-name rule of suite names and run labels: letters, digits, `_ - .`, non-empty,
