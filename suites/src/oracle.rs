@@ -79,7 +79,7 @@ static CACHE_WRITE_WARNED: AtomicBool = AtomicBool::new(false);
 /// a failure does not stop the run: the first one of the process is reported on stderr as one
 /// `warning: …` line naming the file and the cause (a read-only `target/` was silent, and every
 /// later run scored everything again); later ones only return `false`.
-pub(crate) fn write_cache_entry(path: &Path, text: &str) -> bool {
+pub fn write_cache_entry(path: &Path, text: &str) -> bool {
     let written = path
         .parent()
         .map_or(Ok(()), std::fs::create_dir_all)
