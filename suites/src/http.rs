@@ -33,8 +33,11 @@
 //! is the file the oracle reads (same path or same SHA-256 through `/props` `model_path`, or
 //! the user's `sha256=`), and one probe request proves that the server counts our prompt tokens
 //! as we do (no BOS added to a token-id prompt) and returns ids and log-probabilities. Every
-//! later request is checked the same way; a failing request becomes an `error` verdict with the
-//! server's message while the others are judged ([`Engine::request_errors`]).
+//! later request is checked the same way, and its log-probabilities too: none above 0, no id
+//! twice in a top-k ([`parse`]), and the output greedy by them — no id the model does not
+//! suppress ranked strictly above an emitted token ([`greedy_problem`]); a failing request
+//! becomes an `error` verdict with the server's message, or the check's naming the output
+//! index, while the others are judged ([`Engine::request_errors`]).
 //!
 //! Speculative servers: llama-server (0.3.36's llama.cpp) returns an empty `top_logprobs` for
 //! tokens emitted by speculative verify batches, so in `spec:K` only the first token carries the
@@ -324,6 +327,9 @@ pub struct HttpEngine {
     client: Client,
     modes: Vec<Mode>,
     model_name: Option<String>,
+    /// The model's suppressed ids (`tokenizer.ggml.suppress_tokens`): a server suppresses them
+    /// while sampling, after the raw log-probabilities it reports ([`greedy_problem`]).
+    suppressed: Vec<u32>,
     errors: Vec<(String, String)>,
     /// What the checks found (printed by the caller).
     pub notes: Vec<String>,
@@ -394,6 +400,7 @@ impl HttpEngine {
             client,
             modes: Vec::new(),
             model_name: spec.model.clone(),
+            suppressed: Vec::new(),
             errors: Vec::new(),
             notes,
             spec,
@@ -407,7 +414,8 @@ impl HttpEngine {
             });
         }
         // probe: our tokenizer's ids for a short text, BOS included
-        let probe = probe_prompt(model)?;
+        let (probe, suppressed) = probe_prompt(model)?;
+        engine.suppressed = suppressed;
         let req = Request {
             id: "probe".into(),
             prompt: probe.clone(),
@@ -417,6 +425,10 @@ impl HttpEngine {
         let c = engine.complete(&req, false).map_err(|e| match e {
             RequestError::Http(h) => h,
             RequestError::Check(m) => HttpError::PromptCount(m),
+            RequestError::NotGreedy(message) => HttpError::Response {
+                url: engine.spec.url.clone(),
+                message: format!("the probe request: {message}"),
+            },
         })?;
         if c.tokens.is_empty() {
             return Err(HttpError::Response {
@@ -558,6 +570,9 @@ impl HttpEngine {
             url: url.clone(),
             message,
         })?;
+        if let Some(why) = greedy_problem(&c, &self.suppressed) {
+            return Err(RequestError::NotGreedy(why));
+        }
         match c.prompt_tokens {
             Some(n) if n == req.prompt.len() => {}
             Some(n) => {
@@ -701,6 +716,10 @@ enum RequestError {
     Http(#[from] HttpError),
     #[error("{0}")]
     Check(String),
+    /// The output is not greedy by the log-probabilities the server reports with it
+    /// ([`greedy_problem`]).
+    #[error("{0}")]
+    NotGreedy(String),
 }
 
 /// Runs `f(i)` for `i in 0..n` on at most `conc` threads; results in index order.
@@ -786,13 +805,57 @@ fn check_model(
     Ok(())
 }
 
-fn probe_prompt(model: &Path) -> Result<Vec<u32>, HttpError> {
+/// Our tokenizer's ids (BOS included) of the probe text for `model`, and the model's
+/// suppressed ids.
+fn probe_prompt(model: &Path) -> Result<(Vec<u32>, Vec<u32>), HttpError> {
     let f = reference::gguf::GgufFile::open(model)
         .map_err(|e| HttpError::Model(format!("{}: {e}", model.display())))?;
     let tok = reference::tokenizer::GemmaTokenizer::from_gguf(&f)
         .map_err(|e| HttpError::Model(format!("{}: tokenizer: {e}", model.display())))?;
-    tok.encode("The quick brown fox jumps over the lazy dog.", true)
-        .map_err(|e| HttpError::Model(format!("{}: tokenizer: {e}", model.display())))
+    let ids = tok
+        .encode("The quick brown fox jumps over the lazy dog.", true)
+        .map_err(|e| HttpError::Model(format!("{}: tokenizer: {e}", model.display())))?;
+    Ok((ids, tok.suppressed_ids()))
+}
+
+/// Why the completion `c`, asked for greedily, is not a greedy output of the log-probabilities
+/// the server reports with it, naming the first output index, or `None`. At each index with a
+/// top-k row, the emitted token must have the largest log-probability among the ids the model
+/// does not suppress (`suppressed`: a server drops them while sampling, after the raw
+/// log-probabilities it reports; an emitted suppressed id is left to the rule, which fails it):
+/// an id of the row ranked strictly above it, or — when it is not in the row — any id of the
+/// row above the row's last (an id outside a top-k is at most its last), is an engine
+/// inconsistency. Exact ties pass (the server may take either). Its own log-probability is
+/// the row's entry or, outside the row, the one the server gives beside it.
+pub fn greedy_problem(c: &Completion, suppressed: &[u32]) -> Option<String> {
+    for (i, (&tok, row)) in c.tokens.iter().zip(&c.top_k).enumerate() {
+        if row.is_empty() || suppressed.contains(&tok) {
+            continue;
+        }
+        let Some(&(best, best_lp)) = row.iter().find(|x| !suppressed.contains(&x.0)) else {
+            continue;
+        };
+        let own = row.iter().find(|x| x.0 == tok).map(|x| x.1);
+        let last = row.last().map_or(best_lp, |x| x.1);
+        let (below, lp) = match (own, c.token_logprobs.get(i).copied().flatten()) {
+            (Some(lp), _) => (lp < best_lp, Some(lp)),
+            (None, Some(lp)) => (lp < best_lp, Some(lp)),
+            (None, None) => (last < best_lp, None),
+        };
+        if below {
+            return Some(format!(
+                "output index {i}: the server emitted token {tok}{} but ranks id {best} above it \
+                 (log-prob {best_lp}){}: not a greedy choice",
+                lp.map_or(String::new(), |lp| format!(" (log-prob {lp})")),
+                if own.is_none() {
+                    ", and the token is not in its top-k"
+                } else {
+                    ""
+                }
+            ));
+        }
+    }
+    None
 }
 
 impl Engine for HttpEngine {
@@ -1173,6 +1236,111 @@ mod tests {
                     "spec:2: the server reports 18446744073709551615 drafted tokens for 5 \
                      emitted (timings.draft_n): more than 2 per emitted token"
                         .to_string()
+                )
+            ]
+        );
+    }
+
+    /// The greedy check on hand-made completions: a top-k id strictly above the emitted token
+    /// is reported with the index and both ids, also when the token is outside the row (its
+    /// own log-prob given, or not: an id outside a top-k is at most the row's last); a
+    /// suppressed id above it, an exact tie and a row of equal values are not.
+    #[test]
+    fn non_greedy_outputs_are_named() {
+        let c = |tokens: Vec<u32>, rows: Vec<Vec<(u32, f64)>>, own: Vec<Option<f64>>| Completion {
+            tokens,
+            top_k: rows,
+            token_logprobs: own,
+            prompt_tokens: Some(1),
+            drafted: None,
+            accepted: None,
+            prompt_top_k: None,
+        };
+        let ok = vec![(7, -0.1), (5, -2.0)];
+        let bad = c(
+            vec![7, 7],
+            vec![ok.clone(), vec![(5, -0.1), (7, -2.0)]],
+            vec![None, None],
+        );
+        assert_eq!(
+            greedy_problem(&bad, &[]).unwrap(),
+            "output index 1: the server emitted token 7 (log-prob -2) but ranks id 5 above it \
+             (log-prob -0.1): not a greedy choice"
+        );
+        // id 5 suppressed: the server samples among the others
+        assert_eq!(greedy_problem(&bad, &[5]), None);
+        let tie = c(vec![7], vec![vec![(5, -0.5), (7, -0.5)]], vec![None]);
+        assert_eq!(greedy_problem(&tie, &[]), None);
+        let outside = c(vec![7], vec![vec![(5, -0.1), (9, -1.0)]], vec![None]);
+        assert_eq!(
+            greedy_problem(&outside, &[]).unwrap(),
+            "output index 0: the server emitted token 7 but ranks id 5 above it (log-prob -0.1), \
+             and the token is not in its top-k: not a greedy choice"
+        );
+        let outside_own = c(vec![7], vec![vec![(5, -0.1), (9, -1.0)]], vec![Some(-3.0)]);
+        assert!(greedy_problem(&outside_own, &[]).unwrap().starts_with(
+            "output index 0: the server emitted token 7 (log-prob -3) but ranks id 5"
+        ));
+        let flat = c(vec![7], vec![vec![(5, -1.0), (9, -1.0)]], vec![None]);
+        assert_eq!(greedy_problem(&flat, &[]), None);
+    }
+
+    /// Served through the fake llama-server, a completion whose top-1 is not the emitted token
+    /// fails that request with the index, and one with a log-probability above 0 fails it with
+    /// the field; the other request of the call is judged (a trajectory of 3 tokens).
+    #[test]
+    fn impossible_server_log_probabilities_fail_the_request() {
+        let Some(model) = crate::test_fixture_model("dense-target.Q4_K_M.gguf") else {
+            return;
+        };
+        let m = model.display().to_string();
+        let url = fake::serve(std::sync::Arc::new(
+            move |_: &str, path: &str, body: &Value| match (path, body["n_predict"].as_u64()) {
+                ("/props", _) => (200, json!({"model_path": m, "total_slots": 4})),
+                ("/completion", Some(4)) => (
+                    200,
+                    fake::completion(body, 237, &[(236, -0.1), (237, -2.5)]),
+                ),
+                ("/completion", Some(5)) => {
+                    (200, fake::completion(body, 236, &[(236, -0.1), (237, 0.5)]))
+                }
+                ("/completion", _) => (
+                    200,
+                    fake::completion(body, 236, &[(236, -0.1), (237, -2.5)]),
+                ),
+                _ => (404, json!({})),
+            },
+        ));
+        let mut e = HttpEngine::connect(
+            HttpSpec::parse(&format!("llama-server={url}")).unwrap(),
+            &model,
+        )
+        .unwrap();
+        let req = |n: usize| Request {
+            id: format!("r{n}"),
+            prompt: vec![2, 818],
+            max_tokens: n,
+            stop: vec![],
+        };
+        let t = e
+            .generate(&[req(3), req(4), req(5)], &Mode::Batch { n: 2 })
+            .unwrap();
+        assert_eq!(t[0].steps.len(), 3);
+        assert_eq!(
+            e.request_errors(),
+            [
+                (
+                    "r4".to_string(),
+                    "output index 0: the server emitted token 237 (log-prob -2.5) but ranks id 236 \
+                     above it (log-prob -0.1): not a greedy choice"
+                        .to_string()
+                ),
+                (
+                    "r5".to_string(),
+                    format!(
+                        "{url}/completion: completion_probabilities[0]: top_logprobs[1].logprob is \
+                         0.5, above 0: a log-probability is at most 0 (a probability at most 1)"
+                    )
                 )
             ]
         );

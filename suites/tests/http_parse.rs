@@ -68,3 +68,29 @@ fn ignored_echo_is_detected() {
     let e = parse_openai_completion(&v, Some(4)).unwrap_err();
     assert!(e.contains("echo"), "{e}");
 }
+
+/// Every recorded response of the real server passes the greedy check (each emitted token tops
+/// its row; the speculative server's verify tokens carry no row), and the tokens' own
+/// log-probabilities are the recorded `logprob` fields (read from the JSON by hand: the
+/// speculative server writes 0 for verify tokens, which is not above 0 and so is taken).
+#[test]
+fn recorded_responses_are_greedy() {
+    use suites::http::greedy_problem;
+    let n = parse_llama_completion(&load("llama_server_completion.json")).unwrap();
+    assert_eq!(
+        n.token_logprobs,
+        [
+            Some(-1.95670485496521),
+            Some(-1.1963714361190796),
+            Some(-0.01572050340473652)
+        ]
+    );
+    let mtp = parse_llama_completion(&load("llama_server_completion_mtp.json")).unwrap();
+    assert_eq!(mtp.token_logprobs[0], Some(-1.95670485496521));
+    assert!(mtp.token_logprobs[1..].iter().all(|x| *x == Some(0.0)));
+    let o = parse_openai_completion(&load("llama_server_v1_completions.json"), None).unwrap();
+    assert_eq!(o.token_logprobs, n.token_logprobs);
+    for c in [&n, &mtp, &o] {
+        assert_eq!(greedy_problem(c, &[]), None);
+    }
+}

@@ -18,7 +18,9 @@
 //! Log-probabilities are `logit − logsumexp(logits)`: per position they differ from the logits
 //! by one constant, so differences (margins, top-2 gaps) are logit differences up to the
 //! server's rounding of the softmax. A probability that underflowed to 0 (llama.cpp writes
-//! `-3.4e38`, the most negative `f32`) is dropped from the top-k.
+//! `-3.4e38`, the most negative `f32`) is dropped from the top-k. A list no softmax gives is a
+//! response error naming the entry: a log-probability above 0 (a probability above 1), an id
+//! listed twice in one top-k (it read as a top-2 tie of gap 0).
 
 use serde_json::Value;
 
@@ -29,6 +31,10 @@ pub struct Completion {
     pub tokens: Vec<u32>,
     /// Per generated token, the top-k `(id, logprob)`, descending.
     pub top_k: Vec<Vec<(u32, f64)>>,
+    /// Per generated token, its own log-probability when the server gives it
+    /// (`completion_probabilities[i].logprob`, `logprobs.content[i].logprob`,
+    /// `token_logprobs[i]`), `[n]`.
+    pub token_logprobs: Vec<Option<f64>>,
     /// Prompt tokens as counted by the server (`tokens_evaluated` / `usage.prompt_tokens`).
     pub prompt_tokens: Option<usize>,
     /// Draft tokens proposed (`timings.draft_n`; absent = none).
@@ -40,8 +46,41 @@ pub struct Completion {
     pub prompt_top_k: Option<Vec<Vec<(u32, f64)>>>,
 }
 
-/// Per generated token: its id and the server's top-k `(id, logprob)`.
-type TokenProbs = Vec<(u32, Vec<(u32, f64)>)>;
+/// One generated (or echoed prompt) token as the server describes it.
+#[derive(Debug, Clone, PartialEq)]
+struct TokenProb {
+    /// Its id.
+    id: u32,
+    /// Its own log-probability, if given.
+    logprob: Option<f64>,
+    /// The server's top-k `(id, logprob)`, descending.
+    top: Vec<(u32, f64)>,
+}
+
+/// Per generated token, [`TokenProb`].
+type TokenProbs = Vec<TokenProb>;
+
+/// A log-probability no softmax gives (above 0, i.e. a probability above 1), or `None`.
+fn impossible_logprob(what: &str, lp: f64) -> Option<String> {
+    (lp > 0.0).then(|| {
+        format!("{what} is {lp}, above 0: a log-probability is at most 0 (a probability at most 1)")
+    })
+}
+
+/// The top-k `row` of `what` sorted descending (stable); an id listed twice is an error naming
+/// it (a server's top-k lists each candidate once; a repeat read as a top-2 tie of gap 0).
+fn finish_row(mut row: Vec<(u32, f64)>, what: &str) -> Result<Vec<(u32, f64)>, String> {
+    let mut ids: Vec<u32> = row.iter().map(|x| x.0).collect();
+    ids.sort_unstable();
+    if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+        return Err(format!(
+            "{what} lists id {} twice (a top-k lists each candidate once)",
+            w[0]
+        ));
+    }
+    row.sort_by(|a, b| b.1.total_cmp(&a.1));
+    Ok(row)
+}
 
 /// Below this a log-probability is llama.cpp's stand-in for `log(0)`.
 const LOG_ZERO: f64 = -1e30;
@@ -85,12 +124,14 @@ fn llama_top(list: &Value, what: &str) -> Result<Vec<(u32, f64)>, String> {
             None => None,
         }
         .ok_or_else(|| format!("{what}: top_logprobs[{j}] has no logprob"))?;
+        if let Some(e) = impossible_logprob(&format!("{what}: top_logprobs[{j}].logprob"), lp) {
+            return Err(e);
+        }
         if lp > LOG_ZERO {
             out.push((id, lp));
         }
     }
-    out.sort_by(|a, b| b.1.total_cmp(&a.1));
-    Ok(out)
+    finish_row(out, &format!("{what}: top_logprobs"))
 }
 
 /// Parses llama.cpp's per-token probability list (`completion_probabilities` or OpenAI-mode
@@ -114,7 +155,17 @@ fn llama_probs(list: &Value, field: &str) -> Result<TokenProbs, String> {
                     format!("{what} has no top_logprobs")
                 }
             })?;
-            Ok((id, llama_top(top, &what)?))
+            let logprob = e.get("logprob").and_then(Value::as_f64);
+            if let Some(err) =
+                logprob.and_then(|lp| impossible_logprob(&format!("{what}.logprob"), lp))
+            {
+                return Err(err);
+            }
+            Ok(TokenProb {
+                id,
+                logprob,
+                top: llama_top(top, &what)?,
+            })
         })
         .collect()
 }
@@ -140,7 +191,7 @@ pub fn parse_llama_completion(v: &Value) -> Result<Completion, String> {
         None => None,
     };
     let predicted = usize_at(v, &["tokens_predicted"]);
-    let (tokens, top_k) = match (tokens, probs) {
+    let (tokens, probs) = match (tokens, probs) {
         (_, None) if predicted == Some(0) => (Vec::new(), Vec::new()),
         (_, None) => {
             return Err(
@@ -155,7 +206,7 @@ pub fn parse_llama_completion(v: &Value) -> Result<Completion, String> {
                     .into(),
             )
         }
-        (None, Some(p)) => p.into_iter().unzip(),
+        (None, Some(p)) => (p.iter().map(|x| x.id).collect(), p),
         (Some(t), Some(p)) => {
             if t.len() != p.len() {
                 return Err(format!(
@@ -164,18 +215,20 @@ pub fn parse_llama_completion(v: &Value) -> Result<Completion, String> {
                     p.len()
                 ));
             }
-            if let Some(i) = (0..t.len()).find(|&i| t[i] != p[i].0) {
+            if let Some(i) = (0..t.len()).find(|&i| t[i] != p[i].id) {
                 return Err(format!(
                     "tokens[{i}] = {} but completion_probabilities[{i}].id = {}",
-                    t[i], p[i].0
+                    t[i], p[i].id
                 ));
             }
-            (t, p.into_iter().map(|x| x.1).collect())
+            (t, p)
         }
     };
+    let (top_k, token_logprobs) = probs.into_iter().map(|x| (x.top, x.logprob)).unzip();
     Ok(Completion {
         tokens,
         top_k,
+        token_logprobs,
         prompt_tokens: usize_at(v, &["tokens_evaluated"]),
         drafted: usize_at(v, &["timings", "draft_n"]),
         accepted: usize_at(v, &["timings", "draft_n_accepted"]),
@@ -214,13 +267,15 @@ pub fn parse_openai_completion(v: &Value, echo_len: Option<usize>) -> Result<Com
                 ));
             }
             let prompt: Vec<_> = entries.drain(..p).collect();
-            Some(prompt.into_iter().skip(1).map(|x| x.1).collect())
+            Some(prompt.into_iter().skip(1).map(|x| x.top).collect())
         }
     };
-    let (tokens, top_k): (Vec<u32>, Vec<Vec<(u32, f64)>>) = entries.into_iter().unzip();
+    let tokens = entries.iter().map(|x| x.id).collect();
+    let (top_k, token_logprobs) = entries.into_iter().map(|x| (x.top, x.logprob)).unzip();
     Ok(Completion {
         tokens,
         top_k,
+        token_logprobs,
         prompt_tokens: usize_at(v, &["usage", "prompt_tokens"]),
         drafted: None,
         accepted: None,
@@ -274,8 +329,15 @@ fn openai_classic(choice: &Value, lp: &Value) -> Result<TokenProbs, String> {
             tops.len()
         ));
     }
+    let own = lp.get("token_logprobs").and_then(Value::as_array);
     let mut out = Vec::with_capacity(ids.len());
     for (i, (id, top)) in ids.into_iter().zip(tops).enumerate() {
+        let logprob = own.and_then(|o| o.get(i)).and_then(Value::as_f64);
+        if let Some(e) =
+            logprob.and_then(|x| impossible_logprob(&format!("token_logprobs[{i}]"), x))
+        {
+            return Err(e);
+        }
         let mut row = Vec::new();
         if let Some(obj) = top.as_object() {
             for (k, lpv) in obj {
@@ -288,6 +350,9 @@ fn openai_classic(choice: &Value, lp: &Value) -> Result<TokenProbs, String> {
                 let x = lpv
                     .as_f64()
                     .ok_or_else(|| format!("top_logprobs[{i}][{k:?}] is not a number"))?;
+                if let Some(e) = impossible_logprob(&format!("top_logprobs[{i}][{k:?}]"), x) {
+                    return Err(e);
+                }
                 if x > LOG_ZERO {
                     row.push((tid, x));
                 }
@@ -295,8 +360,13 @@ fn openai_classic(choice: &Value, lp: &Value) -> Result<TokenProbs, String> {
         } else if !top.is_null() {
             return Err(format!("top_logprobs[{i}] is not an object"));
         }
-        row.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        out.push((id, row));
+        // descending, ties by id (a JSON object has no order of its own)
+        row.sort_by_key(|x| x.0);
+        out.push(TokenProb {
+            id,
+            logprob,
+            top: finish_row(row, &format!("top_logprobs[{i}]"))?,
+        });
     }
     Ok(out)
 }
@@ -341,6 +411,57 @@ mod tests {
         assert!(parse_llama_completion(&post)
             .unwrap_err()
             .contains("top_probs"));
+    }
+
+    /// Lists no softmax gives are refused naming the entry: a log-probability above 0 in a
+    /// top-k or as the token's own, an id twice in one top-k (llama.cpp's list, or two OpenAI
+    /// keys naming one id); 0 itself (a probability of 1) is taken.
+    #[test]
+    fn impossible_log_probabilities_are_refused() {
+        let one = |own: f64, top: serde_json::Value| {
+            json!({"tokens": [5], "tokens_predicted": 1, "completion_probabilities": [
+                {"id": 5, "logprob": own, "top_logprobs": top}
+            ]})
+        };
+        let e = parse_llama_completion(&one(
+            -0.1,
+            json!([{"id": 5, "logprob": -0.1}, {"id": 9, "logprob": 0.25}]),
+        ))
+        .unwrap_err();
+        assert_eq!(
+            e,
+            "completion_probabilities[0]: top_logprobs[1].logprob is 0.25, above 0: a \
+             log-probability is at most 0 (a probability at most 1)"
+        );
+        let e = parse_llama_completion(&one(0.5, json!([{"id": 5, "logprob": -0.1}]))).unwrap_err();
+        assert_eq!(
+            e,
+            "completion_probabilities[0].logprob is 0.5, above 0: a log-probability is at most 0 \
+             (a probability at most 1)"
+        );
+        let e = parse_llama_completion(&one(
+            -0.1,
+            json!([{"id": 5, "logprob": -0.1}, {"id": 9, "logprob": -1.0}, {"id": 5, "logprob": -2.0}]),
+        ))
+        .unwrap_err();
+        assert_eq!(
+            e,
+            "completion_probabilities[0]: top_logprobs lists id 5 twice (a top-k lists each \
+             candidate once)"
+        );
+        let c = parse_llama_completion(&one(0.0, json!([{"id": 5, "logprob": 0.0}]))).unwrap();
+        assert_eq!(
+            (c.top_k[0].clone(), c.token_logprobs),
+            (vec![(5, 0.0)], vec![Some(0.0)])
+        );
+        let classic = json!({"choices": [{"logprobs": {
+            "tokens": ["token_id:5"], "token_logprobs": [-0.1],
+            "top_logprobs": [{"token_id:5": -0.1, "token_id:05": -0.3}]
+        }}]});
+        assert_eq!(
+            parse_openai_completion(&classic, None).unwrap_err(),
+            "top_logprobs[0] lists id 5 twice (a top-k lists each candidate once)"
+        );
     }
 
     #[test]
