@@ -323,9 +323,14 @@ pub fn calibrate_models(
                 continue;
             };
             let dir = golden::golden_dir(&opts.goldens_root, &stem, &suite.settings.name);
-            let goldens =
-                golden::load_goldens(&dir, &suite.prompts, &suite.settings.stop_ids, &sha)
-                    .map_err(|e| fatal(&e))?;
+            let goldens = golden::load_goldens(
+                &dir,
+                &suite.settings.name,
+                &suite.prompts,
+                &suite.settings.stop_ids,
+                &sha,
+            )
+            .map_err(|e| fatal(&e))?;
             for (id, g) in &goldens {
                 if let Some(why) = g.problem(oracle.vocab_size()) {
                     return Err(Fatal(format!(

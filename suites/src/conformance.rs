@@ -496,8 +496,14 @@ fn run_models(
             let gdir = golden::golden_dir(&opts.goldens_root, &stem, &suite.settings.name);
             let goldens = if gdir.exists() {
                 Some(
-                    golden::load_goldens(&gdir, &suite.prompts, &suite.settings.stop_ids, &sha)
-                        .map_err(fatal)?,
+                    golden::load_goldens(
+                        &gdir,
+                        &suite.settings.name,
+                        &suite.prompts,
+                        &suite.settings.stop_ids,
+                        &sha,
+                    )
+                    .map_err(fatal)?,
                 )
             } else {
                 None
@@ -696,7 +702,13 @@ pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
                 // one is what it replaces
                 for p in &suite.prompts {
                     let one = std::slice::from_ref(p);
-                    match golden::load_goldens(&dir, one, &suite.settings.stop_ids, &sha) {
+                    match golden::load_goldens(
+                        &dir,
+                        &suite.settings.name,
+                        one,
+                        &suite.settings.stop_ids,
+                        &sha,
+                    ) {
                         Err(e @ GoldenError::ShaMismatch { .. }) => {
                             return Err(Fatal(format!(
                                 "{e}: the model changed since these goldens were blessed; \

@@ -247,6 +247,21 @@ pub enum GoldenError {
         /// What is wrong.
         message: String,
     },
+    /// The sidecar was written by another oracle version: its logits, which stand in for the
+    /// oracle's on the golden prefix, may not be this oracle's.
+    #[error(
+        "{path}: prompt {prompt_id:?}: stale golden: written by oracle {golden:?}, this is \
+         {oracle:?}; re-bless it (`cargo xtask bless --prompts {prompt_id}`)",
+        oracle = ORACLE_VERSION
+    )]
+    Stale {
+        /// The sidecar.
+        path: PathBuf,
+        /// Prompt id.
+        prompt_id: String,
+        /// The oracle version in the sidecar.
+        golden: String,
+    },
     /// A prompt of the suite has no golden.
     #[error("{path}: missing golden for prompt {prompt_id:?} (run `cargo xtask bless`)")]
     Missing {
@@ -389,15 +404,22 @@ fn read_sidecar(path: &Path) -> Result<Golden, GoldenError> {
 /// id, none before it — an empty list, as written from a NaN model, is refused), the prompt
 /// non-empty, one non-empty top-k row per token, the snapshot's `margins` one per token and
 /// equal to the sidecar's rows' ([`snapshot_margin`]), the sidecar's `schema` [`SIDECAR_SCHEMA`]
-/// and both files' prompt id the prompt's.
+/// and `suite` the suite's name `suite` (the folder's: a sidecar copied from another suite's
+/// folder), both files' prompt id the prompt's, and the sidecar written by this oracle
+/// ([`ORACLE_VERSION`]: its logits stand in for the oracle's on the golden prefix). The
+/// sidecar's `model_file` is not checked: the SHA-256 is the model's identity, and a renamed
+/// copy of the file is the same weights.
 ///
 /// Errors: [`GoldenError::Missing`] for a prompt without sidecar or snapshot,
 /// [`GoldenError::ShaMismatch`] when pinned to another model (checked before the content),
-/// [`GoldenError::Format`] when a file does not parse, is another prompt's or schema's, or the
-/// sidecar does not match the snapshot (re-run `bless`), [`GoldenError::Impossible`] for content
-/// no greedy run gives (naming the file, the prompt and what is wrong), `Io` otherwise.
+/// [`GoldenError::Format`] when a file does not parse, is another prompt's, suite's or
+/// schema's, or the sidecar does not match the snapshot (re-run `bless`),
+/// [`GoldenError::Stale`] for a sidecar of another oracle version, [`GoldenError::Impossible`]
+/// for content no greedy run gives (naming the file, the prompt and what is wrong), `Io`
+/// otherwise.
 pub fn load_goldens(
     dir: &Path,
+    suite: &str,
     prompts: &[Prompt],
     stop_ids: &[u32],
     model_sha256: &str,
@@ -476,6 +498,7 @@ pub fn load_goldens(
         check_content(
             &snap,
             if promote { &pending } else { &side },
+            suite,
             prompt,
             stop_ids,
             &body,
@@ -520,6 +543,7 @@ fn disagreement(g: &Golden, body: &SnapshotBody) -> String {
 fn check_content(
     snap: &Path,
     side: &Path,
+    suite: &str,
     prompt: &Prompt,
     stop_ids: &[u32],
     body: &SnapshotBody,
@@ -540,6 +564,16 @@ fn check_content(
             format!("schema {:?}, expected {SIDECAR_SCHEMA:?}", g.schema),
         ));
     }
+    if g.suite != suite {
+        return Err(format(
+            side,
+            format!(
+                "the sidecar is suite {:?}'s, not {suite:?}'s (copied from another suite's \
+                 goldens folder?)",
+                g.suite
+            ),
+        ));
+    }
     if g.prompt_id != prompt.id {
         return Err(format(
             side,
@@ -548,6 +582,13 @@ fn check_content(
                 g.prompt_id, prompt.id
             ),
         ));
+    }
+    if g.oracle_version != ORACLE_VERSION {
+        return Err(GoldenError::Stale {
+            path: side.to_path_buf(),
+            prompt_id: prompt.id.clone(),
+            golden: g.oracle_version.clone(),
+        });
     }
     if body.prompt_id.as_deref() != Some(prompt.id.as_str()) {
         return Err(format(

@@ -7,9 +7,10 @@
 //! written earlier from a NaN model), a continuation cut short without a stop id, a stop id
 //! inside the output, a sidecar with one top-k row fewer than tokens, a snapshot with one
 //! margin fewer, a sidecar logit edited so its margin no longer matches the snapshot's, and a
-//! wrong sidecar schema are each refused naming the file, the prompt and what is wrong; so are an
-//! empty top-k row (named by index) and a snapshot whose `prompt_tokens` or one output token
-//! differs from the sidecar (the prompt's length, or the index and both tokens, named); a
+//! wrong sidecar schema are each refused naming the file, the prompt and what is wrong; so are
+//! an empty top-k row (named by index), a sidecar of another suite or oracle version (stale:
+//! re-bless) and a snapshot whose `prompt_tokens` or one output token differs from the sidecar
+//! (the prompt's length, or the index and both tokens, named); a
 //! continuation cut short on a stop id (the legitimate early end) loads.
 
 use std::path::{Path, PathBuf};
@@ -98,9 +99,15 @@ fn load(
     .unwrap();
     std::fs::write(d.join(format!("{ID}.snap")), snap).unwrap();
     let prompt = suite.prompt(ID).unwrap().clone();
-    load_goldens(&d, &[prompt], &suite.settings.stop_ids, sha)
-        .map(|g| g[ID].tokens.clone())
-        .map_err(|e| e.to_string())
+    load_goldens(
+        &d,
+        &suite.settings.name,
+        &[prompt],
+        &suite.settings.stop_ids,
+        sha,
+    )
+    .map(|g| g[ID].tokens.clone())
+    .map_err(|e| e.to_string())
 }
 
 #[test]
@@ -248,6 +255,33 @@ fn impossible_goldens_are_refused_naming_file_and_problem() {
     assert!(
         e.contains("schema \"golden-oracle/0\", expected \"golden-oracle/1\""),
         "{e}"
+    );
+
+    // a sidecar of another suite (copied from goldens/<model>/core/): refused naming both
+    let mut s = side.clone();
+    s["suite"] = serde_json::json!("core");
+    let e = load(&dir, "suite", &suite, &s, &snap, &sha).unwrap_err();
+    assert_eq!(
+        e,
+        format!(
+            "{}: malformed golden: the sidecar is suite \"core\"'s, not \"smoke\"'s (copied from \
+             another suite's goldens folder?)",
+            side_path("suite").display()
+        )
+    );
+
+    // a sidecar of another oracle version: stale, re-bless (plain bless rewrites it)
+    let mut s = side.clone();
+    s["oracle_version"] = serde_json::json!("reference-f64 0.0.9");
+    let e = load(&dir, "version", &suite, &s, &snap, &sha).unwrap_err();
+    assert_eq!(
+        e,
+        format!(
+            "{}: prompt \"story\": stale golden: written by oracle \"reference-f64 0.0.9\", \
+             this is {:?}; re-bless it (`cargo xtask bless --prompts story`)",
+            side_path("version").display(),
+            suites::golden::ORACLE_VERSION
+        )
     );
 
     // an empty top-k row: named by its index (it said "N tokens but N top-k rows (or an empty

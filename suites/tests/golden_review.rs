@@ -2,9 +2,10 @@
 //! golden blessed without `--accept` goes to `<prompt>.snap.new` with its sidecar pending as
 //! `<prompt>.oracle.json.new`; conformance keeps reading the reviewed `.snap` and its sidecar;
 //! once the `.snap.new` is accepted (insta renames it to `.snap`), loading promotes the pending
-//! sidecar. Expected values are the goldens written by the test itself.
+//! sidecar; a sidecar of another oracle version is stale until blessed again. Expected values
+//! are the goldens written by the test itself.
 
-use suites::golden::{load_goldens, write_golden, Golden, SnapshotOutcome};
+use suites::golden::{load_goldens, write_golden, Golden, SnapshotOutcome, ORACLE_VERSION};
 use suites::suite::{Prompt, PromptInput};
 
 fn golden(tokens: Vec<u32>) -> Golden {
@@ -12,7 +13,7 @@ fn golden(tokens: Vec<u32>) -> Golden {
         schema: "golden-oracle/1".into(),
         model_file: "m.gguf".into(),
         model_sha256: "abc".into(),
-        oracle_version: "test".into(),
+        oracle_version: ORACLE_VERSION.into(),
         suite: "t".into(),
         prompt_id: "p".into(),
         prompt: vec![2, 5],
@@ -44,10 +45,10 @@ fn unreviewed_changes_stay_pending_until_accepted() {
         SnapshotOutcome::Pending
     );
     // nothing reviewed yet: no golden to judge against
-    assert!(load_goldens(&dir, &prompts, &stop, "abc").is_err());
+    assert!(load_goldens(&dir, "t", &prompts, &stop, "abc").is_err());
     std::fs::rename(dir.join("p.snap.new"), dir.join("p.snap")).unwrap();
     assert_eq!(
-        load_goldens(&dir, &prompts, &stop, "abc").unwrap()["p"].tokens,
+        load_goldens(&dir, "t", &prompts, &stop, "abc").unwrap()["p"].tokens,
         [7, 8, 9]
     );
 
@@ -60,14 +61,14 @@ fn unreviewed_changes_stay_pending_until_accepted() {
     assert!(dir.join("p.oracle.json.new").exists());
     // conformance still judges against the reviewed golden
     assert_eq!(
-        load_goldens(&dir, &prompts, &stop, "abc").unwrap()["p"].tokens,
+        load_goldens(&dir, "t", &prompts, &stop, "abc").unwrap()["p"].tokens,
         [7, 8, 9]
     );
 
     // `cargo insta review` accepting = renaming .snap.new over .snap
     std::fs::rename(dir.join("p.snap.new"), dir.join("p.snap")).unwrap();
     assert_eq!(
-        load_goldens(&dir, &prompts, &stop, "abc").unwrap()["p"].tokens,
+        load_goldens(&dir, "t", &prompts, &stop, "abc").unwrap()["p"].tokens,
         [7, 8, 10]
     );
     assert!(!dir.join("p.oracle.json.new").exists());
@@ -78,7 +79,7 @@ fn unreviewed_changes_stay_pending_until_accepted() {
         serde_json::to_string(&old).unwrap(),
     )
     .unwrap();
-    let e = load_goldens(&dir, &prompts, &stop, "abc").unwrap_err();
+    let e = load_goldens(&dir, "t", &prompts, &stop, "abc").unwrap_err();
     assert!(e.to_string().contains("disagrees"), "{e}");
     // blessing again repairs that sidecar and says so (the snapshot itself is unchanged);
     // once repaired, a second bless changes nothing
@@ -87,12 +88,32 @@ fn unreviewed_changes_stay_pending_until_accepted() {
         SnapshotOutcome::Written
     );
     assert_eq!(
-        load_goldens(&dir, &prompts, &stop, "abc").unwrap()["p"].tokens,
+        load_goldens(&dir, "t", &prompts, &stop, "abc").unwrap()["p"].tokens,
         [7, 8, 10]
     );
     assert_eq!(
         write_golden(&dir, &new, "abd").unwrap(),
         SnapshotOutcome::Unchanged
+    );
+
+    // a sidecar of another oracle version is stale; blessing again (no --force: the model is
+    // the same) rewrites it, and it loads
+    let mut stale = new.clone();
+    stale.oracle_version = "reference-f64 0.0.9".into();
+    std::fs::write(
+        dir.join("p.oracle.json"),
+        serde_json::to_string(&stale).unwrap(),
+    )
+    .unwrap();
+    let e = load_goldens(&dir, "t", &prompts, &stop, "abc").unwrap_err();
+    assert!(e.to_string().contains("stale golden"), "{e}");
+    assert_eq!(
+        write_golden(&dir, &new, "abd").unwrap(),
+        SnapshotOutcome::Written
+    );
+    assert_eq!(
+        load_goldens(&dir, "t", &prompts, &stop, "abc").unwrap()["p"].oracle_version,
+        ORACLE_VERSION
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -96,6 +96,7 @@ fn setup(fx: &Path) -> Setup {
     let dir = golden_dir(&workspace().join("goldens"), "dense-target.Q4_K_M", "smoke");
     let goldens = load_goldens(
         &dir,
+        &suite.settings.name,
         &suite.prompts,
         &suite.settings.stop_ids,
         oracle.model_sha256(),
