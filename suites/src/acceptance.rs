@@ -136,6 +136,18 @@ pub fn no_floor_warning(
     })
 }
 
+/// Whether `run` can be the oracle's greedy `spec:k` output for `req`: its tokens a greedy
+/// output for the request's `max_tokens` and stop ids ([`Golden::length_problem`]: speculative
+/// decoding emits what plain greedy decoding does), no more accepted drafts than drafted, no
+/// more drafted than `k` per verify round, and no more rounds than tokens (each round emits
+/// one at least).
+fn plausible_run(run: &OracleSpecRun, req: &Request, k: usize) -> bool {
+    Golden::length_problem(&run.tokens, req.max_tokens, &req.stop).is_none()
+        && run.accepted <= run.drafted
+        && run.drafted <= run.rounds.saturating_mul(k)
+        && run.rounds <= run.tokens.len()
+}
+
 /// One f64 oracle `spec:K` run (cached).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OracleSpecRun {
@@ -197,6 +209,10 @@ impl OracleSpec<'_> {
         hex::encode(h.finalize())
     }
 
+    /// The cached run of `req` at `k`, or `None` (a miss: run again and the entry rewritten)
+    /// when the file is missing, unreadable, for another key, or not what a `spec:k` run of
+    /// `req` gives ([`plausible_run`]: a truncated or hand-edited entry was returned as the
+    /// oracle's run, its acceptance reported and its tokens compared with the golden).
     fn load(&self, path: &Path, req: &Request, k: usize) -> Option<OracleSpecRun> {
         let e: SpecCacheEntry = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
         (e.target_sha256 == self.target_sha256
@@ -204,8 +220,9 @@ impl OracleSpec<'_> {
             && e.k == k
             && e.prompt == req.prompt
             && e.max_tokens == req.max_tokens
-            && e.stop == req.stop)
-            .then_some(e.run)
+            && e.stop == req.stop
+            && plausible_run(&e.run, req, k))
+        .then_some(e.run)
     }
 
     /// The oracle's greedy `spec:k` on `req` (§4.1 defaults of `reference::spec`), from the
@@ -367,6 +384,76 @@ pub fn acceptance_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cache entry that is not a `spec:k` run of its request (tokens cut short of max_tokens
+    /// without a stop id, more accepted than drafted, more drafted than k per round) is a miss:
+    /// run again, giving what a fresh run gives, and rewritten (the next read hits). Expected:
+    /// the first run without a cache.
+    #[test]
+    fn a_damaged_spec_cache_entry_is_run_again() {
+        let (Some(t), Some(d)) = (
+            crate::test_fixture_model("dense-target.Q4_K_M.gguf"),
+            crate::test_fixture_model("dense-assistant.F32.gguf"),
+        ) else {
+            return;
+        };
+        let target = Model::<f64>::load(&t).unwrap();
+        let assistant = Assistant::<f64>::load(&d).unwrap();
+        let dir = std::env::temp_dir().join(format!("spec-cache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let spec = |dir: Option<PathBuf>| OracleSpec {
+            target: &target,
+            assistant: &assistant,
+            target_sha256: "t".into(),
+            drafter_sha256: "d".into(),
+            dir,
+            hits: 0,
+            misses: 0,
+        };
+        let req = Request {
+            id: "r".into(),
+            prompt: vec![2, 818, 5279, 529],
+            max_tokens: 6,
+            stop: vec![1, 106],
+        };
+        let want = spec(None).run(&req, 2).unwrap();
+        assert!(plausible_run(&want, &req, 2), "{want:?}");
+        let mut o = spec(Some(dir.clone()));
+        assert_eq!(o.run(&req, 2).unwrap(), want);
+        assert_eq!((o.hits, o.misses), (0, 1));
+        let file = std::fs::read_dir(&dir)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        type Damage = fn(&mut serde_json::Value);
+        let damages: [Damage; 3] = [
+            |v| {
+                v["run"]["tokens"].as_array_mut().unwrap().pop();
+            },
+            |v| {
+                let d = v["run"]["drafted"].as_u64().unwrap();
+                v["run"]["accepted"] = serde_json::json!(d + 1);
+            },
+            |v| {
+                let r = v["run"]["rounds"].as_u64().unwrap();
+                v["run"]["drafted"] = serde_json::json!(2 * r + 1);
+            },
+        ];
+        for damage in damages {
+            let mut v: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+            damage(&mut v);
+            std::fs::write(&file, v.to_string()).unwrap();
+            let mut o = spec(Some(dir.clone()));
+            assert_eq!(o.run(&req, 2).unwrap(), want);
+            assert_eq!((o.hits, o.misses), (0, 1));
+            assert_eq!(o.run(&req, 2).unwrap(), want);
+            assert_eq!((o.hits, o.misses), (1, 1));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// The exact key gives the floor; a key naming the drafter in another case or with `.gguf`
     /// is an error naming both; no key for it is no floor, and under `--require-acceptance` a
