@@ -13,8 +13,15 @@ use serde::{Deserialize, Serialize};
 use crate::rule::OracleRow;
 use crate::suite::Prompt;
 
-/// Version string of the oracle recorded in every golden.
-pub const ORACLE_VERSION: &str = concat!("reference-f64 ", env!("CARGO_PKG_VERSION"));
+/// Version string of the oracle recorded in every golden, and required of a golden when it is
+/// loaded ([`load_goldens`]: another version is [`GoldenError::Stale`]).
+///
+/// It names the oracle's arithmetic, not a release: change it only when a change to the f64
+/// forward (reference/src/model) can change a golden's tokens or logits, and re-bless every
+/// golden in the same commit. It is deliberately not the crate version (it was
+/// `CARGO_PKG_VERSION` of `suites`, whose value it keeps), so that a version bump does not
+/// make every committed golden stale.
+pub const ORACLE_VERSION: &str = "reference-f64 0.1.0";
 
 /// Sidecar schema name.
 pub const SIDECAR_SCHEMA: &str = "golden-oracle/1";
