@@ -116,7 +116,9 @@ impl Golden {
         let n = tokens.len();
         if n > max_tokens {
             return Some(format!(
-                "{n} output tokens, more than the prompt's max_tokens {max_tokens}"
+                "{n} output tokens, more than the prompt's max_tokens {max_tokens} (was \
+                 max_tokens lowered in the suite since the golden was blessed? `cargo xtask \
+                 bless` rewrites it)"
             ));
         }
         if n == 0 && max_tokens > 0 {
@@ -130,7 +132,9 @@ impl Golden {
             if n < max_tokens && !stop.contains(&last) {
                 return Some(format!(
                     "{n} output tokens of max_tokens {max_tokens}, and the last ({last}) is not \
-                     a stop id {stop:?}: greedy generation ends early only on a stop id"
+                     a stop id {stop:?}: greedy generation ends early only on a stop id (were \
+                     max_tokens or the stop ids changed in the suite since the golden was \
+                     blessed? `cargo xtask bless` rewrites it)"
                 ));
             }
         }
@@ -139,7 +143,9 @@ impl Golden {
             .position(|t| stop.contains(t))
         {
             return Some(format!(
-                "output {i} is the stop id {} but the output goes on after it ({n} tokens)",
+                "output {i} is the stop id {} but the output goes on after it ({n} tokens; \
+                 were the stop ids changed in the suite since the golden was blessed? `cargo \
+                 xtask bless` rewrites it)",
                 tokens[i]
             ));
         }
@@ -465,7 +471,18 @@ pub fn load_goldens(
             path: snap.clone(),
             message: "no readable prompt_tokens, tokens and margins in the snapshot body".into(),
         })?;
-        let agrees = |g: &Golden| (g.prompt.len(), &g.tokens) == (body.prompt_tokens, &body.tokens);
+        // What review sees in the snapshot: the prompt's length, the tokens and (where it
+        // lists one per row; a count mismatch or an empty row is `check_content`'s error) the
+        // margins. A margin-only change (same tokens) is a review too: its accepted snapshot
+        // must promote the pending sidecar, not keep the old one.
+        let agrees = |g: &Golden| {
+            (g.prompt.len(), &g.tokens) == (body.prompt_tokens, &body.tokens)
+                && (body.margins.len() != g.top_k.len()
+                    || g.top_k
+                        .iter()
+                        .zip(&body.margins)
+                        .all(|(row, &m)| row.is_empty() || snapshot_margin(row) == m))
+        };
         let current = if side.exists() {
             Some(read_sidecar(&side)?)
         } else {
@@ -520,9 +537,9 @@ pub fn load_goldens(
 }
 
 /// What differs between a sidecar `g` and the snapshot `body` it should agree with (same
-/// prompt length, same output tokens), for the message that refuses them: `prompt_tokens` (the
-/// snapshot holds only the prompt's length), or the first output index whose token differs, or
-/// the output lengths.
+/// prompt length, same output tokens, same rounded margins), for the message that refuses them:
+/// `prompt_tokens` (the snapshot holds only the prompt's length), or the first output index
+/// whose token differs, or the output lengths, or the first output whose margin differs.
 fn disagreement(g: &Golden, body: &SnapshotBody) -> String {
     if g.prompt.len() != body.prompt_tokens {
         return format!(
@@ -532,21 +549,38 @@ fn disagreement(g: &Golden, body: &SnapshotBody) -> String {
             body.prompt_tokens
         );
     }
-    match g.tokens.iter().zip(&body.tokens).position(|(a, b)| a != b) {
-        Some(i) => format!(
+    if let Some(i) = g.tokens.iter().zip(&body.tokens).position(|(a, b)| a != b) {
+        return format!(
             "output token {i} differs: {} in the sidecar, {} in the snapshot",
             g.tokens[i], body.tokens[i]
-        ),
-        None => format!(
+        );
+    }
+    if g.tokens.len() != body.tokens.len() {
+        return format!(
             "the output's length differs: {} tokens in the sidecar, {} in the snapshot",
             g.tokens.len(),
             body.tokens.len()
+        );
+    }
+    match g
+        .top_k
+        .iter()
+        .zip(&body.margins)
+        .enumerate()
+        .filter(|(_, (row, _))| !row.is_empty())
+        .map(|(i, (row, &m))| (i, (snapshot_margin(row), m)))
+        .find(|(_, (want, m))| want != m)
+    {
+        Some((i, (want, m))) => format!(
+            "output {i}: the sidecar's top-2 margin rounds to {want}, the reviewed snapshot \
+             says {m}"
         ),
+        None => "they differ".into(),
     }
 }
 
 /// The content checks of [`load_goldens`] on a golden whose sidecar `side` agrees with the
-/// snapshot `snap` (same prompt length and tokens, same model).
+/// snapshot `snap` (same prompt length, tokens and margins, same model).
 fn check_content(
     snap: &Path,
     side: &Path,
@@ -638,19 +672,7 @@ fn check_content(
             ),
         ));
     }
-    for (i, (row, &m)) in g.top_k.iter().zip(&body.margins).enumerate() {
-        let want = snapshot_margin(row);
-        if want != m {
-            return Err(impossible(
-                side,
-                format!(
-                    "output {i}: the sidecar's top-2 margin rounds to {want}, the reviewed \
-                     snapshot {} says {m}",
-                    snap.display()
-                ),
-            ));
-        }
-    }
+    // each margin equals its sidecar row's: `load_goldens` takes only a sidecar that agrees
     Ok(())
 }
 

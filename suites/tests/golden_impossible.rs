@@ -185,7 +185,7 @@ fn impossible_goldens_are_refused_naming_file_and_problem() {
     let e = load(&dir, "inner-stop", &suite, &s, &sn, &sha).unwrap_err();
     assert!(
         e.contains(&format!(
-            "output 4 is the stop id {} but the output goes on after it ({max_tokens} tokens)",
+            "output 4 is the stop id {} but the output goes on after it ({max_tokens} tokens;",
             stop[0]
         )),
         "{e}"

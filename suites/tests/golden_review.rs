@@ -115,5 +115,25 @@ fn unreviewed_changes_stay_pending_until_accepted() {
         load_goldens(&dir, "t", &prompts, &stop, "abc").unwrap()["p"].oracle_version,
         ORACLE_VERSION
     );
+
+    // a margin-only change (same tokens; the runner-up of output 1 moves from 1.25 to 1.0, so
+    // the snapshot's margin goes from 0.25 to 0.5) is a review like any other: pending until
+    // accepted, then its sidecar is promoted (the old one agrees on tokens, not on margins)
+    let mut moved = new.clone();
+    moved.top_k[1][1].1 = 1.0;
+    assert_eq!(
+        write_golden(&dir, &moved, "abd").unwrap(),
+        SnapshotOutcome::Pending
+    );
+    assert_eq!(
+        load_goldens(&dir, "t", &prompts, &stop, "abc").unwrap()["p"].top_k[1][1].1,
+        1.25
+    );
+    std::fs::rename(dir.join("p.snap.new"), dir.join("p.snap")).unwrap();
+    assert_eq!(
+        load_goldens(&dir, "t", &prompts, &stop, "abc").unwrap()["p"].top_k[1][1].1,
+        1.0
+    );
+    assert!(!dir.join("p.oracle.json.new").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
