@@ -315,7 +315,9 @@ pub enum ForkClass {
     Wrong(String),
     /// Both sides diverge.
     BothWrong,
-    /// One output is a prefix of the other (one stopped or was cut earlier).
+    /// One output is a prefix of the other (one stopped or was cut earlier) and the longer
+    /// side's token there is within τ of the oracle's argmax (or unscored); beyond τ the fork is
+    /// that side's [`ForkClass::Wrong`].
     Length,
 }
 
@@ -368,7 +370,17 @@ pub fn compare_modes(
     let ma = ja.positions.get(index).map(|p| p.margin);
     let mb = jb.positions.get(index).map(|p| p.margin);
     let class = if ta.is_none() || tb.is_none() {
-        ForkClass::Length
+        // the longer side's token is scored on the shared prefix like any other
+        let (longer, m) = if ta.is_some() {
+            (mode_a, ma)
+        } else {
+            (mode_b, mb)
+        };
+        if m.is_some_and(|m| m > tau) {
+            ForkClass::Wrong(longer.to_string())
+        } else {
+            ForkClass::Length
+        }
     } else {
         let wa = ma.is_some_and(|m| m > tau);
         let wb = mb.is_some_and(|m| m > tau);

@@ -283,4 +283,14 @@ fn cross_mode_fork_is_classified_from_both_sides_margins() {
     let js = judge(&short, &near, &params(), None);
     let f = compare_modes(("plain", &a, &ja), ("batch:4", &short, &js), tau).unwrap();
     assert_eq!((f.index, f.class), (2, ForkClass::Length));
+    // the longer side's token 9 at the fork is 2.0 below the oracle's top 4 (> τ = 2^-4): that
+    // side is wrong, not a mere length difference
+    let off = vec![gap_row(5, 6, 1.0), gap_row(7, 8, 0.5), gap_row(4, 9, 2.0)];
+    let ja = judge(&a, &off, &params(), None);
+    let js = judge(&short, &off, &params(), None);
+    let f = compare_modes(("plain", &a, &ja), ("batch:4", &short, &js), tau).unwrap();
+    assert_eq!(f.margins, (Some(2.0), None));
+    assert_eq!((f.index, f.class), (2, ForkClass::Wrong("plain".into())));
+    let f = compare_modes(("batch:4", &short, &js), ("plain", &a, &ja), tau).unwrap();
+    assert_eq!(f.class, ForkClass::Wrong("plain".into()));
 }

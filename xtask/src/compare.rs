@@ -9,7 +9,8 @@
 //! prefix (the prompt encoded again from its suite file, then the output tokens both sides
 //! share) and each side's token gets its margin to the oracle's argmax from those logits
 //! ([`suites::rule::judge_position`]): 0 (the argmax), within τ (a tie) or beyond (wrong). The
-//! fork is then `tie-split`, `<side> wrong`, `both wrong` or `length`.
+//! fork is then `tie-split`, `<side> wrong`, `both wrong` or `length` (a prefix; a longer side
+//! beyond τ there is that side's `wrong`).
 //!
 //! Refused before anything is printed (exit 2): a report of another schema than
 //! [`REPORT_SCHEMA`], a token id outside the model's vocabulary in a compared entry (naming
@@ -51,8 +52,8 @@ differ) of each (model, suite, prompt, mode of A, mode of B):
   m = l[a] - l[y] from those logits, a = the oracle's argmax (suppressed ids excluded; a
   suppressed y: m = inf): m = 0 it is the argmax, m <= tau a tie, m > tau wrong.
   tau = the smaller of the two runs' tau. Class: tie-split (both sides within tau),
-  '<side> wrong', 'both wrong', length (one output is a prefix of the other; the longer side's
-  token is still scored).
+  '<side> wrong', 'both wrong', length (one output is a prefix of the other and the longer
+  side's token there is within tau; beyond tau it is '<longer side> wrong').
 Checked before anything is printed (exit 2, one error line): the report schema
 (conformance-report/1), every token id of a compared entry against the model's vocabulary
 (naming the report, the entry and the output index; entries whose verdict is error are not
@@ -874,6 +875,16 @@ mod tests {
         .unwrap();
         assert_eq!(length.class, ForkClass::Length);
         assert_eq!(length.margins.0, Some(0.0), "the longer side is scored");
+        // the longer side's token 9 is 3.0 below the argmax 7 (> τ): that side is wrong
+        let longer_wrong = fork_of(
+            ("A:plain", &entry("plain", &[1, 2, 9])),
+            ("B:plain", &entry("plain", &[1, 2])),
+            1e-3,
+            judge,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(longer_wrong.class, ForkClass::Wrong("A:plain".into()));
         let same = fork_of(("A:plain", &a), ("B:plain", &a), 1e-3, judge).unwrap();
         assert!(same.is_none());
     }
