@@ -67,7 +67,8 @@ pub struct Args {
     /// Server slots (parallel sequences; `batch:N` needs N ≤ slots), 1 or more.
     #[arg(long, default_value_t = 4)]
     pub parallel: usize,
-    /// Context size (all slots together), at least --parallel (one token per slot).
+    /// Context size (all slots together), at least --parallel (one token per slot); 0: the
+    /// model's trained context (llama-server's `-c 0`).
     #[arg(long, default_value_t = 8192)]
     pub ctx: usize,
     /// Compile jobs (1 to 1024).
@@ -247,10 +248,10 @@ pub fn check_args(a: &Args) -> Result<Checked, ArgError> {
         in_range(
             "ctx",
             a.ctx,
-            (1, MAX_SERVER_INT),
-            "context tokens, all slots together",
+            (0, MAX_SERVER_INT),
+            "context tokens, all slots together; 0: the model's trained context",
         )?;
-        if a.ctx < a.parallel {
+        if a.ctx != 0 && a.ctx < a.parallel {
             return Err(ArgError::CtxBelowSlots {
                 ctx: a.ctx,
                 parallel: a.parallel,

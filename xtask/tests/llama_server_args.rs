@@ -85,7 +85,8 @@ fn a_missing_model_is_refused_before_the_build() {
 
 /// The counts: `--spec-k 0` (it started the server with `--spec-draft-n-max 0` and printed a
 /// judge command with `spec=0`, which conformance refuses), `--parallel 0`, a context smaller
-/// than the slots, `--jobs 0`, `--port 0`, and values beyond a C int. Checked before the model
+/// than the slots (but `--ctx 0`, the model's own, is taken), `--jobs 0`, `--port 0`, and values
+/// beyond a C int. Checked before the model
 /// (which does not exist here), so each names its flag.
 #[test]
 fn counts_out_of_range_are_refused() {
@@ -106,8 +107,9 @@ fn counts_out_of_range_are_refused() {
             "--parallel 0: must be in 1..=2147483647 (server slots)",
         ),
         (
-            &["--ctx", "0", "--model", no],
-            "--ctx 0: must be in 1..=2147483647 (context tokens, all slots together)",
+            &["--ctx", "2147483648", "--model", no],
+            "--ctx 2147483648: must be in 0..=2147483647 (context tokens, all slots together; \
+             0: the model's trained context)",
         ),
         (
             &["--ctx", "3", "--parallel", "4", "--model", no],
@@ -130,6 +132,12 @@ fn counts_out_of_range_are_refused() {
     for (args, expected) in cases {
         assert_refused(args, expected);
     }
+    // `--ctx 0` is llama-server's "the model's trained context" (`-c 0`): it passes the counts
+    // (with more slots than 0) and the run stops on the missing model instead
+    assert_refused(
+        &["--ctx", "0", "--parallel", "4", "--model", no],
+        &format!("--model {no}: no such file"),
+    );
 }
 
 /// A port that is taken is refused naming it (the server would fail to bind after the build).
