@@ -316,8 +316,58 @@ fn kill(sig: &str, pid: u32) {
     assert!(ok, "kill -{sig} {pid}");
 }
 
-/// Starts `cargo xtask llama-server --server-bin BIN --model MODEL EXTRA…` with piped output.
+/// Makes the children this test process starts begin with SIGINT at its default action, also
+/// when this process was started with SIGINT ignored (a shell's `cmd &` without job control, as
+/// a CI script run in the background does): an ignored signal stays ignored across exec, and
+/// xtask rightly keeps it ignored, so `kill -INT` would do nothing and the SIGINT tests would
+/// wait for ever. A caught signal is reset to its default by exec, so a handler that only sets a
+/// flag is installed here (once, and only when SIGINT is ignored: an interactive run keeps its
+/// Ctrl-C).
+fn children_get_default_sigint() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let ignored = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| status_ignores_sigint(&s))
+            .unwrap_or(false);
+        if ignored {
+            let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            signal_hook::flag::register(signal_hook::consts::SIGINT, flag)
+                .expect("a SIGINT handler in the test process");
+        }
+    });
+}
+
+/// Whether the `SigIgn:` mask of a `/proc/PID/status` text has SIGINT (bit 1) set.
+fn status_ignores_sigint(status: &str) -> Option<bool> {
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())?;
+    Some(mask >> 1 & 1 == 1)
+}
+
+/// Waits up to 60 s for `child` to end; kills it and fails the test after that (a signal that
+/// did not stop xtask must fail the test, not hang the test run).
+fn wait_bounded(child: &mut Child, what: &str) -> std::process::ExitStatus {
+    let t0 = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("timed out after 60 s: {what}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Starts `cargo xtask llama-server --server-bin BIN --model MODEL EXTRA…` with piped output
+/// and SIGINT at its default action ([`children_get_default_sigint`]).
 fn start(bin: &Path, model: &Path, extra: &[&str]) -> Child {
+    children_get_default_sigint();
     Command::new(env!("CARGO_BIN_EXE_xtask"))
         .args(["llama-server", "--server-bin", s(bin), "--model", s(model)])
         .args(extra)
@@ -370,7 +420,7 @@ fn a_signal_to_xtask_stops_its_foreground_server() {
         let (pid, log) = served_pid(&mut xtask);
         assert!(alive(pid));
         kill(sig, xtask.id());
-        let status = xtask.wait().unwrap();
+        let status = wait_bounded(&mut xtask, &format!("xtask to end on SIG{sig}"));
         assert_eq!(status.signal(), Some(num), "{sig}: {status:?}");
         assert!(
             !alive(pid),
@@ -415,7 +465,7 @@ fn a_signal_ignored_at_start_stays_ignored() {
     );
     assert!(alive(pid), "the server was stopped on an ignored SIGINT");
     kill("TERM", xtask.id());
-    let status = xtask.wait().unwrap();
+    let status = wait_bounded(&mut xtask, "xtask to end on SIGTERM");
     assert_eq!(status.signal(), Some(15), "{status:?}");
     assert!(!alive(pid), "the server (pid {pid}) outlived xtask");
     let _ = std::fs::remove_file(log);
@@ -447,7 +497,7 @@ fn a_signal_while_starting_stops_the_server() {
         .unwrap();
     assert!(alive(pid));
     kill("INT", xtask.id());
-    let status = xtask.wait().unwrap();
+    let status = wait_bounded(&mut xtask, "xtask to end on SIGINT while starting");
     assert_eq!(status.signal(), Some(2), "{status:?}");
     assert!(
         !alive(pid),
