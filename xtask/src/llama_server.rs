@@ -64,7 +64,8 @@ pub struct Args {
     /// Port on 127.0.0.1, free (default: a free one).
     #[arg(long)]
     pub port: Option<u16>,
-    /// Server slots (parallel sequences; `batch:N` needs N ≤ slots), 1 or more.
+    /// Server slots (parallel sequences; `batch:N` needs N ≤ slots), 1 to 256 (llama.cpp's
+    /// most sequences).
     #[arg(long, default_value_t = 4)]
     pub parallel: usize,
     /// Context size (all slots together), at least --parallel (one token per slot); 0: the
@@ -244,7 +245,13 @@ pub fn check_args(a: &Args) -> Result<Checked, ArgError> {
         )?;
     }
     if !a.build_only {
-        in_range("parallel", a.parallel, (1, MAX_SERVER_INT), "server slots")?;
+        in_range(
+            "parallel",
+            a.parallel,
+            (1, suites::http::MAX_CONCURRENCY),
+            "server slots; llama.cpp refuses more than 256 sequences, and the judge runs at \
+             most 256 requests at once",
+        )?;
         in_range(
             "ctx",
             a.ctx,

@@ -91,7 +91,7 @@ fn a_missing_model_is_refused_before_the_build() {
 #[test]
 fn counts_out_of_range_are_refused() {
     let no = "/nonexistent/llama-server-args.gguf";
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 9] = [
         (
             &["--spec-k", "0", "--draft", no, "--model", no],
             "--spec-k 0: must be in 1..=2147483647 (draft tokens per round; the judge's engine \
@@ -104,7 +104,14 @@ fn counts_out_of_range_are_refused() {
         ),
         (
             &["--parallel", "0", "--model", no],
-            "--parallel 0: must be in 1..=2147483647 (server slots)",
+            "--parallel 0: must be in 1..=256 (server slots; llama.cpp refuses more than 256 \
+             sequences, and the judge runs at most 256 requests at once)",
+        ),
+        (
+            // llama-server itself exits with 'n_seq_max must be <= 256' after starting
+            &["--parallel", "257", "--model", no],
+            "--parallel 257: must be in 1..=256 (server slots; llama.cpp refuses more than 256 \
+             sequences, and the judge runs at most 256 requests at once)",
         ),
         (
             &["--ctx", "2147483648", "--model", no],
