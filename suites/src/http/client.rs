@@ -186,12 +186,19 @@ impl Client {
                     body,
                 });
             }
-            return serde_json::from_str(&text).map_err(|e| HttpError::Response {
-                url: url.to_string(),
-                message: format!(
-                    "not JSON ({e}): {}",
-                    text.chars().take(200).collect::<String>()
-                ),
+            return super::parse::json_without_duplicate_keys(&text).map_err(|e| {
+                HttpError::Response {
+                    url: url.to_string(),
+                    message: format!(
+                        "{} ({e}): {}",
+                        if e.is_data() {
+                            "JSON with a repeated object key"
+                        } else {
+                            "not JSON"
+                        },
+                        text.chars().take(200).collect::<String>()
+                    ),
+                }
             });
         }
     }

@@ -22,7 +22,84 @@
 //! response error naming the entry: a log-probability above 0 (a probability above 1), an id
 //! listed twice in one top-k (it read as a top-2 tie of gap 0).
 
-use serde_json::Value;
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+/// A response body as a [`Value`], refusing an object with the same key twice
+/// (`serde_json::from_str::<Value>` keeps the last one silently: a top-k object
+/// `{"token_id:5": -0.1, "token_id:5": -0.2}` would lose an entry instead of failing as an id
+/// listed twice). Errors: not JSON, or a duplicate key (serde_json's message with the line and
+/// column of the second occurrence).
+pub fn json_without_duplicate_keys(text: &str) -> Result<Value, serde_json::Error> {
+    serde_json::from_str::<Strict>(text).map(|s| s.0)
+}
+
+/// A [`Value`] whose objects were checked for duplicate keys ([`json_without_duplicate_keys`]).
+struct Strict(Value);
+
+impl<'de> Deserialize<'de> for Strict {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+/// Builds a [`Value`] like serde_json's own visitor, failing on a repeated object key.
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        Strict::deserialize(d).map(|s| s.0)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(Strict(v)) = seq.next_element()? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if out.contains_key(&key) {
+                return Err(de::Error::custom(format_args!(
+                    "the key {key:?} appears twice in one object"
+                )));
+            }
+            let Strict(v) = map.next_value()?;
+            out.insert(key, v);
+        }
+        Ok(Value::Object(out))
+    }
+}
 
 /// One completion: generated ids with the server's top-k `(id, logprob)` per generated token.
 #[derive(Debug, Clone, PartialEq)]
@@ -375,6 +452,30 @@ fn openai_classic(choice: &Value, lp: &Value) -> Result<TokenProbs, String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A repeated key fails with serde_json's position (line 1, column of the second key's
+    /// value); nested objects and arrays are checked too, and a body without repeats reads as
+    /// `serde_json::from_str` reads it.
+    #[test]
+    fn duplicate_keys_are_refused() {
+        let e = json_without_duplicate_keys(r#"{"a": {"token_id:5": -0.1, "token_id:5": -0.2}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(r#"the key "token_id:5" appears twice in one object"#),
+            "{e}"
+        );
+        assert!(e.contains("line 1"), "{e}");
+        let e = json_without_duplicate_keys(r#"[1, [{"x": 1, "y": 2, "x": 3}]]"#).unwrap_err();
+        assert!(e.to_string().contains(r#""x" appears twice"#), "{e}");
+        let text = r#"{"choices": [{"text": "a", "logprobs": null, "n": -3, "f": 1.5e300,
+            "u": 18446744073709551615, "b": true}], "usage": {"prompt_tokens": 4}}"#;
+        assert_eq!(
+            json_without_duplicate_keys(text).unwrap(),
+            serde_json::from_str::<Value>(text).unwrap()
+        );
+        assert!(json_without_duplicate_keys("{\"a\": 1").is_err());
+    }
 
     #[test]
     fn llama_native_minimal() {
