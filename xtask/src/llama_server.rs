@@ -345,10 +345,14 @@ pub fn server_binary() -> PathBuf {
     ext_dir().join("llama.cpp-build/bin/llama-server")
 }
 
+/// The unpacked sdist's top folder (`target/ext/llama_cpp_python-VERSION`).
+fn sdist_root() -> PathBuf {
+    ext_dir().join(format!("llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}"))
+}
+
+/// The llama.cpp sources vendored in the sdist.
 fn source_dir() -> PathBuf {
-    ext_dir()
-        .join(format!("llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}"))
-        .join("vendor/llama.cpp")
+    sdist_root().join("vendor/llama.cpp")
 }
 
 fn run_cmd(cmd: &mut Command) -> Result<()> {
@@ -438,23 +442,48 @@ fn fetch_sdist() -> Result<PathBuf> {
     Ok(file)
 }
 
-/// Builds `llama-server` unless the binary exists; returns its path.
+/// The stamp written next to [`server_binary`] once `cmake --build` succeeded: a binary without
+/// it may be the partial output of an interrupted link (Ctrl-C during the build), which make
+/// would then take as up to date.
+fn build_stamp() -> PathBuf {
+    ext_dir().join("llama.cpp-build/bin/llama-server.built")
+}
+
+/// Builds `llama-server` unless the binary and its [`build_stamp`] exist; returns its path. The
+/// sdist is unpacked into a scratch folder and renamed into place, so an interrupted `tar`
+/// leaves no half source tree that a later run would take as whole; a binary without its stamp
+/// is deleted and linked again.
 pub fn build(jobs: usize) -> Result<PathBuf> {
     let bin = server_binary();
-    if bin.exists() {
+    let stamp = build_stamp();
+    if bin.exists() && stamp.exists() {
         eprintln!("llama-server already built: {}", bin.display());
         return Ok(bin);
     }
     let src = source_dir();
-    if !src.join("CMakeLists.txt").exists() {
+    let root = sdist_root();
+    if !root.join(".unpacked").exists() {
         let sdist = fetch_sdist()?;
+        let scratch = ext_dir().join("unpack.part");
+        for dir in [&scratch, &root] {
+            if dir.exists() {
+                std::fs::remove_dir_all(dir)
+                    .with_context(|| format!("cannot remove {}", dir.display()))?;
+            }
+        }
+        std::fs::create_dir_all(&scratch)?;
         run_cmd(
             Command::new("tar")
                 .arg("xzf")
                 .arg(&sdist)
                 .arg("-C")
-                .arg(ext_dir()),
+                .arg(&scratch),
         )?;
+        let top = scratch.join(root.file_name().expect("sdist_root names a folder"));
+        std::fs::write(top.join(".unpacked"), SDIST_SHA256)
+            .with_context(|| format!("{}: no top folder {}", sdist.display(), top.display()))?;
+        std::fs::rename(&top, &root)?;
+        std::fs::remove_dir_all(&scratch)?;
     }
     let arch = std::fs::read_to_string(src.join("src/llama-arch.cpp")).unwrap_or_default();
     if !arch.contains("\"gemma4\"") {
@@ -467,6 +496,10 @@ pub fn build(jobs: usize) -> Result<PathBuf> {
         bail!("cmake not found: `pip install cmake` or `apt-get install cmake`");
     }
     let build_dir = ext_dir().join("llama.cpp-build");
+    if bin.exists() {
+        // No stamp: possibly a partial link; make must not take it as up to date.
+        std::fs::remove_file(&bin).with_context(|| format!("cannot remove {}", bin.display()))?;
+    }
     let t0 = Instant::now();
     run_cmd(
         Command::new("nice")
@@ -495,6 +528,8 @@ pub fn build(jobs: usize) -> Result<PathBuf> {
             .arg(&build_dir)
             .args(["--target", "llama-server", "-j", &jobs.to_string()]),
     )?;
+    std::fs::write(&stamp, SDIST_SHA256)
+        .with_context(|| format!("cannot write {}", stamp.display()))?;
     eprintln!(
         "built {} in {:.0} s",
         bin.display(),
