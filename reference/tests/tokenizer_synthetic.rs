@@ -6,7 +6,9 @@
 //! rule, `tokenizer.ggml.suppress_tokens`, and the error paths.
 
 use reference::gguf::{Array, GgufError, GgufFile, GgufWriter, Value};
-use reference::tokenizer::{ChatMessage, GemmaTokenizer, TokenizerError, CHAT_TEMPLATE_FUEL};
+use reference::tokenizer::{
+    ChatMessage, GemmaTokenizer, TokenizerError, CHAT_TEMPLATE_FUEL, CHAT_TEMPLATE_MAX_OUTPUT,
+};
 
 /// Toy vocabulary: specials 0..=7, the 256 byte tokens 8..=263 (`<0xXX>` = 8 + XX), then
 /// ordinary pieces from 264 on.
@@ -315,6 +317,44 @@ fn runaway_template_stops_at_its_work_budget() {
     for _ in 0..2 {
         assert_eq!(tok.render_chat(&user("hi"), true, false).unwrap(), "hi");
     }
+}
+
+/// A template that writes without end stops at its output limit
+/// ([`CHAT_TEMPLATE_MAX_OUTPUT`] + 4 × the messages' text) with an error naming the limit and
+/// the limit, whether it writes one 100 MB string (3 steps, far under the work budget) or many
+/// 1000-byte ones; a chat with a 20 MiB message (over the fixed part of the limit) renders
+/// whole. Limit for the one 2-byte message "hi": 16 777 216 + 8 bytes.
+#[test]
+fn runaway_output_stops_at_its_limit() {
+    assert_eq!(CHAT_TEMPLATE_MAX_OUTPUT, 16 << 20);
+    let limit = CHAT_TEMPLATE_MAX_OUTPUT + 8;
+    for source in [
+        "{{ messages[0].content }}\n{% for i in range(1000) %}{{ 'x' * 100000000 }}{% endfor %}",
+        "{{ messages[0].content }}\n{% for i in range(100000) %}{{ 'y' * 1000 }}{% endfor %}",
+    ] {
+        let err = with_template(source)
+            .render_chat(&user("hi"), true, false)
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                TokenizerError::TemplateOutputTooLarge { limit: l } if l == limit
+            ),
+            "{source}: {err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "tokenizer.chat_template wrote more than {limit} bytes (a runaway template: a \
+                 real chat is its messages' text plus under 100 bytes per message)"
+            )
+        );
+    }
+    let big = "z".repeat(20 << 20);
+    let out = with_template("<{{ messages[0].content }}>")
+        .render_chat(&user(&big), true, false)
+        .unwrap();
+    assert_eq!(out.len(), big.len() + 2);
 }
 
 /// Template errors read on one line: `raise_exception`'s own message, or minijinja's error

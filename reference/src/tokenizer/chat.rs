@@ -29,6 +29,49 @@ use super::{ChatMessage, TokenizerError};
 /// two-core machine) instead of running for hours.
 pub const CHAT_TEMPLATE_FUEL: u64 = 50_000_000;
 
+/// Largest rendered chat, in bytes, beyond the messages' own text: a render whose output
+/// exceeds this plus 4 × the messages' total content bytes stops with
+/// [`TokenizerError::TemplateOutputTooLarge`] instead of growing until the process is killed
+/// (fuel bounds steps, not bytes: `{% for i in range(1000) %}{{ "x" * 100000000 }}{% endfor %}`
+/// writes 100 GB in 3000 steps). The real Gemma-4 template adds 56 to 120 bytes to the
+/// messages' text on the nine chats of `fixtures/tokenizer/chat-cases.json` (18 to 66 per
+/// message: the turn markers of `spec/gemma4-chat.md` §2), and a chat that fills a 262 144-token
+/// context is a few MB, so the limit never stops a real chat. Strings a template builds without
+/// writing them (doubling one in a recursive macro) are not bounded by this.
+pub const CHAT_TEMPLATE_MAX_OUTPUT: usize = 16 << 20;
+
+/// The render's output buffer, refusing to grow past `limit` bytes (see
+/// [`CHAT_TEMPLATE_MAX_OUTPUT`]).
+struct CappedOutput {
+    buf: Vec<u8>,
+    limit: usize,
+}
+
+/// The [`CappedOutput`] limit was reached (the source of minijinja's write error).
+#[derive(Debug)]
+struct OutputLimit;
+
+impl std::fmt::Display for OutputLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the rendered chat outgrew its limit")
+    }
+}
+
+impl std::error::Error for OutputLimit {}
+
+impl std::io::Write for CappedOutput {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if data.len() > self.limit - self.buf.len() {
+            return Err(std::io::Error::other(OutputLimit));
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Source of the error `raise_exception` returns: tells the template's own refusal apart from
 /// minijinja's errors of the same kind ([`template_error`]).
 #[derive(Debug)]
@@ -70,6 +113,22 @@ fn template_error(e: &Error) -> TokenizerError {
         cause = c.source();
     }
     TokenizerError::Template { line, message }
+}
+
+/// Whether `e` or one of its sources is an `E` (also inside an `io::Error`).
+fn chain_has<E: std::error::Error + 'static>(e: &Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(c) = cause {
+        if c.is::<E>()
+            || c.downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .is_some_and(|inner| inner.is::<E>())
+        {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// What [`ChatTemplate::render`] puts in place of the messages' text to see whether the
@@ -160,9 +219,28 @@ impl ChatTemplate {
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| template_error(&e))?;
-        let rendered = tmpl
-            .render(self.context(messages, add_generation_prompt, enable_thinking))
-            .map_err(|e| template_error(&e))?;
+        let limit = messages.iter().fold(CHAT_TEMPLATE_MAX_OUTPUT, |n, m| {
+            n.saturating_add(m.content.len().saturating_mul(4))
+        });
+        let mut out = CappedOutput {
+            buf: Vec::new(),
+            limit,
+        };
+        tmpl.render_captured_to(
+            self.context(messages, add_generation_prompt, enable_thinking),
+            &mut out,
+        )
+        .map_err(|e| {
+            if chain_has::<OutputLimit>(&e) {
+                TokenizerError::TemplateOutputTooLarge { limit }
+            } else {
+                template_error(&e)
+            }
+        })?;
+        let rendered = String::from_utf8(out.buf).map_err(|e| TokenizerError::Template {
+            line: None,
+            message: format!("the rendered chat is not UTF-8: {e}"),
+        })?;
         self.check_content_rendered(messages, add_generation_prompt, enable_thinking, &rendered)?;
         Ok(rendered)
     }

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::gguf::{GgufError, GgufFile};
 
 pub use build::{TOKEN_TYPE_BYTE, TOKEN_TYPE_CONTROL, TOKEN_TYPE_NORMAL, TOKEN_TYPE_USER_DEFINED};
-pub use chat::CHAT_TEMPLATE_FUEL;
+pub use chat::{CHAT_TEMPLATE_FUEL, CHAT_TEMPLATE_MAX_OUTPUT};
 
 /// Token texts that llama.cpp 0c1e570 puts in the end-of-generation set for Gemma 4 (the entries
 /// marked "gemma4" in `src/llama-vocab.cpp`, `llama_vocab::impl::load`): `<turn|>` ends a model
@@ -156,6 +156,17 @@ pub enum TokenizerError {
         fuel: u64,
         /// Template line where the budget ran out.
         line: Option<usize>,
+    },
+    /// The rendered chat outgrew its limit ([`CHAT_TEMPLATE_MAX_OUTPUT`] plus 4 × the
+    /// messages' text): a template that writes without end. (minijinja reports no template
+    /// line for a failed write.)
+    #[error(
+        "tokenizer.chat_template wrote more than {limit} bytes (a runaway template: a real chat \
+         is its messages' text plus under 100 bytes per message)"
+    )]
+    TemplateOutputTooLarge {
+        /// The limit, in bytes.
+        limit: usize,
     },
     /// `tokenizer.chat_template` is the empty string (or only whitespace): a chat through it
     /// would lose every message.
