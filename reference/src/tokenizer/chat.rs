@@ -33,7 +33,7 @@ pub const CHAT_TEMPLATE_FUEL: u64 = 50_000_000;
 /// exceeds this plus 4 × the messages' total content bytes stops with
 /// [`TokenizerError::TemplateOutputTooLarge`] instead of growing until the process is killed
 /// (fuel bounds steps, not bytes: `{% for i in range(1000) %}{{ "x" * 100000000 }}{% endfor %}`
-/// writes 100 GB in 3000 steps). The real Gemma-4 template adds 56 to 120 bytes to the
+/// would write 100 GB in a few thousand instructions). The real Gemma-4 template adds 56 to 120 bytes to the
 /// messages' text on the nine chats of `fixtures/tokenizer/chat-cases.json` (18 to 66 per
 /// message: the turn markers of `spec/gemma4-chat.md` §2), and a chat that fills a 262 144-token
 /// context is a few MB, so the limit never stops a real chat. Strings a template builds without
@@ -215,6 +215,20 @@ impl ChatTemplate {
         if self.source.trim_matches(is_py_whitespace).is_empty() {
             return Err(TokenizerError::EmptyChatTemplate);
         }
+        let rendered = self.render_capped(messages, add_generation_prompt, enable_thinking)?;
+        self.check_content_rendered(messages, add_generation_prompt, enable_thinking, &rendered)?;
+        Ok(rendered)
+    }
+
+    /// One render of `messages`, its output bounded by [`CHAT_TEMPLATE_MAX_OUTPUT`] + 4 × the
+    /// messages' text ([`TokenizerError::TemplateOutputTooLarge`]); other errors as
+    /// [`template_error`] makes them.
+    fn render_capped(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        enable_thinking: bool,
+    ) -> Result<String, TokenizerError> {
         let tmpl = self
             .env
             .get_template(TEMPLATE_NAME)
@@ -237,12 +251,10 @@ impl ChatTemplate {
                 template_error(&e)
             }
         })?;
-        let rendered = String::from_utf8(out.buf).map_err(|e| TokenizerError::Template {
+        String::from_utf8(out.buf).map_err(|e| TokenizerError::Template {
             line: None,
             message: format!("the rendered chat is not UTF-8: {e}"),
-        })?;
-        self.check_content_rendered(messages, add_generation_prompt, enable_thinking, &rendered)?;
-        Ok(rendered)
+        })
     }
 
     /// [`TokenizerError::TemplateDropsContent`] when some message has text and the template's
@@ -278,10 +290,7 @@ impl ChatTemplate {
                 },
             })
             .collect();
-        let probed = self
-            .env
-            .get_template(TEMPLATE_NAME)
-            .and_then(|t| t.render(self.context(&probe, add_generation_prompt, enable_thinking)));
+        let probed = self.render_capped(&probe, add_generation_prompt, enable_thinking);
         match probed {
             Ok(other) if other == rendered => {
                 const SHOWN: usize = 80;
