@@ -442,27 +442,28 @@ fn fetch_sdist() -> Result<PathBuf> {
     Ok(file)
 }
 
-/// The stamp written next to [`server_binary`] once `cmake --build` succeeded: a binary without
-/// it may be the partial output of an interrupted link (Ctrl-C during the build), which make
-/// would then take as up to date.
+/// The stamp written next to [`server_binary`] once `cmake --build` succeeded (it holds the
+/// sdist's SHA-256): a binary without it may be the partial output of an interrupted link
+/// (Ctrl-C during the build), which make would then take as up to date.
 fn build_stamp() -> PathBuf {
     ext_dir().join("llama.cpp-build/bin/llama-server.built")
 }
 
-/// Builds `llama-server` unless the binary and its [`build_stamp`] exist; returns its path. The
-/// sdist is unpacked into a scratch folder and renamed into place, so an interrupted `tar`
-/// leaves no half source tree that a later run would take as whole; a binary without its stamp
-/// is deleted and linked again.
+/// Builds `llama-server` unless the binary and its [`build_stamp`] (naming this sdist) exist;
+/// returns its path. The sdist is unpacked into a scratch folder and renamed into place with
+/// its own stamp (`.unpacked`), so an interrupted `tar` leaves no half source tree that a later
+/// run would take as whole; a binary without its stamp is deleted and linked again.
 pub fn build(jobs: usize) -> Result<PathBuf> {
     let bin = server_binary();
     let stamp = build_stamp();
-    if bin.exists() && stamp.exists() {
+    let stamped = |path: &Path| std::fs::read_to_string(path).is_ok_and(|s| s == SDIST_SHA256);
+    if bin.exists() && stamped(&stamp) {
         eprintln!("llama-server already built: {}", bin.display());
         return Ok(bin);
     }
     let src = source_dir();
     let root = sdist_root();
-    if !root.join(".unpacked").exists() {
+    if !stamped(&root.join(".unpacked")) {
         let sdist = fetch_sdist()?;
         let scratch = ext_dir().join("unpack.part");
         for dir in [&scratch, &root] {
@@ -496,9 +497,16 @@ pub fn build(jobs: usize) -> Result<PathBuf> {
         bail!("cmake not found: `pip install cmake` or `apt-get install cmake`");
     }
     let build_dir = ext_dir().join("llama.cpp-build");
-    if bin.exists() {
-        // No stamp: possibly a partial link; make must not take it as up to date.
-        std::fs::remove_file(&bin).with_context(|| format!("cannot remove {}", bin.display()))?;
+    // No (or another sdist's) stamp: the binary may be a partial link that make would take as
+    // up to date; the stamp goes first, so an interrupted build never leaves an old stamp
+    // beside a new partial binary.
+    for path in [&stamp, &bin] {
+        match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("cannot remove {}", path.display()));
+            }
+            _ => {}
+        }
     }
     let t0 = Instant::now();
     run_cmd(
