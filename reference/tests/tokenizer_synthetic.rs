@@ -320,8 +320,8 @@ fn runaway_template_stops_at_its_work_budget() {
 }
 
 /// A template that writes without end stops at its output limit
-/// ([`CHAT_TEMPLATE_MAX_OUTPUT`] + 4 × the messages' text) with an error naming the limit and
-/// the limit, whether it writes one 100 MB string (3 steps, far under the work budget) or many
+/// ([`CHAT_TEMPLATE_MAX_OUTPUT`] + 4 × the messages' text) with an error naming the limit,
+/// whether it writes one 100 MB string (3 steps, far under the work budget) or many
 /// 1000-byte ones; a chat with a 20 MiB message (over the fixed part of the limit) renders
 /// whole. Limit for the one 2-byte message "hi": 16 777 216 + 8 bytes.
 #[test]

@@ -29,7 +29,7 @@ use serde_json::{Map, Value};
 /// (`serde_json::from_str::<Value>` keeps the last one silently: a top-k object
 /// `{"token_id:5": -0.1, "token_id:5": -0.2}` would lose an entry instead of failing as an id
 /// listed twice). Errors: not JSON, or a duplicate key (serde_json's message with the line and
-/// column of the second occurrence).
+/// column just after the repeated key).
 pub fn json_without_duplicate_keys(text: &str) -> Result<Value, serde_json::Error> {
     serde_json::from_str::<Strict>(text).map(|s| s.0)
 }
@@ -453,8 +453,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// A repeated key fails with serde_json's position (line 1, column of the second key's
-    /// value); nested objects and arrays are checked too, and a body without repeats reads as
+    /// A repeated key fails with serde_json's position just after it (column 39: the closing
+    /// quote of the second "token_id:5", counted by hand); nested objects and arrays are checked too, and a body without repeats reads as
     /// `serde_json::from_str` reads it.
     #[test]
     fn duplicate_keys_are_refused() {
@@ -465,7 +465,7 @@ mod tests {
             e.contains(r#"the key "token_id:5" appears twice in one object"#),
             "{e}"
         );
-        assert!(e.contains("line 1"), "{e}");
+        assert!(e.ends_with("at line 1 column 39"), "{e}");
         let e = json_without_duplicate_keys(r#"[1, [{"x": 1, "y": 2, "x": 3}]]"#).unwrap_err();
         assert!(e.to_string().contains(r#""x" appears twice"#), "{e}");
         let text = r#"{"choices": [{"text": "a", "logprobs": null, "n": -3, "f": 1.5e300,
