@@ -4,7 +4,8 @@
 //! fixture targets, judged by the f64 oracle; and a wrapper engine that swaps one token of the
 //! server's output, which the rule must report as a `divergence` at exactly that position.
 //!
-//! Skips (prints `skipped: …` and passes) when the binary or the fixtures are absent.
+//! Skips (prints `skipped: …` and passes) when the binary (or, at the default path, its build
+//! stamp) or the fixtures are absent.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -86,6 +87,18 @@ fn available() -> bool {
         println!(
             "skipped: llama-server not built at {} (cargo xtask llama-server --build-only)",
             server_bin().display()
+        );
+        return false;
+    }
+    // xtask's build writes this stamp after a successful build; without it the binary may be
+    // a partial link (an interrupted or failed build).
+    let stamp = server_bin().with_extension("built");
+    if std::env::var_os("LLAMA_SERVER_BIN").is_none() && !stamp.exists() {
+        println!(
+            "skipped: {} has no build stamp {} (an unfinished build: cargo xtask llama-server \
+             --build-only)",
+            server_bin().display(),
+            stamp.display()
         );
         return false;
     }
