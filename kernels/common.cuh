@@ -193,8 +193,16 @@ static __device__ __forceinline__ void tc_split3(float v, uint32_t& h, uint32_t&
 //   lane 4g + t of (m, 32-block i) holds column 8m + g's digits of elements 4t … 4t+3 of
 //   16-groups 2i (word 0) and 2i + 1 (word 1), byte j = element 4t + j.
 //   TC_XF_OFFSET (words of xs): f32 [K/128][8]: 2^e of block b of input c at 8b + c.
-// TC_XLAYOUT 2 (fewer load instructions in the matvec; not yet run on a GPU — define it, e.g.
-// through `scripts/gpu/run.sh variant`, to time and check it):
+// TC_XLAYOUT 2 (fewer load instructions in the matvec, yet slower; define it, e.g. through
+// `scripts/gpu/run.sh variant`, to time and check it). Measured and not kept (H200, 2026-12-05,
+// same binary, GEMMA4_KERNEL_SRC, 12B Q2_K-mix `runtime bench --draft-format none`, three
+// alternating runs each): graph step at batch 1 3545–3559 → 3564–3575 µs, at batch 8
+// 5210–5217 → 5316–5327 µs (×5.42–5.44 → ×5.35–5.36); `runtime mv-bench` (one run each) n = 8:
+// attn_q+attn_k+attn_v (mvtcx_q2_k_q3_k_3w) 13.64 → 15.52 µs, attn_output 6.37 → 7.46,
+// ffn_gate+ffn_up 34.85 → 33.55, head 459.2 → 438.9; n = 1: ffn_gate+ffn_up 19.70 → 19.22, head
+// 259.7 → 264.7, the others within ±1.5 %. With TC_XB_3 4 on top: batch 8 5215–5246 µs, batch 1
+// 3578–3604. gpu-check, model-check (7 models, logits
+// within 4.9e-5 of the f64 oracle, rows bitwise equal) and spec-check passed with it.
 //   TC_XD_OFFSET: u32 [m][K/64][32 lanes][4], the B fragments of two 32-blocks per lane (one
 //   128-bit load): lane 4g + t of (m, 64-block i) holds column 8m + g's digits of elements
 //   4t … 4t+3 of 16-groups 4i … 4i + 3 (words 0 … 3: words 0, 1 are 32-block 2i's fragment,
