@@ -386,6 +386,31 @@ mod tests {
     use crate::mock::{Perturbation, Perturbed, ToyModel};
     use std::path::Path;
 
+    /// Run options of the calibrate tests: `models`, `suites` and `engine`, every folder under
+    /// `dir`, every flag off.
+    fn test_options(
+        dir: &Path,
+        models: Vec<crate::conformance::ModelSpec>,
+        suites: Vec<std::path::PathBuf>,
+        engine: String,
+    ) -> crate::conformance::Options {
+        crate::conformance::Options {
+            models,
+            suites,
+            engine,
+            modes: None,
+            prompts: vec![],
+            goldens_root: dir.join("goldens"),
+            out_dir: dir.join("out"),
+            cache_dir: dir.join("cache"),
+            progress: false,
+            strict_invariance: false,
+            require_acceptance: false,
+            oracle_acceptance: false,
+            load: Default::default(),
+        }
+    }
+
     #[test]
     fn civil_dates_match_known_days() {
         // 1970-01-01 is day 0; 2000-03-01 is day 11017; 2024-02-29 is day 19782 (date -d)
@@ -500,7 +525,7 @@ mod tests {
     #[cfg(feature = "http")]
     #[test]
     fn calibrate_writes_no_tau_measured_from_nothing() {
-        use crate::conformance::{ModelSpec, Options};
+        use crate::conformance::ModelSpec;
         use crate::http::fake;
         use serde_json::{json, Value};
         let Some(model) = crate::test_fixture_model("dense-target.Q4_K_M.gguf") else {
@@ -529,25 +554,16 @@ mod tests {
                 _ => (404, json!({})),
             },
         ));
-        let o = Options {
-            models: vec![ModelSpec {
+        let o = test_options(
+            &dir,
+            vec![ModelSpec {
                 path: model,
                 draft: None,
                 suites: None,
             }],
-            suites: vec![repo.join("suites/smoke.toml")],
-            engine: format!("llama-server={url}"),
-            modes: None,
-            prompts: vec![],
-            goldens_root: dir.join("goldens"),
-            out_dir: dir.join("out"),
-            cache_dir: dir.join("cache"),
-            progress: false,
-            strict_invariance: false,
-            require_acceptance: false,
-            oracle_acceptance: false,
-            load: Default::default(),
-        };
+            vec![repo.join("suites/smoke.toml")],
+            format!("llama-server={url}"),
+        );
         let want = "dense-target.Q4_K_M · llama-server · suites smoke: no τ proposed: 0 pairs \
                     measured at 157 positions (4396 missing from the engine's top-k): the \
                     engine's top-k rows (up to 16 ids) share no id with the oracle's top-8 at any \
@@ -585,7 +601,7 @@ mod tests {
     /// dry run writes nothing and does not check.
     #[test]
     fn calibrate_refuses_an_unwritable_budgets_file_first() {
-        use crate::conformance::{ModelSpec, Options};
+        use crate::conformance::ModelSpec;
         let dir = std::env::temp_dir().join(format!("gemma4-cal-first-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let model = |name: &str| ModelSpec {
@@ -593,21 +609,12 @@ mod tests {
             draft: None,
             suites: None,
         };
-        let o = Options {
-            models: vec![model("first"), model("second")],
-            suites: vec![],
-            engine: "llama-server=http://127.0.0.1:1".into(),
-            modes: None,
-            prompts: vec![],
-            goldens_root: dir.join("goldens"),
-            out_dir: dir.join("out"),
-            cache_dir: dir.join("cache"),
-            progress: false,
-            strict_invariance: false,
-            require_acceptance: false,
-            oracle_acceptance: false,
-            load: Default::default(),
-        };
+        let o = test_options(
+            &dir,
+            vec![model("first"), model("second")],
+            vec![],
+            "llama-server=http://127.0.0.1:1".into(),
+        );
         let bad = dir.join("goldens/second/budgets.toml");
         std::fs::create_dir_all(bad.parent().unwrap()).unwrap();
         let text = "[llama-server]\nnote = \"hand-tuned\"\n";
