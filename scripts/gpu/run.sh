@@ -24,12 +24,28 @@
 # `sass` (here, no GPU): registers, spills and SASS instruction counts of the kernels (see the
 # mode's comment) — how a kernel change's instruction count is checked before device time.
 #
+# `all` (GPU machine, after `build-engine`): every check and timing of the CUDA runtime in one
+# call, within a deadline: one log, one results JSON and one tarball (see the mode's comment).
+#
 # `device` mode (on the GPU machine, in the checkout root): runs `runtime gpu-check` (every
 # kernel vs the CPU reference + B_read and matvec bandwidth) writing gpu-check.log/json to
 # $OUT, then a quick check under compute-sanitizer memcheck into $OUT/memcheck, plus
 # nvidia-smi facts. Each step has its own timeout so the whole call stays under ~5 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+
+# `build-engine` stores the binaries gzipped (local/gpu/*.gz: the working tree that travels to the
+# GPU machine, carried paths included, is limited to 64 MiB); on the GPU machine each is unpacked
+# beside its .gz unless a newer plain copy is there (e.g. from `build`).
+unpack_bins() {
+    local z
+    for z in local/gpu/*.gz local/gpu/tests/*.gz; do
+        [ -e "$z" ] || continue
+        if [ ! -e "${z%.gz}" ] || [ "$z" -nt "${z%.gz}" ]; then
+            gzip -dc "$z" > "${z%.gz}" && chmod +x "${z%.gz}"
+        fi
+    done
+}
 
 case "${1:-build}" in
 build)
@@ -40,6 +56,7 @@ build)
     echo "device command: bash scripts/gpu/run.sh device   (carry [\"local/gpu\"])"
     ;;
 device)
+    unpack_bins
     : "${OUT:?OUT must name the output folder}"
     export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv > "$OUT/nvidia-smi.csv" 2>&1 || true
@@ -59,10 +76,31 @@ device)
 build-engine)
     # Release runtime + xtask (with the CUDA engine), stripped, plus the fixture models the
     # engine run needs, into local/gpu (carry ["local/gpu"]).
+    # The binaries and the GPU unit-test binaries (the runtime's lib tests, the suites crate's
+    # CUDA engine tests: `all` runs them there, as the GPU machine has no cargo) are stored
+    # stripped and gzipped (`unpack_bins` restores them on the GPU machine).
     cargo build --release -p xtask -p runtime --features xtask/cuda
-    mkdir -p local/gpu/fixtures/models
-    objcopy --strip-debug target/release/runtime local/gpu/runtime
-    objcopy --strip-debug target/release/xtask local/gpu/xtask
+    mkdir -p local/gpu/fixtures/models local/gpu/tests
+    rm -f local/gpu/runtime local/gpu/xtask local/gpu/tests/*
+    for b in runtime xtask; do
+        objcopy --strip-debug "target/release/$b" "local/gpu/$b.tmp"
+        gzip -c "local/gpu/$b.tmp" > "local/gpu/$b.gz" && rm "local/gpu/$b.tmp"
+    done
+    # test_bin NAME CARGO-ARGS…: the one lib-test executable cargo builds for those arguments.
+    test_bin() {
+        local name="$1" exe
+        shift
+        exe="$(cargo test --release --no-run --message-format=json "$@" |
+            python3 -c 'import json, sys
+exes = [m["executable"] for m in map(json.loads, sys.stdin)
+        if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]]
+assert len(exes) == 1, exes
+print(exes[0])')"
+        objcopy --strip-debug "$exe" "local/gpu/tests/$name.tmp"
+        gzip -c "local/gpu/tests/$name.tmp" > "local/gpu/tests/$name.gz" && rm "local/gpu/tests/$name.tmp"
+    }
+    test_bin runtime-lib -p runtime --lib
+    test_bin suites-cuda-lib -p suites --features cuda --lib
     fx="${GEMMA4_FIXTURES:-../shared/fixtures}"
     for m in dense-target.F32 dense-target.Q4_K_M e2b-target.Q4_0 moe-target.Q4_K_M \
         dense-assistant.F32 e2b-assistant.Q8_0 moe-assistant.Q8_0; do
@@ -77,7 +115,7 @@ build-engine)
     done
     rm -rf local/gpu/ptx
     du -sh local/gpu
-    echo "device command: bash scripts/gpu/run.sh engine   (carry [\"local/gpu\"])"
+    echo "device command: bash scripts/gpu/run.sh all   (carry [\"local/gpu\"]; or engine, extras)"
     ;;
 engine)
     # On the GPU machine: model-check (CUDA vs f64 oracle, self-consistency) and conformance
@@ -86,6 +124,7 @@ engine)
     # plain + spec:1/2/4 for each target=assistant pair (SKIP_SPEC=1 skips); MEMCHECK=1 adds
     # compute-sanitizer memcheck runs; BENCH=FORMAT adds the 12B-shaped decode bench.
     # Results: $OUT/model-check.json, $OUT/spec-check.json, $OUT/engine.log, $OUT/reports.tar.gz.
+    unpack_bins
     : "${OUT:?OUT must name the output folder}"
     export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
     export GEMMA4_FIXTURES="$PWD/local/gpu/fixtures"
@@ -170,6 +209,7 @@ extras)
     # $OUT/extras-reports.tar.gz (conformance report.json/md), $OUT/extras-summary.txt.
     # EXTRAS_ENGINE / XTASK / FIXTURE_MODELS let a dry run use the reference engine on a
     # machine without a GPU (EXTRAS_ENGINE=reference-f32 XTASK=target/release/xtask CAL_WRITE=0).
+    unpack_bins
     : "${OUT:?OUT must name the output folder}"
     export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
     export GEMMA4_FIXTURES="$PWD/local/gpu/fixtures"
@@ -227,6 +267,127 @@ extras)
         grep -hE '(τ = .* entries|row invariance:|pass, .* fail in|^error)' "$OUT"/strict-*.log || true
     } | tee -a "$sum" "$log"
     ;;
+all)
+    # On the GPU machine, after `build-engine` here (carry ["local/gpu"]): every check and timing
+    # of the CUDA runtime in one call. Each step has its own timeout, and a step that would start
+    # with fewer than 20 s left of ALL_BUDGET (default 560 s, inside the device tool's 600 s) is
+    # skipped and listed as such:
+    #  bench-1        `runtime bench` (12B Q2_K-mix decode vs the measured read roofline, batch
+    #                 1–8, graph attribution: where the time goes);
+    #  gpu-check      every kernel vs the CPU reference;
+    #  model-check    the 7 fixture targets vs the f64 oracle, self-consistency, 10 repeats;
+    #  test-*         the GPU unit tests: the runtime's lib tests, the suites crate's CUDA engine
+    #                 tests (binaries from `build-engine`);
+    #  conf-*         `xtask conformance --engine cuda` in prefill, plain, batch:4 on every suite
+    #                 that has goldens for the model (smoke; core for the real-toolchain ones);
+    #  spec-check     spec:K (K 1, 2, 4, 8) for the 6 target=assistant pairs and dense F32 alone;
+    #  conf-spec-*    conformance in plain, spec:1, spec:2, spec:4 per pair (smoke);
+    #  calibrate-*    `xtask calibrate --engine cuda --dry-run` on the suites with goldens;
+    #  explain        `xtask explain` on count_300, dense Q4_K_M, plain vs spec:4;
+    #  strict-*       `--strict-invariance` conformance in spec:4 per real-toolchain pair;
+    #  memcheck-*     compute-sanitizer memcheck of gpu-check --quick, model-check (e2b, moe) and a
+    #                 quick spec-check;
+    #  bench-2        the bench again (run-to-run spread).
+    # Out (the device tool returns at most 8 files): $OUT/all.log (each step's exit status and
+    # seconds), $OUT/results.json (scripts/gpu/summarize.py: the figures and verdicts of every
+    # step; "ok" only if all ran and passed), $OUT/all.tgz (every step's log, JSON and report).
+    unpack_bins
+    : "${OUT:?OUT must name the output folder}"
+    export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+    export GEMMA4_FIXTURES="$PWD/local/gpu/fixtures"
+    # xtask resolves goldens/ and suites/ from its build-time workspace root.
+    if [ ! -e /work/main ]; then mkdir -p /work && ln -s "$PWD" /work/main; fi
+    export INSTA_WORKSPACE_ROOT=/work/main
+    w=/tmp/all-out
+    rm -rf "$w" && mkdir -p "$w"
+    : > "$w/steps.tsv"
+    start=$(date +%s)
+    budget="${ALL_BUDGET:-560}"
+    # step NAME LIMIT CMD…: CMD under `timeout` (cut to the time left), output to $w/NAME.log.
+    step() {
+        local name="$1" limit="$2" left t0 rc=0
+        shift 2
+        left=$((budget - ($(date +%s) - start)))
+        if [ "$left" -lt 20 ]; then
+            printf '%s\t0\t0\tskipped\n' "$name" >> "$w/steps.tsv"
+            echo "$name: skipped (deadline)" | tee -a "$w/all.log"
+            return 0
+        fi
+        [ "$limit" -gt $((left - 10)) ] && limit=$((left - 10))
+        t0=$(date +%s)
+        timeout "$limit" "$@" > "$w/$name.log" 2>&1 || rc=$?
+        printf '%s\t%s\t%s\tran\n' "$name" "$rc" "$(($(date +%s) - t0))" >> "$w/steps.tsv"
+        echo "$name exit $rc in $(($(date +%s) - t0)) s" | tee -a "$w/all.log"
+    }
+    rt=local/gpu/runtime
+    xt=local/gpu/xtask
+    fm=local/gpu/fixtures/models
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv > "$w/nvidia-smi.csv" 2>&1 || true
+    cat "$w/nvidia-smi.csv" >> "$w/all.log"
+    real="dense-target.Q4_K_M dense-target.F32 e2b-target.Q4_0 moe-target.Q4_K_M"
+    syn="syn-dense-target.UD-Q2_K_XL syn-e2b-target.UD-Q2_K_XL syn-moe-target.UD-Q2_K_XL"
+    pairs="dense-target.Q4_K_M=dense-assistant.F32 e2b-target.Q4_0=e2b-assistant.Q8_0 moe-target.Q4_K_M=moe-assistant.Q8_0"
+    synpairs=""
+    for f in dense e2b moe; do synpairs="$synpairs syn-$f-target.UD-Q2_K_XL=syn-$f-assistant.UD-Q2_K_XL"; done
+    # suites_of M: the suites with committed goldens for model M.
+    suites_of() {
+        for s in smoke core; do
+            if [ -d "goldens/$1/$s" ]; then echo "$s"; fi
+        done
+    }
+    step bench-1 120 "$rt" bench --draft-format none --out "$w/bench-1"
+    step gpu-check 150 "$rt" gpu-check --out "$w/gpucheck"
+    paths=""
+    for m in $real $syn; do paths="$paths $fm/$m.gguf"; done
+    # shellcheck disable=SC2086
+    step model-check 150 "$rt" model-check $paths --out "$w/mc"
+    step test-runtime-lib 150 local/gpu/tests/runtime-lib --test-threads 1 --nocapture
+    step test-suites-cuda 90 local/gpu/tests/suites-cuda-lib cuda_engine --test-threads 1 --nocapture
+    for m in $real $syn; do
+        for s in $(suites_of "$m"); do
+            step "conf-$s-$m" 90 "$xt" conformance --engine cuda --quiet --model "$fm/$m.gguf" \
+                --suite "suites/$s.toml" --modes prefill,plain,batch:4 --out "$w/conf/$s-$m"
+        done
+    done
+    sp=""
+    for pr in $pairs $synpairs; do sp="$sp $fm/${pr%%=*}.gguf=$fm/${pr#*=}.gguf"; done
+    # shellcheck disable=SC2086
+    step spec-check 150 "$rt" spec-check $sp "$fm/dense-target.F32.gguf" --ks 1,2,4,8 --out "$w/sc"
+    for pr in $pairs $synpairs; do
+        step "conf-spec-${pr%%=*}" 60 "$xt" conformance --engine cuda --quiet --model "$fm/${pr%%=*}.gguf" \
+            --draft "$fm/${pr#*=}.gguf" --suite suites/smoke.toml --modes plain,spec:1,spec:2,spec:4 \
+            --out "$w/conf/spec-${pr%%=*}"
+    done
+    for m in $real $syn; do
+        ss="$(suites_of "$m")"
+        [ -n "$ss" ] || continue
+        # shellcheck disable=SC2046
+        step "calibrate-$m" 60 "$xt" calibrate --engine cuda --model "$fm/$m.gguf" --dry-run \
+            $(for s in $ss; do printf -- '--suite %s ' "$s"; done)
+    done
+    step explain 120 "$xt" explain --engine cuda --model "$fm/dense-target.Q4_K_M.gguf" \
+        --draft "$fm/dense-assistant.F32.gguf" --suite core --prompt count_300 --modes plain,spec:4
+    for pr in $pairs; do
+        step "strict-${pr%%=*}" 60 "$xt" conformance --engine cuda --quiet --strict-invariance \
+            --model "$fm/${pr%%=*}.gguf" --draft "$fm/${pr#*=}.gguf" --suite suites/smoke.toml \
+            --modes spec:4 --out "$w/conf/strict-${pr%%=*}"
+    done
+    if command -v compute-sanitizer > /dev/null; then
+        ms="compute-sanitizer --tool memcheck --error-exitcode 9"
+        # shellcheck disable=SC2086
+        step memcheck-gpu-check 120 $ms "$rt" gpu-check --quick --out /tmp/all-mc1
+        # shellcheck disable=SC2086
+        step memcheck-model-check 120 $ms "$rt" model-check "$fm/e2b-target.Q4_0.gguf" \
+            "$fm/moe-target.Q4_K_M.gguf" --gen 4 --out /tmp/all-mc2
+        # shellcheck disable=SC2086
+        step memcheck-spec-check 120 $ms "$rt" spec-check "$fm/e2b-target.Q4_0.gguf=$fm/e2b-assistant.Q8_0.gguf" \
+            --ks 2 --max-tokens 12 --prompts 1 --no-oracle --rollback-tokens 64 --out /tmp/all-mc3
+    fi
+    step bench-2 120 "$rt" bench --draft-format none --out "$w/bench-2"
+    python3 scripts/gpu/summarize.py "$w" "$w/results.json" | tee -a "$w/all.log"
+    cp "$w/all.log" "$w/results.json" "$OUT/"
+    tar czf "$OUT/all.tgz" -C /tmp all-out
+    ;;
 ncu)
     # On the GPU machine (binaries from `build` or `build-engine`, carry ["local/gpu"]): Nsight
     # Compute figures of the decode step, one tarball $OUT/ncu.tgz plus $OUT/ncu-summary.txt:
@@ -242,6 +403,7 @@ ncu)
     # (i) of other kernels: NCU_KERNELS (a kernel-name regex), NCU_CASE (mv-bench --case) and
     # NCU_MV_COUNT (launches), e.g. NCU_KERNELS='^mvtc_q2_k_3w$' for ffn_gate+ffn_up at n = 8;
     # with GEMMA4_KERNEL_SRC set, of that variant.
+    unpack_bins
     : "${OUT:?OUT must name the output folder}"
     export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
     ncu="${NCU:-/usr/local/cuda/bin/ncu}"
@@ -274,6 +436,7 @@ ab)
     # $OUT/ab-summary.txt (per case and column count the µs of every run, the kernel, and whether
     # the output hash equals the first variant's) and every log and JSON in $OUT/ab.tgz (the
     # device tool returns at most 8 files).
+    unpack_bins
     : "${OUT:?OUT must name the output folder}"
     : "${VARS:?VARS must name the variants, e.g. VARS=\"old:local/gpu/oldsrc new:\"}"
     export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
@@ -386,7 +549,7 @@ sass)
     python3 scripts/gpu/sass_stats.py "$out" "${2:-.}" ${SASS_AGAINST:+--against "$SASS_AGAINST"}
     ;;
 *)
-    echo "usage: $0 [build|device|build-engine|engine|extras|ncu|ab|variant|sass]" >&2
+    echo "usage: $0 [build|device|build-engine|all|engine|extras|ncu|ab|variant|sass]" >&2
     exit 2
     ;;
 esac

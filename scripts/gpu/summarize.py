@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Summary of one `scripts/gpu/run.sh all` call: results.json from the step logs and JSONs.
+
+Usage: summarize.py WORK_DIR OUT_JSON
+
+WORK_DIR holds steps.tsv (one line per step: name, exit status, seconds, "skipped" or "ran")
+and each step's NAME.log, plus the JSON folders the steps wrote (bench-*/, gpucheck/, mc/, sc/).
+Every figure comes from those files; a step whose output is missing or unreadable gets
+{"error": "..."} instead of figures, so the summary never hides a failed step. "ok" is true only
+when every step ran, exited 0 and its own verdict (gpu-check all_passed, every test passed,
+0 conformance failures, every spec-check "ok", 0 memcheck errors) holds.
+"""
+import json
+import os
+import re
+import sys
+
+
+def read(path):
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def bench(d):
+    files = [f for f in os.listdir(d) if f.endswith(".json")]
+    if len(files) != 1:
+        return {"error": f"expected one bench JSON in {d}, found {files}"}
+    j = json.load(open(os.path.join(d, files[0])))
+    batch = {b["batch"]: b for b in j["batch"]}
+    out = {
+        "b_read_gb_per_s": j["b_read_gb_per_s"],
+        "weight_bytes": j["weight_bytes"],
+        "decode_tok_per_s": j["decode_tok_per_s"],
+        "fraction_of_roofline": j["fraction_of_roofline"],
+        "tok_per_s_by_batch": {str(k): v["tok_per_s"] for k, v in sorted(batch.items())},
+        "batch8_over_batch1": batch[8]["tok_per_s"] / batch[1]["tok_per_s"] if 1 in batch and 8 in batch else None,
+    }
+    for a in j.get("graph_attribution", []):
+        out[f"graph_step_us_batch{a['batch']}"] = [round(s * 1e6, 1) for s in a["full_step_s"]]
+        out[f"saved_us_if_free_batch{a['batch']}"] = {
+            f["family"]: round(f["saved_s"] * 1e6, 1) for f in a["families"]
+        }
+    return out
+
+
+def model_check(path):
+    rows = []
+    for m in json.load(open(path)):
+        sc = m["self_consistency"]
+        rows.append({
+            "model": os.path.basename(m["model"]),
+            "max_abs_logit_diff": m["max_abs_logit_diff"],
+            "argmax_agree": f"{m['argmax_agree']}/{m['rows']}",
+            "self_consistency_rows_differing": sum(
+                s[k]["differing"] for s in sc for k in s if isinstance(s[k], dict)),
+            "self_consistency_max_abs": max(
+                (s[k]["max_abs"] for s in sc for k in s if isinstance(s[k], dict)), default=0.0),
+            "repeat10_differing": sum(s.get("repeat10_differing", 0) for s in sc),
+        })
+    return rows
+
+
+def spec_check(path):
+    out = []
+    for e in json.load(open(path)):
+        oks = []
+
+        def walk(x):
+            if isinstance(x, dict):
+                for k, v in x.items():
+                    if k == "ok":
+                        oks.append(v)
+                    walk(v)
+            elif isinstance(x, list):
+                for v in x:
+                    walk(v)
+
+        walk(e)
+        out.append({
+            "target": os.path.basename(e.get("target", "?")),
+            "draft": os.path.basename(e["draft"]) if e.get("draft") else None,
+            "ok_true": oks.count(True),
+            "ok_false": oks.count(False),
+        })
+    return out
+
+
+def main():
+    work, out_path = sys.argv[1], sys.argv[2]
+    steps = []
+    for line in read(os.path.join(work, "steps.tsv")).splitlines():
+        name, rc, secs, state = line.split("\t")
+        steps.append({"step": name, "exit": int(rc), "seconds": int(secs), "state": state})
+    res = {"steps": steps, "conformance": [], "calibrate": [], "unit_tests": [], "memcheck": []}
+    verdicts = [s["state"] == "ran" and s["exit"] == 0 for s in steps]
+    for s in steps:
+        name = s["step"]
+        log_path = os.path.join(work, name + ".log")
+        if s["state"] != "ran" or not os.path.exists(log_path):
+            continue
+        log = read(log_path)
+        try:
+            if name.startswith("bench"):
+                res.setdefault("bench", []).append(bench(os.path.join(work, name)))
+            elif name == "gpu-check":
+                j = json.load(open(os.path.join(work, "gpucheck", "gpu-check.json")))
+                res["gpu_check"] = {"all_passed": j["all_passed"]}
+                verdicts.append(j["all_passed"] is True)
+            elif name == "model-check":
+                res["model_check"] = model_check(os.path.join(work, "mc", "model-check.json"))
+            elif name == "spec-check":
+                res["spec_check"] = spec_check(os.path.join(work, "sc", "spec-check.json"))
+                verdicts.append(all(e["ok_false"] == 0 and e["ok_true"] > 0 for e in res["spec_check"]))
+            elif name.startswith("test-"):
+                passed = sum(int(x) for x in re.findall(r"test result: \w+\. (\d+) passed", log))
+                failed = sum(int(x) for x in re.findall(r"; (\d+) failed", log))
+                skipped = log.count("skipped: ")  # run with --nocapture: the tests' own lines
+                res["unit_tests"].append({"binary": name[5:], "passed": passed, "failed": failed,
+                                          "printed_skipped": skipped})
+                verdicts.append(failed == 0 and passed > 0)
+            elif name.startswith(("conf-", "strict-")):
+                m = re.findall(r"^(\d+) pass, (\d+) fail in", log, re.M)
+                tau = re.search(r"τ = ([0-9.e-]+) \(([^)]*\)?)", log)
+                row = {"run": name, "pass": int(m[-1][0]) if m else None,
+                       "fail": int(m[-1][1]) if m else None,
+                       "tau": float(tau.group(1)) if tau else None,
+                       "tau_from": tau.group(2) if tau else None}
+                inv = re.search(r"row invariance: (.*)", log)
+                if inv:
+                    row["row_invariance"] = inv.group(1)
+                res["conformance"].append(row)
+                verdicts.append(bool(m) and int(m[-1][1]) == 0)
+            elif name.startswith("calibrate-"):
+                tau = re.search(r"proposed τ = ([0-9.e-]+)", log)
+                seen = re.search(r"(\d+) sequences, (\d+) positions, (\d+) pairs", log)
+                mx = re.search(r"max ([0-9.e-]+) \(single-logit", log)
+                res["calibrate"].append({
+                    "model": name[len("calibrate-"):],
+                    "proposed_tau": float(tau.group(1)) if tau else None,
+                    "pairs": int(seen.group(3)) if seen else None,
+                    "max_error": float(mx.group(1)) if mx else None,
+                })
+            elif name.startswith("explain"):
+                v = re.search(r"^verdict: (.*)", log, re.M)
+                res["explain"] = v.group(1) if v else {"error": "no verdict line"}
+            elif name.startswith("memcheck-"):
+                e = re.search(r"ERROR SUMMARY: (\d+) error", log)
+                res["memcheck"].append({"run": name, "errors": int(e.group(1)) if e else None})
+                verdicts.append(e is not None and int(e.group(1)) == 0)
+        except Exception as e:  # a step's output that does not read: recorded, never hidden
+            res.setdefault("summary_errors", []).append(f"{name}: {type(e).__name__}: {e}")
+            verdicts.append(False)
+    res["ok"] = all(verdicts) and "summary_errors" not in res
+    with open(out_path, "w") as f:
+        json.dump(res, f, indent=1)
+    print(json.dumps({"ok": res["ok"], "steps": len(steps),
+                      "not_ok": [s["step"] for s in steps if s["state"] != "ran" or s["exit"] != 0]}))
+
+
+if __name__ == "__main__":
+    main()
