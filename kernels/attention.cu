@@ -20,7 +20,8 @@
 //   out f32 [T, nh, d];  window: W on sliding layers, 0 = full causal;
 //   part f32 [T, nh, ATT_SPLIT_MAX, d + 2] scratch; cnt u32 [T, nh], zero before the launch and
 //   left zero after it;
-//   xp, xs, prep_rows: rows t < prep_rows (≤ 8; 0 = none; needs d % 16 == 0) of out are also
+//   xp, xs, prep_rows: rows t < prep_rows (≤ 8; 0 = none; needs d % 16 == 0, and d % 256 == 0
+//   when prep_kinds has the int8 digits: a head's digits share its 256-element blocks' exponents) of out are also
 //   written into the tensor-core matvec's prep buffers (common.cuh tc_prep_quad_lanes, the bits
 //   mvtc_prep would write for the o projection's input of K = nh·d) by their combining block;
 //   prep_kinds: which of the bf16 pieces and int8 digits (common.cuh TC_PREP_PIECES /
@@ -377,7 +378,8 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
     }
     if (t < prep_rows) {
         // This head's 16-groups of row t into the tensor-core prep buffers (the o projection's
-        // input, K = nh·d, d % 16 == 0): tc_prep_quad_lanes, one quad per thread (the bits of
+        // input, K = nh·d, d % 16 == 0; d % 256 == 0 for the digits): tc_prep_quad_lanes, one
+        // quad per thread, warps 2i and 2i + 1 a 256-element block (the bits of
         // tc_prep_group and mvtc_prep; one thread per group before: 217.6 / 218.1 tok/s with
         // both changes against 218.2 / 217.8 with the combine's alone, the same within noise,
         // and a shorter chain).

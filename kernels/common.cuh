@@ -180,8 +180,8 @@ static __device__ __forceinline__ void tc_split3(float v, uint32_t& h, uint32_t&
 #define TC_XSF_OFFSET 32768
 
 // int8 digits of the activations, for the Q2_K, Q3_K and Q6_K integer tensor-core matvecs (matvec.cu, TcI8):
-// every 128-element block b of input column c has a shared power of two 2^e (e = the exponent
-// of its largest |x|, max|x| ∈ [2^e, 2^(e+1))), and each element is the integer
+// every 256-element block b (one weight super-block) of input column c has a shared power of two
+// 2^e (e = the exponent of its largest |x|, max|x| ∈ [2^e, 2^(e+1))), and each element is the integer
 // N = rint(x · 2^(21 − e)) (|N| ≤ 2^22: the block's largest element keeps 22 significant bits,
 // every element an absolute rounding error ≤ 2^(e−22)), written as three signed base-256
 // digits N = D0·2^16 + D1·2^8 + D2 (D2, D1 ∈ [−128, 127], |D0| ≤ 65). Digit p of input c is
@@ -192,7 +192,10 @@ static __device__ __forceinline__ void tc_split3(float v, uint32_t& h, uint32_t&
 //   TC_XD_OFFSET (words of xs): u32 [m = cc/8][K/32][32 lanes][2] in m16n8k32 B-fragment order:
 //   lane 4g + t of (m, 32-block i) holds column 8m + g's digits of elements 4t … 4t+3 of
 //   16-groups 2i (word 0) and 2i + 1 (word 1), byte j = element 4t + j.
-//   TC_XF_OFFSET (words of xs): f32 [K/128][8]: 2^e of block b of input c at 8b + c.
+//   TC_XF_OFFSET (words of xs): f32 [K/256][8]: 2^e of block b of input c at 8b + c.
+//   (Until 2026-12-05 the blocks were 128 elements, and the matvecs scaled each half super-block
+//   by its own 2^e: one exponent per super-block halves that epilogue — measured in matvec.cu at
+//   the integer mma's epilogue.)
 // TC_XLAYOUT 2 (fewer load instructions in the matvec, yet slower; define it, e.g. through
 // `scripts/gpu/run.sh variant`, to time and check it). Measured and not kept (H200, 2026-12-05,
 // same binary, GEMMA4_KERNEL_SRC, 12B Q2_K-mix `runtime bench --draft-format none`, three
@@ -207,11 +210,10 @@ static __device__ __forceinline__ void tc_split3(float v, uint32_t& h, uint32_t&
 //   128-bit load): lane 4g + t of (m, 64-block i) holds column 8m + g's digits of elements
 //   4t … 4t+3 of 16-groups 4i … 4i + 3 (words 0 … 3: words 0, 1 are 32-block 2i's fragment,
 //   2, 3 32-block 2i + 1's).
-//   TC_XF_OFFSET: f32 [K/256][4 t][16], in the order the matvec's lanes read them (one 64-bit
-//   load per column group and 128-element half): slot 4m + 2h + i of (super-block s, t) is 2^e
-//   of 128-element block 2s + h of the input of mma column cc = 8m + 2t + i (input cc / 3: each
-//   input's 2^e is written in its three digit columns' slots; slots of columns past the last
-//   input are not written).
+//   TC_XF_OFFSET: f32 [K/256][4 t][8], in the order the matvec's lanes read them (one 64-bit
+//   load per column group and super-block): slot 2m + i of (super-block s, t) is 2^e of block s
+//   of the input of mma column cc = 8m + 2t + i (input cc / 3: each input's 2^e is written in
+//   its three digit columns' slots; slots of columns past the last input are not written).
 // In both, 2^e is 0 for a block of zeros and NaN for a block holding a NaN or an infinity (its
 // digits are 0), so a non-finite input never gives a finite output.
 // (Rust: kernels::TC_XD_OFFSET, TC_XF_OFFSET; the runtime's buffer holds either layout.)
@@ -234,7 +236,7 @@ static __device__ __forceinline__ float tc_quad_absmax(const float* v) {
 }
 
 // Digits of quad t of 16-group G of input c (K = 16·ng), given the largest |x| (or +inf) M of
-// its 128-element block, into the digit fragments; the lane with t = 0 of the block's first
+// its 256-element block, into the digit fragments; the lane with t = 0 of the block's first
 // group also writes the block's 2^e.
 static __device__ __forceinline__ void tc_prep_digits(const float* v, int c, int G, int t, int ng,
                                                       float M, float* __restrict__ xs) {
@@ -271,9 +273,8 @@ static __device__ __forceinline__ void tc_prep_digits(const float* v, int c, int
     for (int p = 0; p < 3; ++p) {
         const int cc = 3 * c + p;
         xd[(((uint64_t)(cc >> 3) * n64 + (G >> 2)) * 32 + 4 * (cc & 7) + t) * 4 + (G & 3)] = dw[p];
-        if (t == 0 && (G & 7) == 0)
-            xs[TC_XF_OFFSET + ((G >> 4) * 4 + ((cc & 7) >> 1)) * 16 + 4 * (cc >> 3) + 2 * ((G >> 3) & 1) +
-               (cc & 1)] = f;
+        if (t == 0 && (G & 15) == 0)
+            xs[TC_XF_OFFSET + ((G >> 4) * 4 + ((cc & 7) >> 1)) * 8 + 2 * (cc >> 3) + (cc & 1)] = f;
     }
 #else
 #pragma unroll
@@ -281,7 +282,7 @@ static __device__ __forceinline__ void tc_prep_digits(const float* v, int c, int
         const int cc = 3 * c + p;
         xd[(((uint64_t)(cc >> 3) * (ng >> 1) + (G >> 1)) * 32 + 4 * (cc & 7) + t) * 2 + (G & 1)] = dw[p];
     }
-    if (t == 0 && (G & 7) == 0) xs[TC_XF_OFFSET + 8 * (G >> 3) + c] = f;
+    if (t == 0 && (G & 15) == 0) xs[TC_XF_OFFSET + 8 * (G >> 4) + c] = f;
 #endif
 }
 
@@ -346,8 +347,8 @@ static __device__ __forceinline__ float geglu_mul(float g, float u) { return gel
 
 // Writes 16-group G of column c into the prep buffers: its four quads and, at xs[8G + c], its
 // sum (tc_quad_sum order).
-// M: the largest |x| of the group's 128-element block, +inf if it holds a non-finite value
-// (tc_quad_absmax over its 32 quads), for the int8 digits. `kinds`: see TC_PREP_PIECES above.
+// M: the largest |x| of the group's 256-element block, +inf if it holds a non-finite value
+// (tc_quad_absmax over its 64 quads), for the int8 digits. `kinds`: see TC_PREP_PIECES above.
 static __device__ __forceinline__ void tc_prep_group(const float (&v)[16], int c, int G, int ng,
                                                      float M, uint32_t* __restrict__ xp,
                                                      float* __restrict__ xs, int kinds) {
@@ -360,12 +361,24 @@ static __device__ __forceinline__ void tc_prep_group(const float (&v)[16], int c
     }
 }
 
+// The largest of the warp-uniform values M of warps w and w ^ 1 of the block (0 for a missing
+// partner), through shared memory. Every thread of the block must call it (barriers).
+static __device__ __forceinline__ float tc_warp_pair_max(float M) {
+    __shared__ float pm[32];
+    const int w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    __syncthreads();  // pm is free: every warp has read the previous call's values
+    if ((threadIdx.x & 31) == 0) pm[w] = M;
+    __syncthreads();
+    return (w ^ 1) < nw ? fmaxf(M, pm[w ^ 1]) : M;
+}
+
 // The quad form for kernels where 4 consecutive lanes hold the 4 quads of one group (lane & 3 =
 // t): writes this lane's quad and, from lane t = 0, the group sum (same order as tc_prep_group).
 // `kinds`: see TC_PREP_PIECES above.
-// All 32 lanes of the warp must call it (shuffles), and the warp's 32 quads must be one
-// 128-element block (8 consecutive groups from a multiple of 8: the int8 digits' shared
-// exponent is the warp's largest |x|); lanes that are not `live` hold zeros.
+// Every thread of the block must call it (shuffles and, for the digits, tc_warp_pair_max's
+// barriers), and warps 2i and 2i + 1 must hold one 256-element block (16 consecutive groups from
+// a multiple of 16: the int8 digits' shared exponent is the pair's largest |x|); lanes that are
+// not `live` hold zeros.
 static __device__ __forceinline__ void tc_prep_quad_lanes(const float* v, int c, int G, int ng,
                                                           uint32_t* __restrict__ xp,
                                                           float* __restrict__ xs, bool live,
@@ -379,6 +392,7 @@ static __device__ __forceinline__ void tc_prep_quad_lanes(const float* v, int c,
         M = tc_quad_absmax(v);
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        M = tc_warp_pair_max(M);
     }
     if (!live) return;
     if (t == 0) tc_prep_sum(p, c, G, ng, xs);

@@ -34,8 +34,9 @@ extern "C" __global__ void rmsnorm_add_f32(const float* __restrict__ y, const fl
 //   int8 digits, common.cuh TC_PREP_PIECES / TC_PREP_DIGITS).
 // x, h, y f32 [rows, n]; n % 16 == 0, n ≤ 4·1024·NQ. Block B = kernels::norm_prep_threads(n)
 // (a multiple of 32, ≤ 1024); thread j owns the quads (4 elements) q = j + kB, k < NQ, in
-// registers, so the 4 quads of a 16-group sit on 4 consecutive lanes (and a warp's 32 quads are
-// one 128-element block, as tc_prep_quad_lanes needs). Bounded to 1024 threads (≤ 64 registers):
+// registers, so the 4 quads of a 16-group sit on 4 consecutive lanes (and warps 2i, 2i + 1 hold
+// one 256-element block, as tc_prep_quad_lanes needs, whenever n % 256 == 0: then B is a
+// multiple of 64). Bounded to 1024 threads (≤ 64 registers):
 // n = 3840 launches 960. Sums of squares: per-thread
 // chains over its quads, then block_sum — one order for every row of a given n.
 #define NQ 4

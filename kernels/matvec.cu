@@ -272,8 +272,8 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 // column's mma, loads and sums are the same in every NG kernel, so 1..8 columns give the same
 // bits: decode, verify and batch rows agree bitwise). Folded formats (Q2_K, Q3_K: FOLD = 1
 // below) multiply the group's integer scale into the integer (an s8: Q2_K sc·q ≤ 45, Q3_K
-// −S·q ∈ [−128, 124]), so a whole super-block is one sum P = Σ (sc·q)·x scaled once per
-// 128-element half (the integer mma below); Q2_K takes its offsets Σ_G b_G·S_G as one more bf16
+// −S·q ∈ [−128, 124]), so a whole super-block is one sum P = Σ (sc·q)·x scaled once (the
+// integer mma below); Q2_K takes its offsets Σ_G b_G·S_G as one more bf16
 // mma per super-block of the sums' pieces (packed the same way). Scales: the prep stores
 // hi·2^40, mid·2^48, lo·2^56 (and S·2^40), exact powers of two undone in the epilogue (TcOut). Q2_K (SUB = 1) reads its mins as bf16 subnormals (the bit
 // pattern n is n·2^-133, so a decoded nibble is an mma operand as it is) and multiplies dmin by
@@ -281,13 +281,13 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 //
 // Integer mma (TcI8: Q2_K, Q3_K, Q6_K): the main sums P = Σ (sc·q)·x take the int8 mma
 // (m16n8k32 s8·s8 → s32, tc_imma) against the activations' int8 digits instead of the bf16
-// pieces: x ≈ N·2^(e − 21) per 128-element block (2^e ≤ the block's largest |x| < 2^(e+1),
+// pieces: x ≈ N·2^(e − 21) per 256-element block (2^e ≤ the block's largest |x| < 2^(e+1),
 // N = D0·2^16 + D1·2^8 + D2, common.cuh TC_XD_OFFSET), digit p in mma column 3c + p as the pieces
 // are. The A word of a (row, group) is the decoded `((w >> 2j) & 0x03030303)·sc` itself (4 bytes
 // = 4 consecutive k), so neither the two byte-splitting PRMTs per word nor half of the mma remain
 // (Q3_K: one multiply-add per word gives its four −S·q bytes, Tc<FmtQ3_K>::quad8; Q6_K, whose
 // scales do not fold into an s8, takes one m16n8k16 mma per group and scales it in s32).
-// Per 128-element half of a super-block the 4 mma sum exactly in s32, then acc += (d·2^-29·2^e)·P
+// Per super-block the 8 mma sum exactly in s32, then acc += (d·2^-29·2^e)·P
 // (one f32 rounding; the epilogue's TcOut<1> factors 2^(24 − 8p) give digit p its weight
 // 2^(16 − 8p)·2^(e − 21)); the offsets stay the bf16 mma of the exact group sums. Error: the
 // activations' rounding to the digit grid, |x − N·2^(e−21)| ≤ 2^(e−22) (22 significant bits at
@@ -339,7 +339,7 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 //      Columns past 3·nc are not written (the matvec does not read them).
 //   xs f32 [K/16][8]: S_{c,G} at xs[8G + c] (sequential f32 sum of the 16 elements; 0 for c ≥ nc),
 //      then the sums' fragments (common.cuh, TC_XSF_OFFSET), the int8 digits of the inputs
-//      (TC_XD_OFFSET) and their per-128-element exponents (TC_XF_OFFSET) (TC_PREP_DIGITS).
+//      (TC_XD_OFFSET) and their per-256-element exponents (TC_XF_OFFSET) (TC_PREP_DIGITS).
 // Launch: one thread per (c < 8, G): grid ceil(8·K/16 / 128), block 128.
 extern "C" __global__ void __launch_bounds__(128) mvtc_prep(const float* __restrict__ x, int nc,
                                                           int K, uint32_t* __restrict__ xp,
@@ -361,16 +361,16 @@ extern "C" __global__ void __launch_bounds__(128) mvtc_prep(const float* __restr
             v[4 * j] = a.x; v[4 * j + 1] = a.y; v[4 * j + 2] = a.z; v[4 * j + 3] = a.w;
         }
     }
-    // The largest |x| of the group's 128-element block (the int8 digits' shared exponent), over
-    // the 8 lanes holding its groups: lanes 8a … 8a + 7 are threads of one input c and groups
-    // 8b … 8b + 7 whenever ng % 8 == 0 (the matvecs need K % 256 == 0, so digits of any other K
-    // are never read).
+    // The largest |x| of the group's 256-element block (the int8 digits' shared exponent), over
+    // the 16 lanes holding its groups: lanes 16a … 16a + 15 are threads of one input c and groups
+    // 16b … 16b + 15 whenever ng % 16 == 0 (the matvecs need K % 256 == 0, so digits of any other
+    // K are never read).
     float M = 0.0f;
     if (kinds & TC_PREP_DIGITS) {
         M = fmaxf(fmaxf(tc_quad_absmax(v), tc_quad_absmax(v + 4)),
                   fmaxf(tc_quad_absmax(v + 8), tc_quad_absmax(v + 12)));
 #pragma unroll
-        for (int o = 1; o < 8; o <<= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        for (int o = 1; o < 16; o <<= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
     }
     if (!in) return;
     if (c >= nc) {
@@ -522,7 +522,7 @@ template <> struct Tc<FmtQ5_K> { enum { OK = 1, SB = 176, GPS = 2, HAS_MIN = 1, 
 // Integer (TcI8, not folded: sc_G ∈ [−128, 127] times q − 32 does not fit an s8): per 16-group one
 // m16n8k16 mma of the words q (quad8, bytes 0…63, an s8 as they are) and one of the constant
 // −32 (I8OFF) against the same digits give Σ (q − 32)·D exactly, and sc_G (sc8) multiplies it
-// into the 128-element half's s32 sum. SUB = 1: the epilogue's factors are the digits'
+// into the super-block's s32 sum. SUB = 1: the epilogue's factors are the digits'
 // (TcOut<1>). (The per-group bf16 `pairs`/`scale` path is never taken for it.)
 // Against that former bf16 path (exact bf16 pieces, per-group f32 scaling): the loop of
 // mvtc_q6_k_1 920 → 643 SASS instructions per super-block (`scripts/gpu/run.sh sass`; the wide
@@ -567,8 +567,8 @@ template <> struct Tc<FmtQ6_K> { enum { OK = 1, SB = 210, GPS = 1, HAS_MIN = 0, 
 
 // §3.4 Q2_K: W = (d·(s & 15))·q − dmin·(s >> 4), q 2 bits; 16-element scale groups.
 // Folded (FOLD = 1) and integer (TcI8): the 4-bit scale is multiplied into the integer
-// (sc·q ≤ 45, an s8), so a super-block is one integer-mma sum P = Σ (sc·q)·D scaled once per
-// 128-element half (quad8), and the offsets Σ_G dmin·m_G·S_G are one bf16 mma of the 4-bit mins
+// (sc·q ≤ 45, an s8), so a super-block is one integer-mma sum P = Σ (sc·q)·D scaled once
+// (quad8), and the offsets Σ_G dmin·m_G·S_G are one bf16 mma of the 4-bit mins
 // against the group sums' bf16 pieces. SUB = 1: the mins enter that mma as bf16 subnormals, a
 // 16-bit lane n being n·2^-133 exactly (the epilogue's factors undo 2^-133, TcOut), so a decoded
 // nibble needs no exponent bits and no bias. (Only these decoders exist: the per-group
@@ -646,7 +646,7 @@ template <> struct TcOdd4<FmtQ2_K> { enum { V = 1 }; };
 // 6-bit scale); 16-element scale groups.
 // Folded (FOLD = 1) and integer (TcI8): s·q with s = −S_G ∈ [−31, 32] always fits an s8
 // ([−128, 124]; S·q itself reaches +128 at S = −32, q = −4), so a super-block is one integer-mma
-// sum P = Σ (s·q)·D scaled once per 128-element half by −d (quad8, d8) — the same path as Q2_K,
+// sum P = Σ (s·q)·D scaled once by −d (quad8, d8) — the same path as Q2_K,
 // without offsets. SUB = 1: the epilogue's factors are the digits' (TcOut<1>). (Only these
 // decoders exist: the per-group `pairs`/`scale` and bf16 `pairs_fold` paths are never taken.)
 // Against the former bf16 path (exact bf16 pieces, two bf16 pairs of S·q per word): the loop of
@@ -1069,6 +1069,11 @@ template <typename F> struct TcWarpPlan {
                 any = true;
             }
         }
+        // Kept in registers at NG = 1 (tc_keep): with the exponent per super-block (one epilogue
+        // per super-block, common.cuh TC_XF_OFFSET) ptxas recomputed these offsets inside
+        // mvtc_q3_k_1's loop instead (96 → 86 registers, loop 622 → 770 static SASS instructions).
+#pragma unroll
+        for (int i = 0; i < WS::SLOTS; ++i) goff[i] = tc_keep<NG>(goff[i]);
         // (Only NG = 1 takes the fast path, stage<true>.)
         fast = 0u;
         sdst = 0u;
@@ -1195,16 +1200,16 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     // NG > 1 column group m's at xdl + m·(K/64)·32, not clamped: lanes of columns past the last
     // input read unwritten words of the buffer (their outputs are never written), and one base
     // pointer replaces NG (with NG pointers mvtc_q2_k_3w spilled 228 B; `scripts/gpu/run.sh
-    // sass`). Exponents: one float2 per column group and half h at xfb0 + 32·sb + 8t + 2m + h,
+    // sass`). Exponents: one float2 per column group and super-block at xfb0 + 16·sb + 4t + m,
     // those of the lane's accumulator columns 8m + 2t, 8m + 2t + 1 (stale or zero past the last
     // input), instead of two scalar loads from per-lane column indices. Static SASS of the main
-    // loop against layout 1 (sass, 2026-12-04): mvtc_q2_k_1w 408 → 393, mvtc_q2_k_3w 668 → 563,
+    // loop against layout 1 (sass, 2026-12-04, when the exponents were per 128-element half): mvtc_q2_k_1w 408 → 393, mvtc_q2_k_3w 668 → 563,
     // mvtc_q2_k_3 563 → 511, mvtc_q3_k_1 622 → 614, mvtc_q3_k_3 797 → 732, mvtc_q6_k_1w 724 → 731,
     // mvtc_q6_k_3w 1193 → 1067; spills 0 → 4 B (mvtc_q3_k_3w, mvtcx_q2_k_q3_k_3w), 32 → 112 B
     // (mvtc_q6_k_2), 8 → 0 (mvtc_q6_k_1w), 96 → 88 (mvtc_q6_k_3w). Not yet timed or checked on a GPU.
     const uint4* const xdb = (const uint4*)((const uint32_t*)xs + TC_XD_OFFSET);
     const float2* const xfb0 = (const float2*)(xs + TC_XF_OFFSET);
-    const uint32_t xft = tc_keep<NG>(8u * (uint32_t)t);
+    const uint32_t xft = tc_keep<NG>(4u * (uint32_t)t);
     uint32_t xd[NG];
     const uint4* const xdl = xdb + (4 * g + t);  // NG > 1
     if constexpr (TcI8<F>::V) {
@@ -1226,8 +1231,8 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
             const int cc = min(8 * m + g, 3 * nc - 1);
             xd[m] = tc_keep<NG>((uint32_t)((cc >> 3) * (ng >> 1) * 32 + 4 * (cc & 7) + t));
             xdp[m] = xdb + xd[m];
-            xc[m][0] = (uint32_t)(8 * m + 2 * t) / 3u;
-            xc[m][1] = (uint32_t)(8 * m + 2 * t + 1) / 3u;
+            xc[m][0] = tc_keep<NG>((uint32_t)(8 * m + 2 * t) / 3u);
+            xc[m][1] = tc_keep<NG>((uint32_t)(8 * m + 2 * t + 1) / 3u);
         }
     }
 #endif
@@ -1257,14 +1262,30 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
             }
             constexpr float SF = TcOut<T::SUB>::SF;
             {
-                // Integer mma: per 128-element half h (one exponent 2^e per input column, xf) the
-                // exact sums P = Σ (sc·q)·D of each digit column over the half's groups, then
+                // Integer mma: per super-block (one exponent 2^e per input column, xf) the exact
+                // sums P = Σ (sc·q)·D of each digit column over its 16 groups, then
                 // acc += (d·2^−29·2^e)·P (the epilogue's TcOut<1> column scales 2^(24 − 8p)
-                // complete digit p's weight 2^(16 − 8p)·2^(e − 21)). Folded (Q2_K, Q3_K): 4 m16n8k32
-                // mma per half (groups 2i, 2i + 1 per mma, the scale inside A). Unfolded (Q6_K):
-                // per group one m16n8k16 mma of quad8 plus one of the constant word I8OFF, and
-                // the group's scale (sc8) times their sum, in s32 (|P| < 2^26: the conversion to
-                // f32 below may round, once per half).
+                // complete digit p's weight 2^(16 − 8p)·2^(e − 21)). Folded (Q2_K, Q3_K): 8 m16n8k32
+                // mma (groups 2i, 2i + 1 per mma, the scale inside A; |P| < 2^23, exact in f32:
+                // Q2_K's two chains ≤ 128·45·128 and 128·180·128, Q3_K ≤ 256·128·128). Unfolded
+                // (Q6_K): per group one m16n8k16 mma of quad8 plus one of the constant word I8OFF,
+                // and the group's scale (sc8) times their sum, in s32 (|P| < 2^27: the conversion
+                // to f32 below may round, once per super-block).
+                // One exponent per super-block, not per 128-element half as until 2026-12-05:
+                // half the epilogue's loads, conversions and multiply-adds; static SASS of the
+                // main loop (`scripts/gpu/run.sh sass`) mvtc_q2_k_1w 408 → 382, mvtc_q2_k_3w
+                // 668 → 598, mvtc_q3_k_1 622 → 648 (after tc_keep of TcWarpPlan's offsets; 770
+                // without), mvtc_q3_k_3 797 → 678, mvtc_q6_k_1w 724 → 704, mvtc_q6_k_3w 1193 →
+                // 1103, mvtcx_q2_k_q3_k_3w 667 → 597. Measured (H100, 2026-12-05, one binary, the
+                // old kernels through GEMMA4_KERNEL_SRC, `scripts/gpu/run.sh ab`): `runtime
+                // mv-bench` µs n = 1 / 8: ffn_gate+ffn_up 21.29 → 20.04 / 36.19 → 32.07, ffn_down
+                // 16.69 → 16.45 / 22.43 → 20.86 (n = 4: 19.61 → 21.49, mvtc_q3_k_2's loop 678 →
+                // 784), attn_q+attn_k+attn_v 10.17 → 9.63 / 14.20 → 12.96, head 292.2 → 279.6 /
+                // 476.1 → 426.3; 12B Q2_K-mix `runtime bench`, two alternating runs: batch 1
+                // 275.4 / 277.3 → 280.5 / 279.4 tok/s, batch 8 1528.7 / 1526.1 → 1635.7 / 1627.7
+                // (×5.52–5.54 → ×5.88–5.91). `run.sh all` passed with it (gpu-check, model-check
+                // maxima 2.9e-5 on the real fixtures and 4.0e-5 on the UD-Q2_K_XL models, rows
+                // bitwise equal, conformance, spec-check, memcheck).
                 constexpr bool ODD4 = TcOdd4<F>::V && NG == 1;
                 constexpr float DS = ODD4 ? 0x1p-31f : 0x1p-29f;
                 const float da8 = T::d8(A) * DS, db8 = T::d8(B) * DS;
@@ -1282,13 +1303,13 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 for (int m = 0; m < NG; ++m)
                     xdq[m] = NG == 1 ? xdb + (xd[m] + 256u * (uint32_t)sb) : xdp[m] + 256 * sb;
 #endif
+                int P[NG][4], P4[NG][4];  // P4: the odd-j chain (ODD4)
+#pragma unroll
+                for (int m = 0; m < NG; ++m)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) P[m][i] = P4[m][i] = 0;
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    int P[NG][4], P4[NG][4];  // P4: the odd-j chain (ODD4)
-#pragma unroll
-                    for (int m = 0; m < NG; ++m)
-#pragma unroll
-                        for (int i = 0; i < 4; ++i) P[m][i] = P4[m][i] = 0;
 #pragma unroll
                     for (int hp = 0; hp < 4 / XP; ++hp) {
                         uint2 xv[XP][NG];  // (32 uint2 per 32-block, as per 16-group)
@@ -1351,31 +1372,30 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                             }
                         }
                     }
-                    if constexpr (ODD4) {
+                }
+                if constexpr (ODD4) {
 #pragma unroll
-                        for (int m = 0; m < NG; ++m)
+                    for (int m = 0; m < NG; ++m)
 #pragma unroll
-                            for (int i = 0; i < 4; ++i) P[m][i] = 4 * P[m][i] + P4[m][i];
-                    }
+                        for (int i = 0; i < 4; ++i) P[m][i] = 4 * P[m][i] + P4[m][i];
+                }
 #pragma unroll
-                    for (int m = 0; m < NG; ++m) {
+                for (int m = 0; m < NG; ++m) {
 #if TC_XLAYOUT == 2
-                        const float2* const xfu = xfb0 + (32 * sb + h);  // NG > 1
-                        const float2 ef = __ldg(NG == 1 ? xfb0 + (32u * (uint32_t)sb + xft + (2 * m + h))
-                                                        : xfu + (int)(xft + 2 * m));
-                        const float f0 = ef.x, f1 = ef.y;
+                    const float2 ef = __ldg(NG == 1 ? xfb0 + (16u * (uint32_t)sb + xft + m)
+                                                    : xfb0 + (16 * sb) + (int)(xft + m));
+                    const float f0 = ef.x, f1 = ef.y;
 #else
-                        const uint32_t xfo = 16u * (uint32_t)sb + 8u * h;
-                        const float* const xfb = xs + TC_XF_OFFSET + 16 * sb + 8 * h;
-                        const float* const xf0 = NG == 1 ? xfb0 + (xfo + xc[m][0]) : xfb + (int)xc[m][0];
-                        const float* const xf1 = NG == 1 ? xfb0 + (xfo + xc[m][1]) : xfb + (int)xc[m][1];
-                        const float f0 = __ldg(xf0), f1 = __ldg(xf1);
+                    const uint32_t xfo = 8u * (uint32_t)sb;
+                    const float* const xfb = xs + TC_XF_OFFSET + 8 * sb;
+                    const float* const xf0 = NG == 1 ? xfb0 + (xfo + xc[m][0]) : xfb + (int)xc[m][0];
+                    const float* const xf1 = NG == 1 ? xfb0 + (xfo + xc[m][1]) : xfb + (int)xc[m][1];
+                    const float f0 = __ldg(xf0), f1 = __ldg(xf1);
 #endif
-                        acc[m][0] = fmaf(da8 * f0, (float)P[m][0], acc[m][0]);
-                        acc[m][1] = fmaf(da8 * f1, (float)P[m][1], acc[m][1]);
-                        acc[m][2] = fmaf(db8 * f0, (float)P[m][2], acc[m][2]);
-                        acc[m][3] = fmaf(db8 * f1, (float)P[m][3], acc[m][3]);
-                    }
+                    acc[m][0] = fmaf(da8 * f0, (float)P[m][0], acc[m][0]);
+                    acc[m][1] = fmaf(da8 * f1, (float)P[m][1], acc[m][1]);
+                    acc[m][2] = fmaf(db8 * f0, (float)P[m][2], acc[m][2]);
+                    acc[m][3] = fmaf(db8 * f1, (float)P[m][3], acc[m][3]);
                 }
             }
             if constexpr (T::HAS_MIN) {

@@ -90,7 +90,7 @@ pub const TC_FORMATS: [&str; 6] = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_0
 /// Whether the tensor-core matvec of format `fmt` (a [`FORMATS`] suffix) takes its main sums
 /// with the integer mma against the activations' int8 digits (`matvec.cu`, `TcI8`: Q2_K, Q3_K and Q6_K; the two lists must agree)
 /// instead of the bf16 mma against their exact bf16 pieces. Those digits round each input to
-/// 22 significant bits of its 128-element block's largest magnitude (`common.cuh`,
+/// 22 significant bits of its 256-element block's (super-block's) largest magnitude (`common.cuh`,
 /// `TC_XD_OFFSET`), so such a matvec is not exact in its activations, unlike the others.
 pub fn tc_int8_digits(fmt: &str) -> bool {
     matches!(fmt, "q2_k" | "q3_k" | "q6_k")
@@ -125,15 +125,15 @@ pub const TC_XSF_OFFSET: usize = 32768;
 /// `TC_XLAYOUT 2` variant), right after the group sums' fragments
 /// (`TC_XSF_OFFSET + TC_MAX_K / 256 · TC_PREP_WORDS_PER_GROUP` of the runtime's scratch).
 pub const TC_XD_OFFSET: usize = 81920;
-/// Word offset of the digits' per-128-element exponents `f32 [K / 128][8]` (`TC_XF_OFFSET` in
-/// `common.cuh`; `f32 [K / 256][4][16]`, in the order the matvec's lanes read them, in the
+/// Word offset of the digits' per-256-element exponents `f32 [K / 256][8]` (`TC_XF_OFFSET` in
+/// `common.cuh`; `f32 [K / 256][4][8]`, in the order the matvec's lanes read them, in the
 /// `TC_XLAYOUT 2` variant), right after the digit fragments (`TC_XD_OFFSET + TC_MAX_K / 32 · 64 ·
 /// TC_MAX_GROUPS` words). The runtime's buffer has room for [`TC_XF_WORDS_PER_SUPER_BLOCK`]
 /// words per super-block of `TC_MAX_K`, the larger of the two layouts.
 pub const TC_XF_OFFSET: usize = 475136;
 /// Exponent words per 256-element super-block the `mvtc` sums buffer must hold past
-/// [`TC_XF_OFFSET`]: 64 (`TC_XLAYOUT 2`: 4 lane quads × 16 slots; the default layout takes 16).
-pub const TC_XF_WORDS_PER_SUPER_BLOCK: usize = 64;
+/// [`TC_XF_OFFSET`]: 32 (`TC_XLAYOUT 2`: 4 lane quads × 8 slots; the default layout takes 8).
+pub const TC_XF_WORDS_PER_SUPER_BLOCK: usize = 32;
 /// Elements of one `mvtc` super-block: `K` must be a multiple of this.
 pub const TC_SUPER_BLOCK: usize = 256;
 /// Rows of one `mvtc_<fmt>_<NG>` thread block (grid `ceil(rows / TC_ROWS)`, block [`TC_THREADS`]).

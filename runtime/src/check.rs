@@ -359,12 +359,12 @@ fn matvec_case(
     let (mut pass, mut worst_units, mut worst_rel, mut bad) = (true, 0f64, 0f64, 0usize);
     for c in 0..nc {
         let xc = &x[c * k..(c + 1) * k];
-        // Integer-mma formats read x rounded to the int8 digits' grid: per 128-element block
+        // Integer-mma formats read x rounded to the int8 digits' grid: per 256-element block
         // with largest |x| in [2^e, 2^(e+1)), x = N·2^(e−21) + δ with |δ| ≤ 2^(e−22)
         // (`common.cuh`, TC_XD_OFFSET), so the product may differ from Σ w·x by up to
         // Σ_blocks 2^(e−22)·Σ|w| on top of the f32 roundings.
         let grid: Vec<f64> = if digits {
-            xc.chunks(128)
+            xc.chunks(256)
                 .map(|b| {
                     let m = b.iter().fold(0f32, |m, v| m.max(v.abs()));
                     if m > 0.0 {
@@ -385,7 +385,7 @@ fn matvec_case(
                 s += p;
                 a += p.abs();
                 if digits {
-                    q += grid[e / 128] * w.abs();
+                    q += grid[e / 256] * w.abs();
                 }
             }
             let g = y[c * rows + r] as f64;

@@ -34,7 +34,7 @@ pub struct Gpu {
     pub(crate) tc_xp: CudaSlice<u32>,
     /// 16-element sums `[TC_MAX_K / 16, 8]` of the same columns, followed by their bf16
     /// fragments for the folded formats' offset mma (`common.cuh`, `TC_XSF_OFFSET`), the
-    /// columns' int8 digits for the integer mma (`TC_XD_OFFSET`) and their per-128-element
+    /// columns' int8 digits for the integer mma (`TC_XD_OFFSET`) and their per-256-element
     /// exponents (`TC_XF_OFFSET`; room for either `TC_XLAYOUT`).
     pub(crate) tc_xs: CudaSlice<f32>,
     /// Kernel profile being recorded ([`Gpu::profile_start`]): per launch of the forward, the

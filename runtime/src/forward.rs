@@ -8,11 +8,11 @@
 //! Q5_K and Q4_0: weights as exact bf16 integers, activations split exactly into three
 //! bf16 pieces (each its own mma column), every product exact and summed in f32 by `mma.sync`.
 //! Q2_K, Q3_K and Q6_K take the integer mma instead: their activations are rounded to 22 significant bits of
-//! their 128-element block's largest magnitude (three int8 digits per element,
-//! [`kernels::tc_int8_digits`]), every integer product and sum exact (Q6_K's per-half sums,
-//! up to 2^26, are rounded once to f32). Measured on the H200
-//! (`runtime model-check`, 120–130 rows per model): logits within 4.9e-5 of the f64 oracle on the
-//! real fixture models, 4.4e-5 on the synthetic UD-Q2_K_XL ones; calibrated τ 2⁻¹³–2⁻¹⁴. Every
+//! their 256-element block's (weight super-block's) largest magnitude (three int8 digits per
+//! element, [`kernels::tc_int8_digits`]), every integer product and sum exact (Q6_K's
+//! per-super-block sums, up to 2^27, are rounded once to f32). Measured on an H100 (2026-12-05,
+//! `runtime model-check`, 120–130 rows per model): logits within 2.9e-5 of the f64 oracle on the
+//! real fixture models, 4.0e-5 on the synthetic UD-Q2_K_XL ones; calibrated τ 2⁻¹³–2⁻¹⁶. Every
 //! row's numbers are independent of the other rows of the call and of the chunking (each output
 //! element is one fixed-order sum), so prefill rows, decode rows and batch rows of the same
 //! prefix are bitwise identical.
@@ -1716,9 +1716,14 @@ impl Forward<'_> {
                 None => cache.ctx,
             };
             // The o projection's tensor-core prep is written by the attention's combining
-            // blocks when it can be (≤ 8 rows, whole 16-groups per head).
-            let o_prep = t <= MATVEC_MAX_COLS && d % 16 == 0 && self.tc_ok(&l.attn_output);
+            // blocks when it can be (≤ 8 rows, whole 16-groups per head and, for int8 digits,
+            // whole 256-element blocks per head: their shared exponent is one block's own).
             let o_outs: &[(&Mat, u64)] = &[(&l.attn_output, a)];
+            let o_kinds = self.prep_kinds(o_outs);
+            let o_prep = t <= MATVEC_MAX_COLS
+                && d % 16 == 0
+                && (o_kinds & kernels::TC_PREP_DIGITS == 0 || d % 256 == 0)
+                && self.tc_ok(&l.attn_output);
             let prep_rows = if o_prep { t } else { 0 };
             self.call(
                 "attention_f32",
@@ -1743,7 +1748,7 @@ impl Forward<'_> {
                     Arg::P(ptr(gpu, &gpu.tc_xp)),
                     Arg::P(ptr(gpu, &gpu.tc_xs)),
                     Arg::I(prep_rows as i32),
-                    Arg::I(self.prep_kinds(o_outs)),
+                    Arg::I(o_kinds),
                 ],
             )?;
             self.mvs_pre(o_outs, att, t, o_prep.then_some(nh * d))?;

@@ -266,7 +266,7 @@ impl Gpu {
     /// [`crate::device::TC_MAX_K`]; weights as exact bf16 integers times their group scale,
     /// activations split exactly into three bf16 pieces, products summed in f32 by the tensor
     /// cores — for Q2_K, Q3_K and Q6_K, integer mma against the activations rounded to three int8 digits per
-    /// 128-element block ([`kernels::tc_int8_digits`]; error statement in `matvec.cu`); base or wide kernel as [`crate::forward::tc_kernel`]
+    /// 256-element block ([`kernels::tc_int8_digits`]; error statement in `matvec.cu`); base or wide kernel as [`crate::forward::tc_kernel`]
     /// picks (the same bits). Same shapes and errors as [`Gpu::matvec`], plus
     /// [`RuntimeError::Shape`] for a format or `k` the tensor-core path does not serve.
     #[allow(clippy::too_many_arguments)]
