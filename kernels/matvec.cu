@@ -1072,6 +1072,9 @@ template <typename F> struct TcWarpPlan {
         // Kept in registers at NG = 1 (tc_keep): with the exponent per super-block (one epilogue
         // per super-block, common.cuh TC_XF_OFFSET) ptxas recomputed these offsets inside
         // mvtc_q3_k_1's loop instead (96 → 86 registers, loop 622 → 770 static SASS instructions).
+        // NG = 2 has the same recomputation (mvtc_q3_k_2's loop 678 → 784; ffn_down at n = 4
+        // 19.61 → 21.49 µs on the H100); keeping the offsets there too (tc_keep<1>) gives 702
+        // static, not yet timed on a GPU.
 #pragma unroll
         for (int i = 0; i < WS::SLOTS; ++i) goff[i] = tc_keep<NG>(goff[i]);
         // (Only NG = 1 takes the fast path, stage<true>.)
