@@ -7,13 +7,27 @@ WORK_DIR holds steps.tsv (one line per step: name, exit status, seconds, "skippe
 and each step's NAME.log, plus the JSON folders the steps wrote (bench-*/, gpucheck/, mc/, sc/).
 Every figure comes from those files; a step whose output is missing or unreadable gets
 {"error": "..."} instead of figures, so the summary never hides a failed step. "ok" is true only
-when every step ran, exited 0 and its own verdict (gpu-check all_passed, every test passed,
-0 conformance failures, every spec-check "ok", 0 memcheck errors) holds.
+when there are steps, every one ran (none skipped for the deadline or a missing tool), exited 0
+and its own verdict holds: gpu-check all_passed; model-check rows bitwise equal across prefill,
+decode, batch and chunked runs and over 10 repeats, argmax agreeing on every row and logits
+within MODEL_CHECK_MAX of the f64 oracle (the binary exits 0 whatever it measures); every unit
+test passed and none skipped (but the one that checks the no-GPU path); 0 conformance failures;
+every spec-check "ok"; 0 memcheck errors.
 """
+import math
 import json
 import os
 import re
 import sys
+
+
+# Largest |logit − oracle logit| model-check may report before the summary calls it a failure:
+# the suites' default tie budget τ = 2^-10. The CUDA engine measures ≤ 4.0e-5 on the fixture
+# models (README); anything near this bound is a regression to look at, not rounding.
+MODEL_CHECK_MAX = 2.0 ** -10
+
+# The one test that prints `skipped:` on a machine with a GPU (it checks the no-GPU path).
+EXPECTED_SKIP = "skipped: a GPU is present"
 
 
 def read(path):
@@ -49,8 +63,11 @@ def model_check(path):
         sc = m["self_consistency"]
         rows.append({
             "model": os.path.basename(m["model"]),
-            "max_abs_logit_diff": m["max_abs_logit_diff"],
+            # NaN/inf arrive as strings or null in JSON: kept as a float so the verdict fails
+            "max_abs_logit_diff": float(m["max_abs_logit_diff"]) if m["max_abs_logit_diff"] is not None
+            else math.nan,
             "argmax_agree": f"{m['argmax_agree']}/{m['rows']}",
+            "argmax_agree_all": m["argmax_agree"] == m["rows"],
             "self_consistency_rows_differing": sum(
                 s[k]["differing"] for s in sc for k in s if isinstance(s[k], dict)),
             "self_consistency_max_abs": max(
@@ -92,7 +109,8 @@ def main():
         name, rc, secs, state = line.split("\t")
         steps.append({"step": name, "exit": int(rc), "seconds": int(secs), "state": state})
     res = {"steps": steps, "conformance": [], "calibrate": [], "unit_tests": [], "memcheck": []}
-    verdicts = [s["state"] == "ran" and s["exit"] == 0 for s in steps]
+    # (step, verdict) pairs: each step's exit status, then its own verdict where it has one
+    verdicts = [(s["step"], s["state"] == "ran" and s["exit"] == 0) for s in steps]
     for s in steps:
         name = s["step"]
         log_path = os.path.join(work, name + ".log")
@@ -105,21 +123,27 @@ def main():
             elif name == "gpu-check":
                 j = json.load(open(os.path.join(work, "gpucheck", "gpu-check.json")))
                 res["gpu_check"] = {"all_passed": j["all_passed"]}
-                verdicts.append(j["all_passed"] is True)
+                verdicts.append((name, j["all_passed"] is True))
             elif name == "model-check":
                 res["model_check"] = model_check(os.path.join(work, "mc", "model-check.json"))
+                verdicts.append((name, bool(res["model_check"]) and all(
+                    m["self_consistency_rows_differing"] == 0 and m["repeat10_differing"] == 0
+                    and m["argmax_agree_all"] and math.isfinite(m["max_abs_logit_diff"])
+                    and m["max_abs_logit_diff"] <= MODEL_CHECK_MAX for m in res["model_check"])))
             elif name == "spec-check":
                 res["spec_check"] = spec_check(os.path.join(work, "sc", "spec-check.json"))
-                verdicts.append(all(e["ok_false"] == 0 and e["ok_true"] > 0 for e in res["spec_check"]))
+                verdicts.append((name, all(e["ok_false"] == 0 and e["ok_true"] > 0 for e in res["spec_check"])))
             elif name.startswith("test-"):
                 passed = sum(int(x) for x in re.findall(r"test result: \w+\. (\d+) passed", log))
                 failed = sum(int(x) for x in re.findall(r"; (\d+) failed", log))
-                skipped = log.count("skipped: ")  # run with --nocapture: the tests' own lines
+                # run with --nocapture: the tests' own lines
+                skipped = log.count("skipped: ") - log.count(EXPECTED_SKIP)
                 res["unit_tests"].append({"binary": name[5:], "passed": passed, "failed": failed,
                                           "printed_skipped": skipped})
-                verdicts.append(failed == 0 and passed > 0)
+                verdicts.append((name, failed == 0 and passed > 0 and skipped == 0))
             elif name.startswith(("conf-", "strict-")):
-                m = re.findall(r"^(\d+) pass, (\d+) fail in", log, re.M)
+                # `N pass, M fail[, K slow-spec …] in S s.` (xtask/src/conformance.rs)
+                m = re.findall(r"^(\d+) pass, (\d+) fail\b[^\n]* in [0-9.]+ s\.", log, re.M)
                 tau = re.search(r"τ = ([0-9.e-]+) \(([^)]*\)?)", log)
                 row = {"run": name, "pass": int(m[-1][0]) if m else None,
                        "fail": int(m[-1][1]) if m else None,
@@ -129,7 +153,7 @@ def main():
                 if inv:
                     row["row_invariance"] = inv.group(1)
                 res["conformance"].append(row)
-                verdicts.append(bool(m) and int(m[-1][1]) == 0)
+                verdicts.append((name, bool(m) and int(m[-1][1]) == 0))
             elif name.startswith("calibrate-"):
                 tau = re.search(r"proposed τ = ([0-9.e-]+)", log)
                 seen = re.search(r"(\d+) sequences, (\d+) positions, (\d+) pairs", log)
@@ -146,15 +170,15 @@ def main():
             elif name.startswith("memcheck-"):
                 e = re.search(r"ERROR SUMMARY: (\d+) error", log)
                 res["memcheck"].append({"run": name, "errors": int(e.group(1)) if e else None})
-                verdicts.append(e is not None and int(e.group(1)) == 0)
+                verdicts.append((name, e is not None and int(e.group(1)) == 0))
         except Exception as e:  # a step's output that does not read: recorded, never hidden
             res.setdefault("summary_errors", []).append(f"{name}: {type(e).__name__}: {e}")
-            verdicts.append(False)
-    res["ok"] = all(verdicts) and "summary_errors" not in res
+            verdicts.append((name, False))
+    res["not_ok"] = sorted({n for n, v in verdicts if not v})
+    res["ok"] = bool(steps) and not res["not_ok"] and "summary_errors" not in res
     with open(out_path, "w") as f:
         json.dump(res, f, indent=1)
-    print(json.dumps({"ok": res["ok"], "steps": len(steps),
-                      "not_ok": [s["step"] for s in steps if s["state"] != "ran" or s["exit"] != 0]}))
+    print(json.dumps({"ok": res["ok"], "steps": len(steps), "not_ok": res["not_ok"]}))
 
 
 if __name__ == "__main__":
