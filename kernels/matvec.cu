@@ -1209,7 +1209,8 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     // loop against layout 1 (sass, 2026-12-04, when the exponents were per 128-element half): mvtc_q2_k_1w 408 → 393, mvtc_q2_k_3w 668 → 563,
     // mvtc_q2_k_3 563 → 511, mvtc_q3_k_1 622 → 614, mvtc_q3_k_3 797 → 732, mvtc_q6_k_1w 724 → 731,
     // mvtc_q6_k_3w 1193 → 1067; spills 0 → 4 B (mvtc_q3_k_3w, mvtcx_q2_k_q3_k_3w), 32 → 112 B
-    // (mvtc_q6_k_2), 8 → 0 (mvtc_q6_k_1w), 96 → 88 (mvtc_q6_k_3w). Not yet timed or checked on a GPU.
+    // (mvtc_q6_k_2), 8 → 0 (mvtc_q6_k_1w), 96 → 88 (mvtc_q6_k_3w). Timed and checked on the H200
+    // (2026-12-05, common.cuh: slower); its per-super-block exponents since are compile-checked only.
     const uint4* const xdb = (const uint4*)((const uint32_t*)xs + TC_XD_OFFSET);
     const float2* const xfb0 = (const float2*)(xs + TC_XF_OFFSET);
     const uint32_t xft = tc_keep<NG>(4u * (uint32_t)t);
@@ -1272,7 +1273,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 // mma (groups 2i, 2i + 1 per mma, the scale inside A; |P| < 2^23, exact in f32:
                 // Q2_K's two chains ≤ 128·45·128 and 128·180·128, Q3_K ≤ 256·128·128). Unfolded
                 // (Q6_K): per group one m16n8k16 mma of quad8 plus one of the constant word I8OFF,
-                // and the group's scale (sc8) times their sum, in s32 (|P| < 2^27: the conversion
+                // and the group's scale (sc8) times their sum, in s32 (|P| ≤ 2^27: the conversion
                 // to f32 below may round, once per super-block).
                 // One exponent per super-block, not per 128-element half as until 2026-12-05:
                 // half the epilogue's loads, conversions and multiply-adds; static SASS of the
