@@ -50,6 +50,16 @@ unpack_bins() {
     done
 }
 
+# The engine modes' environment on the GPU machine: the CUDA libraries, the carried fixtures,
+# and /work/main, the build-time workspace root from which xtask resolves goldens/ and suites/
+# (insta, for bless, would otherwise run `cargo metadata` to find it).
+gpu_env() {
+    export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+    export GEMMA4_FIXTURES="$PWD/local/gpu/fixtures"
+    if [ ! -e /work/main ]; then mkdir -p /work && ln -s "$PWD" /work/main; fi
+    export INSTA_WORKSPACE_ROOT=/work/main
+}
+
 case "${1:-build}" in
 build)
     cargo build --release -p runtime
@@ -130,10 +140,7 @@ engine)
     # Results: $OUT/model-check.json, $OUT/spec-check.json, $OUT/engine.log, $OUT/reports.tar.gz.
     unpack_bins
     : "${OUT:?OUT must name the output folder}"
-    export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-    export GEMMA4_FIXTURES="$PWD/local/gpu/fixtures"
-    # xtask resolves goldens/ and suites/ from its build-time workspace root.
-    if [ ! -e /work/main ]; then mkdir -p /work && ln -s "$PWD" /work/main; fi
+    gpu_env
     log="$OUT/engine.log"
     models="${MODELS:-dense-target.Q4_K_M dense-target.F32 e2b-target.Q4_0 moe-target.Q4_K_M}"
     suite="${SUITE:-smoke}"
@@ -215,12 +222,7 @@ extras)
     # machine without a GPU (EXTRAS_ENGINE=reference-f32 XTASK=target/release/xtask CAL_WRITE=0).
     unpack_bins
     : "${OUT:?OUT must name the output folder}"
-    export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-    export GEMMA4_FIXTURES="$PWD/local/gpu/fixtures"
-    # xtask resolves goldens/ and suites/ from its build-time workspace root; insta (bless)
-    # would otherwise run `cargo metadata` to find it.
-    if [ ! -e /work/main ]; then mkdir -p /work && ln -s "$PWD" /work/main; fi
-    export INSTA_WORKSPACE_ROOT=/work/main
+    gpu_env
     xt="${XTASK:-local/gpu/xtask}"
     eng="${EXTRAS_ENGINE:-cuda}"
     fm="${FIXTURE_MODELS:-local/gpu/fixtures/models}"
@@ -298,11 +300,7 @@ all)
     # Exit status 0 only when results.json says ok.
     unpack_bins
     : "${OUT:?OUT must name the output folder}"
-    export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-    export GEMMA4_FIXTURES="$PWD/local/gpu/fixtures"
-    # xtask resolves goldens/ and suites/ from its build-time workspace root.
-    if [ ! -e /work/main ]; then mkdir -p /work && ln -s "$PWD" /work/main; fi
-    export INSTA_WORKSPACE_ROOT=/work/main
+    gpu_env
     w=/tmp/all-out
     rm -rf "$w" && mkdir -p "$w"
     : > "$w/steps.tsv"
