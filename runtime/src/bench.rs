@@ -431,6 +431,10 @@ pub fn run(
         Some(d) => draft_bench(&eng, d, ctx_mid, step_s, &verify_s)?,
         None => serde_json::Value::Null,
     };
+    // Last, as it empties the slots; an error is recorded, not raised, so that the figures
+    // above still come out.
+    let consistency =
+        prefill_vs_decode(&mut eng).unwrap_or_else(|e| json!({"error": e.to_string()}));
     Ok(json!({
         "shape": "gemma4-12B (spec §13.3)",
         "format": mix.name(),
@@ -453,8 +457,45 @@ pub fn run(
         "drafter": drafter,
         "kernel_profile": profile,
         "graph_attribution": attribution,
+        "prefill_vs_decode": consistency,
         "notes": "decode = CUDA graph replay per step, top-1 on the device (one id copied back); eager_full_logits = the previous path (eager launches, logits row to host); f32 activations and KV",
     }))
+}
+
+/// Tokens of [`prefill_vs_decode`]: more than `MATVEC_MAX_COLS` (8), so that their prefill is one
+/// forward chunk whose matvec inputs `mvtc_prep` writes, and at most one chunk (`CHUNK_ROWS`).
+const CONSISTENCY_TOKENS: usize = 24;
+const _: () = assert!(
+    CONSISTENCY_TOKENS > kernels::MATVEC_MAX_COLS
+        && CONSISTENCY_TOKENS <= crate::forward::CHUNK_ROWS
+);
+
+/// Self-consistency at the 12B shapes: the logits of the same [`CONSISTENCY_TOKENS`] tokens (ids
+/// below 1000, from an empty slot 0) from one prefill forward, whose matvec inputs `mvtc_prep`
+/// writes, and from one-row decode steps, whose inputs the fused producers write
+/// (`add_norm_prep_f32`, `geglu_prep_f32` and `attention_f32`'s combine — the latter with the
+/// o projection's int8 digits at head_dim 256 and 512, which no fixture model has). Every row's
+/// numbers are one fixed-order sum whatever the row count (`forward.rs`), so the two must be
+/// bitwise equal: `{"rows", "differing", "max_abs"}` (`differing`: f32 values whose bits differ).
+/// Empties every slot. Errors: the forward's.
+fn prefill_vs_decode(eng: &mut CudaEngine) -> Result<serde_json::Value, RuntimeError> {
+    let seq: Vec<u32> = (0..CONSISTENCY_TOKENS as u32)
+        .map(|i| (i * 37 + 5) % 1000)
+        .collect();
+    eng.reset();
+    let prefill = eng.logits_all(&seq)?;
+    eng.reset();
+    let mut decode = Vec::with_capacity(seq.len());
+    for &token in &seq {
+        decode.extend(eng.forward(&[Row {
+            slot: 0,
+            token,
+            logits: true,
+        }])?);
+    }
+    eng.reset();
+    let (differing, max_abs) = crate::modelcheck::cmp(&prefill, &decode);
+    Ok(json!({"rows": seq.len(), "differing": differing, "max_abs": max_abs}))
 }
 
 /// One decode row per slot `0..batch`, slot `s` fed token `token0 + s`, logits wanted: the fixed

@@ -35,8 +35,9 @@ fn err(what: &str, e: impl std::fmt::Display) -> RuntimeError {
     }
 }
 
-/// (number of differing f32 values, max |a − b|) of two row sets.
-fn cmp(a: &[Vec<f32>], b: &[Vec<f32>]) -> (usize, f64) {
+/// (number of differing f32 values, max |a − b|) of two row sets (a row-count mismatch counts
+/// as one more difference).
+pub(crate) fn cmp(a: &[Vec<f32>], b: &[Vec<f32>]) -> (usize, f64) {
     let mut n = 0;
     let mut m = 0f64;
     for (ra, rb) in a.iter().zip(b) {

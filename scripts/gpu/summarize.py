@@ -8,7 +8,8 @@ and each step's NAME.log, plus the JSON folders the steps wrote (bench-*/, gpuch
 Every figure comes from those files; a step whose output is missing or unreadable gets
 {"error": "..."} instead of figures, so the summary never hides a failed step. "ok" is true only
 when there are steps, every one ran (none skipped for the deadline or a missing tool), exited 0
-and its own verdict holds: gpu-check all_passed; model-check rows bitwise equal across prefill,
+and its own verdict holds: the bench's 12B prefill and decode rows bitwise equal; gpu-check
+all_passed; model-check rows bitwise equal across prefill,
 decode, batch and chunked runs and over 10 repeats, argmax agreeing on every row and logits
 within MODEL_CHECK_MAX of the f64 oracle (the binary exits 0 whatever it measures); every unit
 test passed and none skipped (but the one that checks the no-GPU path); 0 conformance failures;
@@ -49,6 +50,8 @@ def bench(d):
         "tok_per_s_by_batch": {str(k): v["tok_per_s"] for k, v in sorted(batch.items())},
         "batch8_over_batch1": batch[8]["tok_per_s"] / batch[1]["tok_per_s"] if 1 in batch and 8 in batch else None,
     }
+    # The 12B-shape self-consistency (runtime bench: prefill rows vs one-row decode steps, bitwise)
+    out["prefill_vs_decode"] = j.get("prefill_vs_decode", {"error": "not in the bench JSON"})
     for a in j.get("graph_attribution", []):
         out[f"graph_step_us_batch{a['batch']}"] = [round(s * 1e6, 1) for s in a["full_step_s"]]
         out[f"saved_us_if_free_batch{a['batch']}"] = {
@@ -119,7 +122,11 @@ def main():
         log = read(log_path)
         try:
             if name.startswith("bench"):
-                res.setdefault("bench", []).append(bench(os.path.join(work, name)))
+                b = bench(os.path.join(work, name))
+                res.setdefault("bench", []).append(b)
+                pvd = b.get("prefill_vs_decode", {})
+                verdicts.append((name, "error" not in b and "error" not in pvd
+                                 and pvd.get("differing") == 0 and pvd.get("rows", 0) > 0))
             elif name == "gpu-check":
                 j = json.load(open(os.path.join(work, "gpucheck", "gpu-check.json")))
                 res["gpu_check"] = {"all_passed": j["all_passed"]}
