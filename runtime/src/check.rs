@@ -360,11 +360,12 @@ fn matvec_case(
     for c in 0..nc {
         let xc = &x[c * k..(c + 1) * k];
         // Integer-mma formats read x rounded to the int8 digits' grid: per 256-element block
+        // (one super-block, `kernels::TC_SUPER_BLOCK`)
         // with largest |x| in [2^e, 2^(e+1)), x = N·2^(e−21) + δ with |δ| ≤ 2^(e−22)
         // (`common.cuh`, TC_XD_OFFSET), so the product may differ from Σ w·x by up to
         // Σ_blocks 2^(e−22)·Σ|w| on top of the f32 roundings.
         let grid: Vec<f64> = if digits {
-            xc.chunks(256)
+            xc.chunks(kernels::TC_SUPER_BLOCK)
                 .map(|b| {
                     let m = b.iter().fold(0f32, |m, v| m.max(v.abs()));
                     if m > 0.0 {
@@ -385,7 +386,7 @@ fn matvec_case(
                 s += p;
                 a += p.abs();
                 if digits {
-                    q += grid[e / 256] * w.abs();
+                    q += grid[e / kernels::TC_SUPER_BLOCK] * w.abs();
                 }
             }
             let g = y[c * rows + r] as f64;
