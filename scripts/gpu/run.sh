@@ -306,14 +306,18 @@ all)
     : > "$w/steps.tsv"
     start=$(date +%s)
     budget="${ALL_BUDGET:-560}"
+    # skipped NAME WHY: a step not run, listed as such (results.json is then not ok).
+    skipped() {
+        printf '%s\t0\t0\tskipped\n' "$1" >> "$w/steps.tsv"
+        echo "$1: skipped ($2)" | tee -a "$w/all.log"
+    }
     # step NAME LIMIT CMD…: CMD under `timeout` (cut to the time left), output to $w/NAME.log.
     step() {
         local name="$1" limit="$2" left t0 rc=0
         shift 2
         left=$((budget - ($(date +%s) - start)))
         if [ "$left" -lt 20 ]; then
-            printf '%s\t0\t0\tskipped\n' "$name" >> "$w/steps.tsv"
-            echo "$name: skipped (deadline)" | tee -a "$w/all.log"
+            skipped "$name" deadline
             return 0
         fi
         [ "$limit" -gt $((left - 10)) ] && limit=$((left - 10))
@@ -386,9 +390,7 @@ all)
         step memcheck-spec-check 120 $ms "$rt" spec-check "$fm/e2b-target.Q4_0.gguf=$fm/e2b-assistant.Q8_0.gguf" \
             --ks 2 --max-tokens 12 --prompts 1 --no-oracle --rollback-tokens 64 --out /tmp/all-mc3
     else
-        # not run, and said so: results.json is then not ok
-        printf 'memcheck\t0\t0\tskipped\n' >> "$w/steps.tsv"
-        echo "memcheck: skipped (no compute-sanitizer on PATH)" | tee -a "$w/all.log"
+        skipped memcheck "no compute-sanitizer on PATH"
     fi
     step bench-2 120 "$rt" bench --draft-format none --out "$w/bench-2"
     # The logs and whatever summary there is reach $OUT even if the summary fails; the mode's
