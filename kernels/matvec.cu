@@ -554,11 +554,21 @@ template <> struct Tc<FmtQ6_K> { enum { OK = 1, SB = 210, GPS = 1, HAS_MIN = 0, 
         return (int)prmt(s4, 0u, i | ((i | 8) << 4) | ((i | 8) << 8) | ((i | 8) << 12));
     }
     // The integer-mma A word of group G: q ∈ [0, 63] of the thread's elements 4t … 4t+3 (one
-    // byte each): the ql nibble | the qh 2 bits · 16.
+    // byte each): the ql nibble | the qh 2 bits · 16. SGN: 4·(q − 32) ∈ [−128, 124] as s8 bytes
+    // instead, for the same two logic operations: the nibble into bits 2–5 and the 2 bits into
+    // bits 6–7 (shifts 2 shorter on one side and 2 longer on the other), then bit 7 flipped — the
+    // byte is 4·nibble + 64·(h − 2) as an s8, h the 2 bits — so no mma of the constant −32
+    // (I8OFF) is needed; the sums come 4× larger (|P| ≤ 2^29) and are shifted back (TcQ6Sgn).
+    template <bool SGN = false>
     static __device__ __forceinline__ uint32_t quad8(const Row& R, int G, uint32_t) {
         const int sb = G >> 1, h = sb >> 2, j = sb & 3, gh = G & 1;
         const uint32_t l = R.ql[4 * h + 2 * (j & 1) + gh], q = R.qh[2 * h + gh];
         const int lsh = 4 * (j >> 1), hsh = 2 * j;
+        if constexpr (SGN) {
+            const uint32_t ln = lsh == 0 ? (l << 2) : (l >> 2);  // nibble → bits 2–5
+            const uint32_t hq = q << (6 - hsh);                   // 2 bits → bits 6–7
+            return lop3<0x6A>(lop3<0xE4>(ln, hq, 0x3C3C3C3Cu), 0xFCFCFCFCu, 0x80808080u);  // (a & b) ^ c
+        }
         const uint32_t hq = hsh <= 4 ? (q << (4 - hsh)) : (q >> (hsh - 4));  // 2 bits → bits 4–5
         return lop3<0xE4>(l >> lsh, hq, 0x0F0F0F0Fu) & 0x3F3F3F3Fu;
     }
@@ -639,6 +649,17 @@ template <> struct TcI8<FmtQ6_K> { enum { V = 1 }; };
 // 2026-12-04, same call): attn_q+attn_k (mvtc_q2_k_1) 6.07 / 6.10 → 5.74 / 5.75 µs and
 // ffn_gate+ffn_up (mvtc_q2_k_1w, 64 registers: its loop 397 → 408 static, ALU 173 → 171)
 // 20.04 / 19.96 → 19.80 / 19.81 µs at n = 1; decode 279.7 / 279.7 → 283.5 / 282.4 tok/s.
+// TcQ6Sgn<F, NG>::V (Q6_K only): the A words carry 4·(q − 32) (Tc<FmtQ6_K>::quad8<true>) instead
+// of a second mma of the constant −32 per group and column group; the super-block's s32 sum, a
+// multiple of 4, is shifted back (exact), so the outputs are the same bits at every NG — from
+// TC_Q6_SGN_NG column groups on (1: every kernel; 4: none, the default until it is timed on a GPU;
+// static SASS of the main loop at 3: mvtc_q6_k_3 955 → 947, mvtc_q6_k_3w 1103 → 1074 with spills
+// 88 → 64 B; at 2 also mvtc_q6_k_2 947 → 918, but mvtcx_q4_k_q6_k_2 then spills 16 B, from 0).
+#ifndef TC_Q6_SGN_NG
+#define TC_Q6_SGN_NG 4
+#endif
+template <typename F, int NG> struct TcQ6Sgn { enum { V = 0 }; };
+template <int NG> struct TcQ6Sgn<FmtQ6_K, NG> { enum { V = NG >= TC_Q6_SGN_NG }; };
 template <typename F> struct TcOdd4 { enum { V = 0 }; };
 template <> struct TcOdd4<FmtQ2_K> { enum { V = 1 }; };
 
@@ -1024,6 +1045,9 @@ template <typename F> struct TcPlan {
 #ifndef TC_WFULL_PROLOGUE
 #define TC_WFULL_PROLOGUE 2
 #endif
+#ifndef TC_WKEEP_2
+#define TC_WKEEP_2 0
+#endif
 template <typename F> struct TcPerWarp { enum { V = 0 }; };
 template <> struct TcPerWarp<FmtQ3_K> { enum { V = 1 }; };
 template <typename F> struct TcWarpStage {
@@ -1072,11 +1096,11 @@ template <typename F> struct TcWarpPlan {
         // Kept in registers at NG = 1 (tc_keep): with the exponent per super-block (one epilogue
         // per super-block, common.cuh TC_XF_OFFSET) ptxas recomputed these offsets inside
         // mvtc_q3_k_1's loop instead (96 → 86 registers, loop 622 → 770 static SASS instructions).
-        // NG = 2 has the same recomputation (mvtc_q3_k_2's loop 678 → 784; ffn_down at n = 4
-        // 19.61 → 21.49 µs on the H100); keeping the offsets there too (tc_keep<1>) gives 702
-        // static, not yet timed on a GPU.
+        // NG = 2 had the same recomputation (mvtc_q3_k_2's loop 678 → 784; ffn_down at n = 4
+        // 19.61 → 21.49 µs on the H100); TC_WKEEP_2 = 1 keeps the offsets there too (702 static;
+        // off by default until it is timed on a GPU).
 #pragma unroll
-        for (int i = 0; i < WS::SLOTS; ++i) goff[i] = tc_keep<NG>(goff[i]);
+        for (int i = 0; i < WS::SLOTS; ++i) goff[i] = tc_keep<(NG == 2 && TC_WKEEP_2) ? 1 : NG>(goff[i]);
         // (Only NG = 1 takes the fast path, stage<true>.)
         fast = 0u;
         sdst = 0u;
@@ -1273,8 +1297,9 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 // mma (groups 2i, 2i + 1 per mma, the scale inside A; |P| < 2^23, exact in f32:
                 // Q2_K's two chains ≤ 128·45·128 and 128·180·128, Q3_K ≤ 256·128·128). Unfolded
                 // (Q6_K): per group one m16n8k16 mma of quad8 plus one of the constant word I8OFF,
-                // and the group's scale (sc8) times their sum, in s32 (|P| ≤ 2^27: the conversion
-                // to f32 below may round, once per super-block).
+                // or (TcQ6Sgn) one mma of 4·(q − 32) alone, and the group's scale (sc8) times the
+                // sum, in s32 (|P| ≤ 2^27, 2^29 before the exact shift back with the ×4: the
+                // conversion to f32 below may round, once per super-block).
                 // One exponent per super-block, not per 128-element half as until 2026-12-05:
                 // half the epilogue's loads, conversions and multiply-adds; static SASS of the
                 // main loop (`scripts/gpu/run.sh sass`) mvtc_q2_k_1w 408 → 382, mvtc_q2_k_3w
@@ -1356,17 +1381,21 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 #pragma unroll
                                 for (int m = 0; m < NG; ++m) tc_imma(P[m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
                             } else {
+                                // Q6_K: q − 32 decoded into A itself (TcQ6Sgn) or one more mma of
+                                // the constant I8OFF; the same exact s32 sums either way.
+                                constexpr bool SGN = TcQ6Sgn<F, NG>::V;
 #pragma unroll
                                 for (int gg = 0; gg < 2; ++gg) {
                                     const int G2 = G + gg;
-                                    const uint32_t a0 = T::quad8(A, G2, sA[G2 >> 2]), a1 = T::quad8(B, G2, sB[G2 >> 2]);
+                                    const uint32_t a0 = T::template quad8<SGN>(A, G2, sA[G2 >> 2]),
+                                                   a1 = T::template quad8<SGN>(B, G2, sB[G2 >> 2]);
                                     const int ka = T::sc8(sA[G2 >> 2], G2), kb = T::sc8(sB[G2 >> 2], G2);
 #pragma unroll
                                     for (int m = 0; m < NG; ++m) {
                                         const uint32_t bx = gg ? xv[u][m].y : xv[u][m].x;
                                         int Q[4] = {0, 0, 0, 0};
                                         tc_imma16(Q, a0, a1, bx);
-                                        tc_imma16(Q, T::I8OFF, T::I8OFF, bx);
+                                        if constexpr (!SGN) tc_imma16(Q, T::I8OFF, T::I8OFF, bx);
                                         P[m][0] += ka * Q[0];
                                         P[m][1] += ka * Q[1];
                                         P[m][2] += kb * Q[2];
@@ -1382,6 +1411,13 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                     for (int m = 0; m < NG; ++m)
 #pragma unroll
                         for (int i = 0; i < 4; ++i) P[m][i] = 4 * P[m][i] + P4[m][i];
+                }
+                if constexpr (TcQ6Sgn<F, NG>::V) {
+                    // Σ sc·4·Q, a multiple of 4: the shift is the exact division.
+#pragma unroll
+                    for (int m = 0; m < NG; ++m)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) P[m][i] >>= 2;
                 }
 #pragma unroll
                 for (int m = 0; m < NG; ++m) {

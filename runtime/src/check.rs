@@ -248,6 +248,7 @@ pub fn run(opts: &CheckOptions) -> Result<bool> {
     report["rope"] = check_rope(&gpu, &mut rng, &mut log, &mut all_ok)?;
     report["qkv_post"] = check_qkv_post(&gpu, &mut rng, &mut log, &mut all_ok)?;
     report["geglu_softcap"] = check_activation(&gpu, &mut rng, &mut log, &mut all_ok)?;
+    report["prep_producers"] = check_prep_producers(&gpu, &mut rng, &mut log, &mut all_ok)?;
     report["argmax"] = check_argmax(&gpu, &mut rng, &mut log, &mut all_ok)?;
     report["topk"] = check_topk(&gpu, &mut rng, &mut log, &mut all_ok)?;
     if !opts.quick {
@@ -761,6 +762,190 @@ fn check_activation(gpu: &Gpu, rng: &mut Rng, log: &mut Log, ok: &mut bool) -> R
     Ok(
         json!({"geglu": {"n": n, "pass": gpass, "max_err_units": gworst}, "softcap": {"n": n, "pass": spass, "max_err_units": sworst}}),
     )
+}
+
+/// The fused prep producers (`add_norm_prep_f32`, `geglu_prep_f32`, layer.cu) against
+/// `mvtc_prep` of their own outputs: each writes the tensor-core scratch over the same poisoned
+/// contents (the bf16 pieces with their group sums and sums' fragments, and/or the int8 digits
+/// with their per-256-element exponents), and every word must be bitwise equal — except the group
+/// sums of the columns past the prep rows, which only `mvtc_prep` writes (as zeros). The norm
+/// weights (add_norm_prep) and up values (geglu_prep) are scaled by 2^k per 128-element half,
+/// k uniform in −30 … 30, so a 256-element block's largest |x| falls in either warp of the pair
+/// that shares its exponent (`tc_warp_pair_max`) and the exponents differ between blocks.
+/// Shapes: add_norm_prep at n = 3840 (12B), 5376 (a thread's second quad, k = 1, which no
+/// fixture model reaches), 16384 (its largest n, k = 0…3) and 2816; geglu_prep at 15360 and
+/// 21504; 3, 8 (three column groups) or 9 rows (the first 8 prepped), with and without the
+/// residual step (layer scalar 0.5), each prep kind alone and both. Alongside: add_norm_prep's
+/// `h` against RMSNorm_w of the kernel's own `x` in f64 (rmsnorm's tolerance), its `x` against
+/// (x + RMSNorm_wy(y))·s in f64 (the same plus 2 units) or unchanged, geglu_prep's output bitwise
+/// against `geglu_f32`.
+fn check_prep_producers(gpu: &Gpu, rng: &mut Rng, log: &mut Log, ok: &mut bool) -> Result<Value> {
+    let eps = 1e-6f32;
+    let both = kernels::TC_PREP_PIECES | kernels::TC_PREP_DIGITS;
+    let scratch = || -> Result<(Vec<u32>, Vec<f32>)> {
+        Ok((
+            gpu.stream.clone_dtoh(&gpu.tc_xp)?,
+            gpu.stream.clone_dtoh(&gpu.tc_xs)?,
+        ))
+    };
+    // (words differing, words the producer wrote) between a producer's scratch and mvtc_prep's
+    // of `nc` columns of n.
+    let compare = |n: usize, nc: usize, a: &(Vec<u32>, Vec<f32>), b: &(Vec<u32>, Vec<f32>)| {
+        let mut diff = 0usize;
+        let mut written = 0usize;
+        for (x, y) in a.0.iter().zip(&b.0) {
+            diff += usize::from(x != y);
+            written += usize::from(*x != POISON);
+        }
+        for (i, (x, y)) in a.1.iter().zip(&b.1).enumerate() {
+            let (x, y) = (x.to_bits(), y.to_bits());
+            // mvtc_prep's zero sums of the columns past the prepped ones (xs[8G + c], c ≥ nc).
+            let zero_sum = i < 8 * (n / 16) && i % 8 >= nc && x == POISON && y == 0;
+            diff += usize::from(x != y && !zero_sum);
+            written += usize::from(x != POISON);
+        }
+        (diff, written)
+    };
+    // Each 128-element half of v times 2^k, k uniform in −30 … 30 (exact).
+    let halves_scaled = |rng: &mut Rng, v: &mut [f32]| {
+        for half in v.chunks_mut(128) {
+            let k = rng.uniform(-30.0, 31.0).floor() as i32;
+            half.iter_mut().for_each(|a| *a *= 2f32.powi(k));
+        }
+    };
+    let kinds_name = |k: i32| match k {
+        kernels::TC_PREP_PIECES => "pieces",
+        kernels::TC_PREP_DIGITS => "digits",
+        _ => "pieces+digits",
+    };
+    let mut out = Vec::new();
+    for (n, rows, residual, kinds) in [
+        (3840usize, 3usize, true, both),
+        (5376, 3, true, both),
+        (5376, 8, true, kernels::TC_PREP_DIGITS),
+        (5376, 9, false, kernels::TC_PREP_PIECES),
+        (16384, 3, true, both),
+        (2816, 8, false, both),
+    ] {
+        let nc = rows.min(kernels::MATVEC_MAX_COLS);
+        let x0 = rand_f32(rng, rows * n, -3.0, 3.0);
+        let y = rand_f32(rng, rows * n, -3.0, 3.0);
+        let (mut w, wy) = (rand_f32(rng, n, -2.0, 2.0), rand_f32(rng, n, -2.0, 2.0));
+        halves_scaled(rng, &mut w);
+        let s = 0.5f32;
+        let mut xd = gpu.stream.clone_htod(&x0)?;
+        let (yd, wd, wyd) = (
+            gpu.stream.clone_htod(&y)?,
+            gpu.stream.clone_htod(&w)?,
+            gpu.stream.clone_htod(&wy)?,
+        );
+        let mut hd = poisoned(gpu, rows * n)?;
+        gpu.fill_tc_scratch(POISON)?;
+        let (yv, wyv) = (yd.as_view(), wyd.as_view());
+        gpu.add_norm_prep(
+            residual.then_some((&yv, &wyv, s)),
+            &mut xd.as_view_mut(),
+            &wd.as_view(),
+            &mut hd.as_view_mut(),
+            rows,
+            n,
+            eps,
+            kinds,
+        )?;
+        let fused = scratch()?;
+        gpu.fill_tc_scratch(POISON)?;
+        gpu.tc_prep(&hd.as_view(), nc, n, kinds)?;
+        let (diff, written) = compare(n, nc, &fused, &scratch()?);
+        let (x, h) = (gpu.stream.clone_dtoh(&xd)?, gpu.stream.clone_dtoh(&hd)?);
+        let tol_units = n.div_ceil(256) as f64 + 24.0;
+        let (mut norm_ok, mut worst) = (true, 0f64);
+        let rms = |v: &[f32]| {
+            let ms = v.iter().map(|&a| (a as f64) * (a as f64)).sum::<f64>() / n as f64;
+            1.0 / (ms + eps as f64).sqrt()
+        };
+        for r in 0..rows {
+            let (xr, hr) = (&x[r * n..(r + 1) * n], &h[r * n..(r + 1) * n]);
+            let sx = rms(xr);
+            for i in 0..n {
+                let want = xr[i] as f64 * sx * w[i] as f64;
+                let err = (hr[i] as f64 - want).abs();
+                norm_ok &= within(err, tol_units * U * want.abs());
+                if want != 0.0 {
+                    worst = worst.max(err / (U * want.abs()));
+                } else if err != 0.0 || err.is_nan() {
+                    worst = f64::INFINITY;
+                }
+            }
+            if residual {
+                let yr = &y[r * n..(r + 1) * n];
+                let sy = rms(yr);
+                for i in 0..n {
+                    let want = (x0[r * n + i] as f64 + yr[i] as f64 * sy * wy[i] as f64) * s as f64;
+                    // Relative to the larger of the two addends: the sum may cancel.
+                    let scale = (x0[r * n + i] as f64)
+                        .abs()
+                        .max((yr[i] as f64 * sy * wy[i] as f64).abs())
+                        * s as f64;
+                    let err = (xr[i] as f64 - want).abs();
+                    norm_ok &= within(err, (tol_units + 2.0) * U * scale);
+                }
+            }
+        }
+        if !residual {
+            norm_ok &= x.iter().zip(&x0).all(|(a, b)| a.to_bits() == b.to_bits());
+        }
+        let pass = diff == 0 && written > 0 && norm_ok;
+        *ok &= pass;
+        log.line(&format!(
+            "{} add_norm_prep n={n} rows={rows} residual={residual} {}: scratch vs mvtc_prep of h {diff} of {written} written words differ; h, x within {tol_units} u: {norm_ok} (max {worst:.2} u·|h|)",
+            if pass { "PASS" } else { "FAIL" },
+            kinds_name(kinds)
+        ));
+        out.push(json!({"kernel": "add_norm_prep_f32", "n": n, "rows": rows, "residual": residual, "kinds": kinds_name(kinds), "pass": pass, "scratch_words_differing": diff, "scratch_words_written": written, "norm_within_tol": norm_ok, "max_err_units_rel": worst, "tol_units": tol_units}));
+    }
+    for (n, rows, kinds) in [
+        (15360usize, 3usize, both),
+        (21504, 8, kernels::TC_PREP_DIGITS),
+        (21504, 9, kernels::TC_PREP_PIECES),
+    ] {
+        let nc = rows.min(kernels::MATVEC_MAX_COLS);
+        let g = rand_f32(rng, rows * n, -8.0, 8.0);
+        let mut u = rand_f32(rng, rows * n, -2.0, 2.0);
+        halves_scaled(rng, &mut u);
+        let (gd, ud) = (gpu.stream.clone_htod(&g)?, gpu.stream.clone_htod(&u)?);
+        let mut od = poisoned(gpu, rows * n)?;
+        gpu.fill_tc_scratch(POISON)?;
+        gpu.geglu_prep(
+            &gd.as_view(),
+            &ud.as_view(),
+            &mut od.as_view_mut(),
+            rows,
+            n,
+            kinds,
+        )?;
+        let fused = scratch()?;
+        gpu.fill_tc_scratch(POISON)?;
+        gpu.tc_prep(&od.as_view(), nc, n, kinds)?;
+        let (diff, written) = compare(n, nc, &fused, &scratch()?);
+        let mut rd = poisoned(gpu, rows * n)?;
+        gpu.geglu(
+            &gd.as_view(),
+            &ud.as_view(),
+            &mut rd.as_view_mut(),
+            rows * n,
+        )?;
+        let (o, r) = (gpu.stream.clone_dtoh(&od)?, gpu.stream.clone_dtoh(&rd)?);
+        let same = o.iter().zip(&r).all(|(a, b)| a.to_bits() == b.to_bits());
+        let pass = diff == 0 && written > 0 && same;
+        *ok &= pass;
+        log.line(&format!(
+            "{} geglu_prep n={n} rows={rows} {}: scratch vs mvtc_prep of out {diff} of {written} written words differ; out bitwise geglu_f32 {same}",
+            if pass { "PASS" } else { "FAIL" },
+            kinds_name(kinds)
+        ));
+        out.push(json!({"kernel": "geglu_prep_f32", "n": n, "rows": rows, "kinds": kinds_name(kinds), "pass": pass, "scratch_words_differing": diff, "scratch_words_written": written, "out_bitwise_geglu": same}));
+    }
+    Ok(Value::Array(out))
 }
 
 fn check_argmax(gpu: &Gpu, rng: &mut Rng, log: &mut Log, ok: &mut bool) -> Result<Value> {

@@ -92,6 +92,53 @@ fn check_matvec_shapes(
     Ok(())
 }
 
+/// The checks every tensor-core prep writer shares: `1 ≤ nc ≤ 8` columns of `k`, `k % 16 == 0`,
+/// `k ≤` [`crate::device::TC_MAX_K`] (the scratch), `x_len ≥ nc · k`.
+fn check_prep_shape(what: &str, nc: usize, k: usize, x_len: usize) -> Result<(), RuntimeError> {
+    if !(1..=MATVEC_MAX_COLS).contains(&nc)
+        || k == 0
+        || !k.is_multiple_of(16)
+        || k > crate::device::TC_MAX_K
+        || x_len < nc * k
+    {
+        return Err(shape(
+            what,
+            format!(
+                "need 1 ≤ nc ≤ {MATVEC_MAX_COLS} columns of k % 16 == 0, k ≤ {}, x ≥ nc·k (got nc {nc}, k {k}, x {x_len})",
+                crate::device::TC_MAX_K
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `rows · n`, the length of a `[rows, n]` buffer, for `1 ≤ rows ≤ max_rows` (a grid extent),
+/// or a shape error (also when the product overflows).
+fn rows_len(what: &str, rows: usize, n: usize, max_rows: usize) -> Result<usize, RuntimeError> {
+    rows.checked_mul(n)
+        .filter(|_| (1..=max_rows).contains(&rows))
+        .ok_or_else(|| {
+            shape(
+                what,
+                format!(
+                    "need 1 ≤ rows ≤ {max_rows} and rows · n in range (got rows {rows}, n {n})"
+                ),
+            )
+        })
+}
+
+/// Every named device address 16-byte aligned (the kernels read and write `float4`s), or a
+/// shape error naming the first that is not.
+fn check_aligned16(what: &str, ptrs: &[(&str, u64)]) -> Result<(), RuntimeError> {
+    match ptrs.iter().find(|(_, p)| p % 16 != 0) {
+        Some((name, p)) => Err(shape(
+            what,
+            format!("{name} at {p:#x} is not 16-byte aligned"),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// One row of [`Gpu::topk`]: the `(id, value)` list, best first, and the non-finite count.
 pub type TopkRow = (Vec<(u32, f32)>, i32);
 
@@ -307,19 +354,7 @@ impl Gpu {
         }
         let (nc_i, k_i, rows_i, rb_u) = (ncols as i32, k as i32, rows as i32, rb as u64);
         let (null, zero) = (0u64, 0i32);
-        let prep = self.func(Family::Matvec, "mvtc_prep")?;
-        let n = 8 * (k / 16);
-        let kinds = kernels::tc_prep_kinds([fmt]);
-        let mut b = self.stream.launch_builder(&prep);
-        b.arg(x)
-            .arg(&nc_i)
-            .arg(&k_i)
-            .arg(&self.tc_xp)
-            .arg(&self.tc_xs)
-            .arg(&kinds);
-        // SAFETY: matches `mvtc_prep(const float*, int, int, uint32_t*, float*, int)`; x holds
-        // ncols·k floats (checked), the scratch holds 8 columns of TC_MAX_K ≥ k elements.
-        unsafe { b.launch(blocks_1d(n as u64, 128)) }.map_err(drv("mvtc_prep"))?;
+        self.tc_prep(x, ncols, k, kernels::tc_prep_kinds([fmt]))?;
         let name = crate::forward::tc_kernel(fmt, ncols, rows, 0, self.sm_count);
         let f = self.func(Family::Matvec, &name)?;
         let cfg = LaunchConfig {
@@ -443,6 +478,193 @@ impl Gpu {
         b.arg(gate).arg(up).arg(out).arg(&nn);
         // SAFETY: matches `geglu_f32(const float*, const float*, float*, uint64_t)`.
         unsafe { b.launch(blocks_1d(nn, 256)) }.map_err(drv(what))?;
+        Ok(())
+    }
+
+    /// `mvtc_prep` (matvec.cu) alone: the first `nc` columns of `x` (f32 `[nc, k]`, column `c`
+    /// at `c·k`) into the tensor-core matvec's scratch (`Gpu::tc_xp`, `Gpu::tc_xs`) — the
+    /// pieces and/or int8 digits `kinds` names (`kernels::TC_PREP_PIECES | TC_PREP_DIGITS`).
+    /// What [`Gpu::matvec_tc`] runs first, and the bits the fused producers
+    /// ([`Gpu::add_norm_prep`], [`Gpu::geglu_prep`]) must write. `1 ≤ nc ≤ 8`, `k % 16 == 0`,
+    /// `k ≤` [`crate::device::TC_MAX_K`].
+    pub fn tc_prep(
+        &self,
+        x: &CudaView<'_, f32>,
+        nc: usize,
+        k: usize,
+        kinds: i32,
+    ) -> Result<(), RuntimeError> {
+        let what = "mvtc_prep";
+        check_prep_shape(what, nc, k, x.len())?;
+        check_aligned16(what, &[("x", x.device_ptr(&self.stream).0)])?;
+        let f = self.func(Family::Matvec, what)?;
+        let (nc_i, k_i) = (nc as i32, k as i32);
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(x)
+            .arg(&nc_i)
+            .arg(&k_i)
+            .arg(&self.tc_xp)
+            .arg(&self.tc_xs)
+            .arg(&kinds);
+        // SAFETY: matches `mvtc_prep(const float*, int, int, uint32_t*, float*, int)`; x holds
+        // nc·k floats (checked), the scratch holds 8 columns of TC_MAX_K ≥ k elements.
+        unsafe { b.launch(blocks_1d(8 * (k / 16) as u64, 128)) }.map_err(drv(what))?;
+        Ok(())
+    }
+
+    /// `add_norm_prep_f32` (layer.cu) over `rows` rows of `n`: with `y = Some((y, wy, s))`
+    /// first `x = (x + RMSNorm_wy(y))·s` (the residual step), then `h = RMSNorm_w(x)`, and rows
+    /// `< min(rows, 8)` of `h` into the tensor-core scratch as [`Gpu::tc_prep`] of `h` would
+    /// write them (`kinds`). `x`, `h`, `y` f32 `[rows, n]`, `w`, `wy` f32 `[n]`; `n % 16 == 0`,
+    /// `n ≤ 16384` (`kernels::norm_prep_threads`), `n ≤` [`crate::device::TC_MAX_K`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_norm_prep(
+        &self,
+        y: Option<(&CudaView<'_, f32>, &CudaView<'_, f32>, f32)>,
+        x: &mut CudaViewMut<'_, f32>,
+        w: &CudaView<'_, f32>,
+        h: &mut CudaViewMut<'_, f32>,
+        rows: usize,
+        n: usize,
+        eps: f32,
+        kinds: i32,
+    ) -> Result<(), RuntimeError> {
+        let what = "add_norm_prep_f32";
+        let threads = kernels::norm_prep_threads(n)
+            .ok_or_else(|| shape(what, format!("n {n} must be a multiple of 16, ≤ 16384")))?;
+        let len = rows_len(what, rows, n, i32::MAX as usize)?;
+        check_prep_shape(what, rows.min(MATVEC_MAX_COLS), n, x.len())?;
+        if x.len() < len
+            || h.len() < len
+            || w.len() < n
+            || y.is_some_and(|(y, wy, _)| y.len() < len || wy.len() < n)
+        {
+            return Err(shape(
+                what,
+                format!("rows {rows} × n {n} vs x {}, h {}", x.len(), h.len()),
+            ));
+        }
+        let mut ptrs = vec![
+            ("x", x.device_ptr(&self.stream).0),
+            ("w", w.device_ptr(&self.stream).0),
+            ("h", h.device_ptr(&self.stream).0),
+        ];
+        if let Some((y, wy, _)) = y {
+            ptrs.push(("y", y.device_ptr(&self.stream).0));
+            ptrs.push(("wy", wy.device_ptr(&self.stream).0));
+        }
+        check_aligned16(what, &ptrs)?;
+        let f = self.func(Family::Layer, what)?;
+        let (n_i, prep_i) = (n as i32, rows.min(MATVEC_MAX_COLS) as i32);
+        let (null, one) = (0u64, 1.0f32);
+        let mut b = self.stream.launch_builder(&f);
+        match y {
+            Some((y, wy, _)) => b.arg(y).arg(wy),
+            None => b.arg(&null).arg(&null),
+        };
+        let s = y.map_or(one, |(_, _, s)| s);
+        b.arg(x)
+            .arg(w)
+            .arg(h)
+            .arg(&n_i)
+            .arg(&eps)
+            .arg(&self.tc_xp)
+            .arg(&self.tc_xs)
+            .arg(&prep_i)
+            .arg(&s)
+            .arg(&kinds);
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: matches `add_norm_prep_f32(const float*, const float*, float*, const float*,
+        // float*, int, float, uint32_t*, float*, int, float, int)`; u64 zeros are the null y and
+        // wy; lengths checked above, the scratch holds 8 columns of TC_MAX_K ≥ n elements.
+        unsafe { b.launch(cfg) }.map_err(drv(what))?;
+        Ok(())
+    }
+
+    /// `geglu_prep_f32` (layer.cu): `out = gelu_tanh(g) ⊙ u` over `rows` rows of `n` (the
+    /// rounding of [`Gpu::geglu`]), and rows `< min(rows, 8)` of `out` into the tensor-core
+    /// scratch as [`Gpu::tc_prep`] of `out` would write them (`kinds`). `g`, `u`, `out` f32
+    /// `[rows, n]`; `n % 16 == 0`, `n ≤` [`crate::device::TC_MAX_K`].
+    pub fn geglu_prep(
+        &self,
+        g: &CudaView<'_, f32>,
+        u: &CudaView<'_, f32>,
+        out: &mut CudaViewMut<'_, f32>,
+        rows: usize,
+        n: usize,
+        kinds: i32,
+    ) -> Result<(), RuntimeError> {
+        let what = "geglu_prep_f32";
+        // rows is the grid's y extent (at most 65535).
+        let len = rows_len(what, rows, n, u16::MAX as usize)?;
+        check_prep_shape(what, rows.min(MATVEC_MAX_COLS), n, g.len())?;
+        if u.len() < len || out.len() < len {
+            return Err(shape(
+                what,
+                format!("rows {rows} × n {n} vs u {}, out {}", u.len(), out.len()),
+            ));
+        }
+        check_aligned16(
+            what,
+            &[
+                ("g", g.device_ptr(&self.stream).0),
+                ("u", u.device_ptr(&self.stream).0),
+                ("out", out.device_ptr(&self.stream).0),
+            ],
+        )?;
+        let f = self.func(Family::Layer, what)?;
+        let (n_i, prep_i) = (n as i32, rows.min(MATVEC_MAX_COLS) as i32);
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(g)
+            .arg(u)
+            .arg(out)
+            .arg(&n_i)
+            .arg(&self.tc_xp)
+            .arg(&self.tc_xs)
+            .arg(&prep_i)
+            .arg(&kinds);
+        let cfg = LaunchConfig {
+            grid_dim: (
+                (n / 4).div_ceil(kernels::GEGLU_PREP_THREADS as usize) as u32,
+                rows as u32,
+                1,
+            ),
+            block_dim: (kernels::GEGLU_PREP_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: matches `geglu_prep_f32(const float*, const float*, float*, int, uint32_t*,
+        // float*, int, int)`; lengths checked above, the scratch holds 8 columns of TC_MAX_K ≥ n.
+        unsafe { b.launch(cfg) }.map_err(drv(what))?;
+        Ok(())
+    }
+
+    /// Fills both tensor-core scratch buffers (`Gpu::tc_xp`, `Gpu::tc_xs`) with the bit
+    /// pattern `bits` (checks compare what two prep writers leave there).
+    pub(crate) fn fill_tc_scratch(&self, bits: u32) -> Result<(), RuntimeError> {
+        let f = self.func(Family::Reduce, "fill_u32")?;
+        for (what, p, n) in [
+            (
+                "fill tc_xp",
+                crate::forward::ptr(self, &self.tc_xp),
+                self.tc_xp.len(),
+            ),
+            (
+                "fill tc_xs",
+                crate::forward::ptr(self, &self.tc_xs),
+                self.tc_xs.len(),
+            ),
+        ] {
+            let n = n as u64;
+            let mut b = self.stream.launch_builder(&f);
+            b.arg(&p).arg(&n).arg(&bits);
+            // SAFETY: `fill_u32(uint32_t*, uint64_t, uint32_t)` over the n 32-bit words of a live
+            // scratch buffer of this GPU (its device address).
+            unsafe { b.launch(blocks_1d(n.min(1 << 24), 256)) }.map_err(drv(what))?;
+        }
         Ok(())
     }
 
@@ -657,6 +879,38 @@ mod tests {
         assert_eq!(digits, vec![GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q6_K]);
     }
     use reference::quant::SUPPORTED_TYPES;
+
+    /// The prep writers' shape rules, by hand: 1 ≤ nc ≤ 8 columns, k a positive multiple of 16
+    /// within the scratch (`TC_MAX_K` = 65536), x holding nc·k values; `rows · n` in range with
+    /// 1 ≤ rows ≤ the grid bound; 16-byte alignment of every address.
+    #[test]
+    fn prep_shape_rules() {
+        assert!(check_prep_shape("t", 1, 16, 16).is_ok());
+        assert!(check_prep_shape("t", 8, 65536, 8 * 65536).is_ok());
+        for (nc, k, x) in [
+            (0, 16, 16),
+            (9, 16, 9 * 16),
+            (1, 0, 0),
+            (1, 24, 24),
+            (1, 65536 + 16, 65536 + 16),
+            (3, 3840, 3 * 3840 - 1),
+        ] {
+            assert!(
+                matches!(
+                    check_prep_shape("t", nc, k, x),
+                    Err(RuntimeError::Shape { .. })
+                ),
+                "nc {nc} k {k} x {x}"
+            );
+        }
+        assert_eq!(rows_len("t", 3, 5376, 65535).unwrap(), 16128);
+        assert!(rows_len("t", 0, 16, 65535).is_err());
+        assert!(rows_len("t", 65536, 16, 65535).is_err());
+        assert!(rows_len("t", usize::MAX / 2, 16, usize::MAX).is_err());
+        assert!(check_aligned16("t", &[("a", 0x1000), ("b", 0x2010)]).is_ok());
+        let e = check_aligned16("t", &[("a", 0x1000), ("b", 0x2004)]).unwrap_err();
+        assert!(e.to_string().contains("b at 0x2004"), "{e}");
+    }
 
     /// Hand derivation (spec/gemma4-text.md §4.4): d = 512, θ = 1e6, factor 0.25 → n_rot =
     /// floor(0.25·512 / 2) = 64; entry 0 = θ⁰ = 1; entry 63 = 1e6^(−126/512); entry 64.. = 0.
