@@ -788,6 +788,12 @@ fn check_prep_producers(gpu: &Gpu, rng: &mut Rng, log: &mut Log, ok: &mut bool) 
             gpu.stream.clone_dtoh(&gpu.tc_xs)?,
         ))
     };
+    // The scratch a prep writer leaves over the poison (`produce` launches it).
+    let written_over_poison = |produce: &mut dyn FnMut() -> Result<()>| {
+        gpu.fill_tc_scratch(POISON)?;
+        produce()?;
+        scratch()
+    };
     // (words differing, words the producer wrote) between a producer's scratch and mvtc_prep's
     // of `nc` columns of n.
     let compare = |n: usize, nc: usize, a: &(Vec<u32>, Vec<f32>), b: &(Vec<u32>, Vec<f32>)| {
@@ -840,22 +846,21 @@ fn check_prep_producers(gpu: &Gpu, rng: &mut Rng, log: &mut Log, ok: &mut bool) 
             gpu.stream.clone_htod(&wy)?,
         );
         let mut hd = poisoned(gpu, rows * n)?;
-        gpu.fill_tc_scratch(POISON)?;
         let (yv, wyv) = (yd.as_view(), wyd.as_view());
-        gpu.add_norm_prep(
-            residual.then_some((&yv, &wyv, s)),
-            &mut xd.as_view_mut(),
-            &wd.as_view(),
-            &mut hd.as_view_mut(),
-            rows,
-            n,
-            eps,
-            kinds,
-        )?;
-        let fused = scratch()?;
-        gpu.fill_tc_scratch(POISON)?;
-        gpu.tc_prep(&hd.as_view(), nc, n, kinds)?;
-        let (diff, written) = compare(n, nc, &fused, &scratch()?);
+        let fused = written_over_poison(&mut || {
+            Ok(gpu.add_norm_prep(
+                residual.then_some((&yv, &wyv, s)),
+                &mut xd.as_view_mut(),
+                &wd.as_view(),
+                &mut hd.as_view_mut(),
+                rows,
+                n,
+                eps,
+                kinds,
+            )?)
+        })?;
+        let prep = written_over_poison(&mut || Ok(gpu.tc_prep(&hd.as_view(), nc, n, kinds)?))?;
+        let (diff, written) = compare(n, nc, &fused, &prep);
         let (x, h) = (gpu.stream.clone_dtoh(&xd)?, gpu.stream.clone_dtoh(&hd)?);
         let tol_units = n.div_ceil(256) as f64 + 24.0;
         let (mut norm_ok, mut worst) = (true, 0f64);
@@ -914,19 +919,18 @@ fn check_prep_producers(gpu: &Gpu, rng: &mut Rng, log: &mut Log, ok: &mut bool) 
         halves_scaled(rng, &mut u);
         let (gd, ud) = (gpu.stream.clone_htod(&g)?, gpu.stream.clone_htod(&u)?);
         let mut od = poisoned(gpu, rows * n)?;
-        gpu.fill_tc_scratch(POISON)?;
-        gpu.geglu_prep(
-            &gd.as_view(),
-            &ud.as_view(),
-            &mut od.as_view_mut(),
-            rows,
-            n,
-            kinds,
-        )?;
-        let fused = scratch()?;
-        gpu.fill_tc_scratch(POISON)?;
-        gpu.tc_prep(&od.as_view(), nc, n, kinds)?;
-        let (diff, written) = compare(n, nc, &fused, &scratch()?);
+        let fused = written_over_poison(&mut || {
+            Ok(gpu.geglu_prep(
+                &gd.as_view(),
+                &ud.as_view(),
+                &mut od.as_view_mut(),
+                rows,
+                n,
+                kinds,
+            )?)
+        })?;
+        let prep = written_over_poison(&mut || Ok(gpu.tc_prep(&od.as_view(), nc, n, kinds)?))?;
+        let (diff, written) = compare(n, nc, &fused, &prep);
         let mut rd = poisoned(gpu, rows * n)?;
         gpu.geglu(
             &gd.as_view(),

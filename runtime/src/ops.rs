@@ -6,7 +6,9 @@
 //! (RoPE), §5 (GeGLU), §9 (soft-capping).
 #![allow(unsafe_code)]
 
-use cudarc::driver::{CudaFunction, CudaView, CudaViewMut, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaFunction, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
+};
 use kernels::{matvec_rows_per_block, Family, FORMATS, MATVEC_MAX_COLS, MATVEC_THREADS};
 use reference::quant::GgmlType;
 
@@ -345,13 +347,7 @@ impl Gpu {
         check_matvec_shapes(&what, rows, k, rb, ncols, w.len(), x.len(), y.len())?;
         // The staged kernel copies aligned 16-byte chunks and takes row offsets mod 16 from the
         // matrix start, so the matrix must start on a 16-byte boundary.
-        let (wp, _sync) = w.device_ptr(&self.stream);
-        if wp % 16 != 0 {
-            return Err(shape(
-                &what,
-                format!("weights at {wp:#x} are not 16-byte aligned"),
-            ));
-        }
+        check_aligned16(&what, &[("weights", w.device_ptr(&self.stream).0)])?;
         let (nc_i, k_i, rows_i, rb_u) = (ncols as i32, k as i32, rows as i32, rb as u64);
         let (null, zero) = (0u64, 0i32);
         self.tc_prep(x, ncols, k, kernels::tc_prep_kinds([fmt]))?;
@@ -645,27 +641,10 @@ impl Gpu {
     /// Fills both tensor-core scratch buffers (`Gpu::tc_xp`, `Gpu::tc_xs`) with the bit
     /// pattern `bits` (checks compare what two prep writers leave there).
     pub(crate) fn fill_tc_scratch(&self, bits: u32) -> Result<(), RuntimeError> {
-        let f = self.func(Family::Reduce, "fill_u32")?;
-        for (what, p, n) in [
-            (
-                "fill tc_xp",
-                crate::forward::ptr(self, &self.tc_xp),
-                self.tc_xp.len(),
-            ),
-            (
-                "fill tc_xs",
-                crate::forward::ptr(self, &self.tc_xs),
-                self.tc_xs.len(),
-            ),
-        ] {
-            let n = n as u64;
-            let mut b = self.stream.launch_builder(&f);
-            b.arg(&p).arg(&n).arg(&bits);
-            // SAFETY: `fill_u32(uint32_t*, uint64_t, uint32_t)` over the n 32-bit words of a live
-            // scratch buffer of this GPU (its device address).
-            unsafe { b.launch(blocks_1d(n.min(1 << 24), 256)) }.map_err(drv(what))?;
-        }
-        Ok(())
+        let xp = crate::forward::ptr(self, &self.tc_xp);
+        let xs = crate::forward::ptr(self, &self.tc_xs);
+        self.fill_words("fill tc_xp", xp, self.tc_xp.len(), bits)?;
+        self.fill_words("fill tc_xs", xs, self.tc_xs.len(), bits)
     }
 
     /// `y = cap · tanh(x / cap)` over `n` f32 values.
@@ -785,13 +764,22 @@ impl Gpu {
         buf: &mut CudaViewMut<'_, f32>,
         bits: u32,
     ) -> Result<(), RuntimeError> {
+        let n = buf.len();
+        let (p, _sync) = buf.device_ptr_mut(&self.stream);
+        self.fill_words("fill_u32", p, n, bits)
+    }
+
+    /// `fill_u32` over the `n` 32-bit words at device address `p` (a live buffer of this GPU
+    /// holding at least `n` words: an f32 buffer of n elements is n words, the kernel only stores
+    /// bit patterns).
+    fn fill_words(&self, what: &str, p: u64, n: usize, bits: u32) -> Result<(), RuntimeError> {
         let f = self.func(Family::Reduce, "fill_u32")?;
-        let n = buf.len() as u64;
+        let n = n as u64;
         let mut b = self.stream.launch_builder(&f);
-        b.arg(buf).arg(&n).arg(&bits);
-        // SAFETY: `fill_u32(uint32_t*, uint64_t, uint32_t)`; an f32 buffer of n elements is n
-        // 32-bit words (the kernel only stores bit patterns).
-        unsafe { b.launch(blocks_1d(n.min(1 << 24), 256)) }.map_err(drv("fill_u32"))?;
+        b.arg(&p).arg(&n).arg(&bits);
+        // SAFETY: `fill_u32(uint32_t*, uint64_t, uint32_t)` (a grid-stride loop) over the n words
+        // at p, which every caller takes from a live buffer of at least n words.
+        unsafe { b.launch(blocks_1d(n.min(1 << 24), 256)) }.map_err(drv(what))?;
         Ok(())
     }
 
