@@ -36,12 +36,31 @@ fn shape(what: &str, detail: String) -> RuntimeError {
     }
 }
 
-fn blocks_1d(n: u64, block: u32) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (n.div_ceil(block as u64) as u32, 1, 1),
+/// A 1-D launch of `n ≥ 1` threads in blocks of `block`: grid `ceil(n / block)`, which must
+/// fit the grid's x extent (2³¹ − 1), or a shape error naming `what` — a count cast to `u32`
+/// unchecked would launch too few blocks and leave the tail unwritten.
+fn blocks_1d(what: &str, n: u64, block: u32) -> Result<LaunchConfig, RuntimeError> {
+    let blocks = n.div_ceil(u64::from(block));
+    if n == 0 || blocks > i32::MAX as u64 {
+        return Err(shape(
+            what,
+            format!("{n} threads: need 1 ≤ ceil(n / {block}) ≤ 2^31 − 1 blocks"),
+        ));
+    }
+    Ok(LaunchConfig {
+        grid_dim: (blocks as u32, 1, 1),
         block_dim: (block, 1, 1),
         shared_mem_bytes: 0,
-    }
+    })
+}
+
+/// The product of `dims` (the element count of a buffer of that shape), or a shape error when
+/// it overflows `usize` or exceeds `max`.
+fn checked_len(what: &str, dims: &[usize], max: usize) -> Result<usize, RuntimeError> {
+    dims.iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .filter(|&n| n <= max)
+        .ok_or_else(|| shape(what, format!("shape {dims:?}: element count out of range")))
 }
 
 /// Bytes of one row of `k` elements of `ty`, checking that `k` is a whole number of blocks and
@@ -74,20 +93,21 @@ fn check_matvec_shapes(
     x_len: usize,
     y_len: usize,
 ) -> Result<(), RuntimeError> {
+    // rows, k ≤ i32::MAX and ncols ≤ 8 first, so that the products below cannot overflow a
+    // 64-bit usize except rows · rb (checked).
+    let w_need = rows.checked_mul(rb);
     if !(1..=MATVEC_MAX_COLS).contains(&ncols)
-        || w_len != rows * rb
-        || x_len < ncols * k
-        || y_len < ncols * rows
+        || rows == 0
         || rows > i32::MAX as usize
         || k > i32::MAX as usize
+        || w_need != Some(w_len)
+        || x_len < ncols * k
+        || y_len < ncols * rows
     {
         return Err(shape(
             what,
             format!(
-                "need 1 ≤ ncols ≤ {MATVEC_MAX_COLS}, w = {} bytes (got {w_len}), x ≥ {} (got {x_len}), y ≥ {} (got {y_len})",
-                rows * rb,
-                ncols * k,
-                ncols * rows,
+                "need 1 ≤ ncols ≤ {MATVEC_MAX_COLS}, 1 ≤ rows, k ≤ 2^31 − 1, w = rows · {rb} bytes (got {w_len}), x ≥ ncols · k (got {x_len}), y ≥ ncols · rows (got {y_len})",
             ),
         ));
     }
@@ -182,7 +202,7 @@ impl Gpu {
         b.arg(src).arg(out).arg(&n_pieces);
         // SAFETY: argument list matches `dequant_<fmt>(const uint8_t*, float*, uint64_t)`;
         // src holds the blocks of n_pieces·8 elements and out ≥ n_pieces·8 floats (checked).
-        unsafe { b.launch(blocks_1d(n_pieces, 256)) }.map_err(drv(name))?;
+        unsafe { b.launch(blocks_1d(&what, n_pieces, 256)?) }.map_err(drv(name))?;
         Ok(())
     }
 
@@ -233,7 +253,8 @@ impl Gpu {
     /// v). Shapes: q [t, nh, d], k/v [t, nkv, d], caches [·, rows, nkv·d], norms [d], slot/pos
     /// [t] (every slot·rows + rows within the caches), inv_freq f64 [d/2].
     ///
-    /// Errors: [`RuntimeError::Shape`] for buffers shorter than these shapes or an odd `d`.
+    /// Errors: [`RuntimeError::Shape`] for buffers shorter than these shapes, an odd or zero `d`,
+    /// `t` > 65535 (the grid's y extent) or counts beyond `i32`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn qkv_post(
         &self,
@@ -253,14 +274,22 @@ impl Gpu {
         eps: f32,
     ) -> Result<(), RuntimeError> {
         let what = "qkv_post_f32";
-        let cache_ok = kv
-            .as_ref()
-            .is_none_or(|(kc, vc, rows, _)| kc.len().min(vc.len()) >= *rows * nkv * d && *rows > 0);
+        let i32_max = i32::MAX as usize;
+        let q_len = checked_len(what, &[t, nh, d], isize::MAX as usize)?;
+        let kv_len = checked_len(what, &[t, nkv, d], isize::MAX as usize)?;
+        let cache_ok = kv.as_ref().is_none_or(|(kc, vc, rows, _)| {
+            checked_len(what, &[*rows, nkv, d], isize::MAX as usize)
+                .is_ok_and(|need| kc.len().min(vc.len()) >= need)
+                && (1..=i32_max).contains(rows)
+        });
         if d == 0
             || !d.is_multiple_of(2)
-            || q.len() < t * nh * d
-            || k.len() < t * nkv * d
-            || v.len() < t * nkv * d
+            || d > i32_max
+            || nh.checked_add(2 * nkv).is_none_or(|g| g > i32_max)
+            || t > 65535
+            || q.len() < q_len
+            || k.len() < kv_len
+            || v.len() < kv_len
             || q_norm.len() < d
             || k_norm.len() < d
             || slot.len() < t
@@ -270,7 +299,7 @@ impl Gpu {
         {
             return Err(shape(
                 what,
-                format!("T {t} × ({nh} q, {nkv} kv) heads × d {d}"),
+                format!("T {t} (need ≤ 65535, the grid's y extent) × ({nh} q, {nkv} kv) heads × d {d} (even, ≥ 2), or buffers short of that shape"),
             ));
         }
         let f = self.func(Family::Layer, what)?;
@@ -390,11 +419,15 @@ impl Gpu {
         eps: f32,
     ) -> Result<(), RuntimeError> {
         let what = "rmsnorm_f32";
-        if x.len() < rows * n || y.len() < rows * n || w.is_some_and(|w| w.len() < n) || n == 0 {
+        let len = rows_len(what, rows, n, i32::MAX as usize)?;
+        if x.len() < len || y.len() < len || w.is_some_and(|w| w.len() < n) || n == 0 {
             return Err(shape(
                 what,
                 format!("rows {rows} × n {n} vs x {}, y {}", x.len(), y.len()),
             ));
+        }
+        if n > i32::MAX as usize {
+            return Err(shape(what, format!("n {n} exceeds 2^31 − 1")));
         }
         let f = self.func(Family::Norm, what)?;
         let n_i = n as i32;
@@ -431,8 +464,13 @@ impl Gpu {
         d: usize,
     ) -> Result<(), RuntimeError> {
         let what = "rope_neox_f32";
-        let n = n_tokens * n_heads * d;
-        if !d.is_multiple_of(2)
+        let n = checked_len(what, &[n_tokens, n_heads, d], u64::MAX as usize)?;
+        let i32_max = i32::MAX as usize;
+        if d == 0
+            || !d.is_multiple_of(2)
+            || n_tokens > i32_max
+            || n_heads > i32_max
+            || d > i32_max
             || x.len() < n
             || y.len() < n
             || pos.len() < n_tokens
@@ -452,7 +490,7 @@ impl Gpu {
             .arg(&dd);
         // SAFETY: matches `rope_neox_f32(const float*, float*, const int*, const double*, int,
         // int, int)`; lengths checked above.
-        unsafe { b.launch(blocks_1d((n / 2) as u64, 256)) }.map_err(drv(what))?;
+        unsafe { b.launch(blocks_1d(what, (n / 2) as u64, 256)?) }.map_err(drv(what))?;
         Ok(())
     }
 
@@ -472,8 +510,9 @@ impl Gpu {
         let nn = n as u64;
         let mut b = self.stream.launch_builder(&f);
         b.arg(gate).arg(up).arg(out).arg(&nn);
-        // SAFETY: matches `geglu_f32(const float*, const float*, float*, uint64_t)`.
-        unsafe { b.launch(blocks_1d(nn, 256)) }.map_err(drv(what))?;
+        // SAFETY: matches `geglu_f32(const float*, const float*, float*, uint64_t)`; gate, up
+        // and out hold n floats (checked).
+        unsafe { b.launch(blocks_1d(what, nn, 256)?) }.map_err(drv(what))?;
         Ok(())
     }
 
@@ -504,7 +543,7 @@ impl Gpu {
             .arg(&kinds);
         // SAFETY: matches `mvtc_prep(const float*, int, int, uint32_t*, float*, int)`; x holds
         // nc·k floats (checked), the scratch holds 8 columns of TC_MAX_K ≥ k elements.
-        unsafe { b.launch(blocks_1d(8 * (k / 16) as u64, 128)) }.map_err(drv(what))?;
+        unsafe { b.launch(blocks_1d(what, 8 * (k / 16) as u64, 128)?) }.map_err(drv(what))?;
         Ok(())
     }
 
@@ -663,8 +702,9 @@ impl Gpu {
         let nn = n as u64;
         let mut b = self.stream.launch_builder(&f);
         b.arg(x).arg(y).arg(&nn).arg(&cap);
-        // SAFETY: matches `softcap_f32(const float*, float*, uint64_t, float)`.
-        unsafe { b.launch(blocks_1d(nn, 256)) }.map_err(drv(what))?;
+        // SAFETY: matches `softcap_f32(const float*, float*, uint64_t, float)`; x and y hold n
+        // floats (checked).
+        unsafe { b.launch(blocks_1d(what, nn, 256)?) }.map_err(drv(what))?;
         Ok(())
     }
 
@@ -679,7 +719,9 @@ impl Gpu {
         val: &mut CudaViewMut<'_, f32>,
     ) -> Result<(), RuntimeError> {
         let what = "argmax_f32";
-        if x.len() < rows * n || idx.len() < rows || val.len() < rows || n > i32::MAX as usize {
+        let len = rows_len(what, rows, n, i32::MAX as usize)?;
+        if x.len() < len || idx.len() < rows || val.len() < rows || n == 0 || n > i32::MAX as usize
+        {
             return Err(shape(what, format!("rows {rows} × n {n}")));
         }
         let f = self.func(Family::Reduce, what)?;
@@ -715,10 +757,16 @@ impl Gpu {
     ) -> Result<Vec<TopkRow>, RuntimeError> {
         let what = "topk_f32";
         let (tmax, stride) = (crate::forward::TOPK_MAX, crate::forward::TK_STRIDE);
+        let len = rows_len(what, rows, n, i32::MAX as usize)?;
+        checked_len(
+            what,
+            &[rows, kernels::TOPK_BLOCKS_MAX, stride, 4],
+            isize::MAX as usize,
+        )?;
         if !(1..=tmax).contains(&k)
             || n == 0
             || n > i32::MAX as usize
-            || x.len() < rows * n
+            || x.len() < len
             || mask.is_some_and(|m| m.len() < n)
         {
             return Err(shape(what, format!("rows {rows} × n {n}, k {k}")));
@@ -773,13 +821,16 @@ impl Gpu {
     /// holding at least `n` words: an f32 buffer of n elements is n words, the kernel only stores
     /// bit patterns).
     fn fill_words(&self, what: &str, p: u64, n: usize, bits: u32) -> Result<(), RuntimeError> {
+        if n == 0 {
+            return Ok(());
+        }
         let f = self.func(Family::Reduce, "fill_u32")?;
         let n = n as u64;
         let mut b = self.stream.launch_builder(&f);
         b.arg(&p).arg(&n).arg(&bits);
         // SAFETY: `fill_u32(uint32_t*, uint64_t, uint32_t)` (a grid-stride loop) over the n words
         // at p, which every caller takes from a live buffer of at least n words.
-        unsafe { b.launch(blocks_1d(n.min(1 << 24), 256)) }.map_err(drv(what))?;
+        unsafe { b.launch(blocks_1d(what, n.min(1 << 24), 256)?) }.map_err(drv(what))?;
         Ok(())
     }
 
@@ -791,9 +842,17 @@ impl Gpu {
         partial: &mut CudaViewMut<'_, f32>,
     ) -> Result<(), RuntimeError> {
         let what = "sum_f32x4";
-        if !x.len().is_multiple_of(4) || partial.is_empty() {
-            return Err(shape(what, format!("len {} not a multiple of 4", x.len())));
+        if !x.len().is_multiple_of(4) || partial.is_empty() || partial.len() > i32::MAX as usize {
+            return Err(shape(
+                what,
+                format!(
+                    "need len % 4 == 0 (got {}) and 1 ≤ partials ≤ 2^31 − 1 (got {})",
+                    x.len(),
+                    partial.len()
+                ),
+            ));
         }
+        check_aligned16(what, &[("x", x.device_ptr(&self.stream).0)])?;
         let f = self.func(Family::Reduce, what)?;
         let n4 = (x.len() / 4) as u64;
         let cfg = LaunchConfig {
@@ -803,8 +862,8 @@ impl Gpu {
         };
         let mut b = self.stream.launch_builder(&f);
         b.arg(x).arg(&n4).arg(partial);
-        // SAFETY: `sum_f32x4(const float4*, uint64_t, float*)`; x holds n4 float4 values
-        // (allocations are 256-byte aligned) and partial one float per block.
+        // SAFETY: `sum_f32x4(const float4*, uint64_t, float*)`; x holds n4 float4 values at a
+        // 16-byte aligned address (both checked) and partial one float per block.
         unsafe { b.launch(cfg) }.map_err(drv(what))?;
         Ok(())
     }
@@ -818,7 +877,7 @@ impl Gpu {
         let mut b = self.stream.launch_builder(&f);
         b.arg(&ns);
         // SAFETY: `spin_ns(uint64_t)`; touches no memory.
-        unsafe { b.launch(blocks_1d(1, 1)) }.map_err(drv("spin_ns"))?;
+        unsafe { b.launch(blocks_1d("spin_ns", 1, 1)?) }.map_err(drv("spin_ns"))?;
         Ok(())
     }
 }
@@ -942,5 +1001,31 @@ mod tests {
         assert!(!ok(1, 287, 256, 2)); // weights one byte short
         assert!(!ok(2, 288, 511, 4)); // x one element short
         assert!(!ok(2, 288, 512, 3)); // y one element short
+                                      // rows · row_bytes past usize: an error, not a wrapped product that might match w.
+        let huge = check_matvec_shapes("t", i32::MAX as usize, 256, usize::MAX / 4, 1, 0, 256, 1);
+        assert!(matches!(huge, Err(RuntimeError::Shape { .. })));
+        assert!(check_matvec_shapes("t", 0, 256, 144, 1, 0, 256, 0).is_err()); // no rows
+    }
+
+    /// Launch-size rules by hand: ceil(n / block) blocks, 1 ≤ blocks ≤ 2^31 − 1 (the grid's
+    /// x extent); element counts as checked products.
+    #[test]
+    fn launch_size_rules() {
+        assert_eq!(blocks_1d("t", 1, 256).unwrap().grid_dim, (1, 1, 1));
+        assert_eq!(blocks_1d("t", 257, 256).unwrap().grid_dim, (2, 1, 1));
+        // the largest count that fits: (2^31 − 1) blocks of 256 threads
+        let top = (i32::MAX as u64) * 256;
+        assert_eq!(
+            blocks_1d("t", top, 256).unwrap().grid_dim.0,
+            i32::MAX as u32
+        );
+        assert!(blocks_1d("t", top + 1, 256).is_err());
+        assert!(blocks_1d("t", 0, 256).is_err());
+        // 2^40 + 1 threads: a truncating cast would have launched 1 block
+        assert!(blocks_1d("t", (1 << 40) + 1, 256).is_err());
+        assert_eq!(checked_len("t", &[7, 8, 256], usize::MAX).unwrap(), 14336);
+        assert_eq!(checked_len("t", &[], 10).unwrap(), 1);
+        assert!(checked_len("t", &[1 << 40, 1 << 30], usize::MAX).is_err());
+        assert!(checked_len("t", &[4, 4], 15).is_err());
     }
 }
