@@ -652,11 +652,17 @@ template <> struct TcI8<FmtQ6_K> { enum { V = 1 }; };
 // TcQ6Sgn<F, NG>::V (Q6_K only): the A words carry 4·(q − 32) (Tc<FmtQ6_K>::quad8<true>) instead
 // of a second mma of the constant −32 per group and column group; the super-block's s32 sum, a
 // multiple of 4, is shifted back (exact), so the outputs are the same bits at every NG — from
-// TC_Q6_SGN_NG column groups on (1: every kernel; 4: none, the default until it is timed on a GPU;
-// static SASS of the main loop at 3: mvtc_q6_k_3 955 → 947, mvtc_q6_k_3w 1103 → 1074 with spills
-// 88 → 64 B; at 2 also mvtc_q6_k_2 947 → 918, but mvtcx_q4_k_q6_k_2 then spills 16 B, from 0).
+// TC_Q6_SGN_NG column groups on (1: every kernel; 4: none). Default 3: static SASS of the main
+// loop mvtc_q6_k_3 955 → 947, mvtc_q6_k_3w 1103 → 1074 with spills 88 → 64 B (at 2 also
+// mvtc_q6_k_2 947 → 922, but mvtcx_q4_k_q6_k_2 then spills 16 B, from 0; at 1 mvtc_q6_k_1 618 →
+// 644). Measured (H100, 2026-12-06, `run.sh ab`, one binary, sources 4 vs 3 with TC_WKEEP_2 = 1,
+// alternating, every mv-bench output hash the same): tied Q6_K head (mvtc_q6_k_3w, n = 8)
+// 417.5 / 422.1 → 389.9 / 389.9 µs, n ≤ 4 unchanged (289.8–353.5 µs); 12B decode at batch 8
+// 1642.1 / 1642.0 → 1653.0 / 1652.7 tok/s, batch 1 279.9 / 279.9 → 279.5 / 279.7; and every
+// check of `run.sh all` passed with these sources (gpu-check, model-check maxima as before,
+// conformance, spec-check, memcheck).
 #ifndef TC_Q6_SGN_NG
-#define TC_Q6_SGN_NG 4
+#define TC_Q6_SGN_NG 3
 #endif
 template <typename F, int NG> struct TcQ6Sgn { enum { V = 0 }; };
 template <int NG> struct TcQ6Sgn<FmtQ6_K, NG> { enum { V = NG >= TC_Q6_SGN_NG }; };
@@ -1046,7 +1052,7 @@ template <typename F> struct TcPlan {
 #define TC_WFULL_PROLOGUE 2
 #endif
 #ifndef TC_WKEEP_2
-#define TC_WKEEP_2 0
+#define TC_WKEEP_2 1
 #endif
 template <typename F> struct TcPerWarp { enum { V = 0 }; };
 template <> struct TcPerWarp<FmtQ3_K> { enum { V = 1 }; };
@@ -1097,8 +1103,9 @@ template <typename F> struct TcWarpPlan {
         // per super-block, common.cuh TC_XF_OFFSET) ptxas recomputed these offsets inside
         // mvtc_q3_k_1's loop instead (96 → 86 registers, loop 622 → 770 static SASS instructions).
         // NG = 2 had the same recomputation (mvtc_q3_k_2's loop 678 → 784; ffn_down at n = 4
-        // 19.61 → 21.49 µs on the H100); TC_WKEEP_2 = 1 keeps the offsets there too (702 static;
-        // off by default until it is timed on a GPU).
+        // 19.61 → 21.49 µs on the H100); TC_WKEEP_2 = 1 (the default) keeps the offsets there
+        // too (702 static). Measured (H100, 2026-12-06, same A/B as TcQ6Sgn's): ffn_down at n = 4
+        // 21.44 / 21.42 → 19.61 / 19.69 µs, attn_v at n = 4 (128 tiles) 4.95 / 5.03 → 5.25 / 5.23.
 #pragma unroll
         for (int i = 0; i < WS::SLOTS; ++i) goff[i] = tc_keep<(NG == 2 && TC_WKEEP_2) ? 1 : NG>(goff[i]);
         // (Only NG = 1 takes the fast path, stage<true>.)
