@@ -254,7 +254,7 @@ impl Gpu {
     /// [t] (every slot·rows + rows within the caches), inv_freq f64 [d/2].
     ///
     /// Errors: [`RuntimeError::Shape`] for buffers shorter than these shapes, an odd or zero `d`,
-    /// `t` > 65535 (the grid's y extent) or counts beyond `i32`.
+    /// `t` outside 1..=65535 (the grid's y extent) or counts beyond `i32`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn qkv_post(
         &self,
@@ -285,7 +285,11 @@ impl Gpu {
         if d == 0
             || !d.is_multiple_of(2)
             || d > i32_max
-            || nh.checked_add(2 * nkv).is_none_or(|g| g > i32_max)
+            || t == 0
+            || nkv
+                .checked_mul(2)
+                .and_then(|k2| nh.checked_add(k2))
+                .is_none_or(|g| g > i32_max)
             || t > 65535
             || q.len() < q_len
             || k.len() < kv_len
@@ -299,7 +303,7 @@ impl Gpu {
         {
             return Err(shape(
                 what,
-                format!("T {t} (need ≤ 65535, the grid's y extent) × ({nh} q, {nkv} kv) heads × d {d} (even, ≥ 2), or buffers short of that shape"),
+                format!("T {t} (need 1 ≤ T ≤ 65535, the grid's y extent) × ({nh} q, {nkv} kv) heads × d {d} (even, ≥ 2), or buffers short of that shape"),
             ));
         }
         let f = self.func(Family::Layer, what)?;
@@ -1001,7 +1005,8 @@ mod tests {
         assert!(!ok(1, 287, 256, 2)); // weights one byte short
         assert!(!ok(2, 288, 511, 4)); // x one element short
         assert!(!ok(2, 288, 512, 3)); // y one element short
-                                      // rows · row_bytes past usize: an error, not a wrapped product that might match w.
+
+        // rows · row_bytes past usize: an error, not a wrapped product that might match w.
         let huge = check_matvec_shapes("t", i32::MAX as usize, 256, usize::MAX / 4, 1, 0, 256, 1);
         assert!(matches!(huge, Err(RuntimeError::Shape { .. })));
         assert!(check_matvec_shapes("t", 0, 256, 144, 1, 0, 256, 0).is_err()); // no rows
