@@ -488,14 +488,8 @@ PY
                 src "${v#*:}"
                 n="${v%%:*}"
                 timeout "${BENCH_TIMEOUT:-120}" local/gpu/runtime bench --out "$o/bench-$n-$i" > "$o/bench-$n-$i.txt" 2>&1 || true
-                python3 - "$o/bench-$n-$i.txt" "$n" "$i" >> "$s" <<'PY' || echo "bench $n $i: no JSON" >> "$s"
-import json, sys
-d = json.load(open(sys.argv[1]))
-b = {x["batch"]: x for x in d["batch"]}
-print(f"bench {sys.argv[2]} {sys.argv[3]}: decode {d['decode_tok_per_s']:.1f} tok/s, "
-      f"fraction_of_roofline {d['fraction_of_roofline']:.4f}, batch 8 {b[8]['tok_per_s']:.1f} tok/s "
-      f"(x{b[8]['speedup_vs_batch1']:.2f})")
-PY
+                python3 scripts/gpu/summarize.py --bench-line "$o/bench-$n-$i" "$n $i" >> "$s" \
+                    || echo "bench $n $i: summarize.py failed" >> "$s"
             done
         done
     fi

@@ -2,6 +2,8 @@
 """Summary of one `scripts/gpu/run.sh all` call: results.json from the step logs and JSONs.
 
 Usage: summarize.py WORK_DIR OUT_JSON
+       summarize.py --bench-line BENCH_DIR LABEL   (one line from a `runtime bench --out
+       BENCH_DIR` folder, through the same reading as the summary's; `run.sh ab` prints it)
 
 WORK_DIR holds steps.tsv (one line per step: name, exit status, seconds, "skipped" or "ran")
 and each step's NAME.log, plus the JSON folders the steps wrote (bench-*/, gpucheck/, mc/, sc/).
@@ -37,6 +39,8 @@ def read(path):
 
 
 def bench(d):
+    if not os.path.isdir(d):
+        return {"error": f"no bench folder {d}"}
     files = [f for f in os.listdir(d) if f.endswith(".json")]
     if len(files) != 1:
         return {"error": f"expected one bench JSON in {d}, found {files}"}
@@ -188,5 +192,24 @@ def main():
     print(json.dumps({"ok": res["ok"], "steps": len(steps), "not_ok": res["not_ok"]}))
 
 
+def bench_line(d, label):
+    """One line of `run.sh ab`'s summary from the bench folder `d`: decode tok/s, fraction of
+    the roofline and batch 8 (with its ratio to batch 1), or the reading's error."""
+    try:
+        b = bench(d)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        b = {"error": f"unreadable bench JSON in {d}: {e!r}"}
+    if "error" in b:
+        return f"bench {label}: {b['error']}"
+    b8 = b["tok_per_s_by_batch"].get("8")
+    ratio = b["batch8_over_batch1"]
+    tail = f", batch 8 {b8:.1f} tok/s (x{ratio:.2f})" if b8 is not None and ratio else ""
+    return (f"bench {label}: decode {b['decode_tok_per_s']:.1f} tok/s, "
+            f"fraction_of_roofline {b['fraction_of_roofline']:.4f}{tail}")
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 4 and sys.argv[1] == "--bench-line":
+        print(bench_line(sys.argv[2], sys.argv[3]))
+    else:
+        main()
