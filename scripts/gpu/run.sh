@@ -456,7 +456,9 @@ ab)
     export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
     o=/tmp/ab-out
     rm -rf "$o" && mkdir -p "$o"
-    s="$o/ab-summary.txt"
+    # written in $OUT as it grows: a call cut short by the device tool's limit keeps what ran
+    s="$OUT/ab-summary.txt"
+    : > "$s"
     src() { if [ -n "$1" ]; then export GEMMA4_KERNEL_SRC="$PWD/$1"; else unset GEMMA4_KERNEL_SRC; fi; }
     rounds="${ROUNDS:-2}"
     for i in $(seq 1 "$rounds"); do
@@ -466,7 +468,7 @@ ab)
                 --out "$o/mv-${v%%:*}-$i.json" > "$o/mv-${v%%:*}-$i.txt" 2>&1 || echo "mv-bench ${v%%:*} $i exit $?" >> "$s"
         done
     done
-    python3 - "$o" "$VARS" "$rounds" >> "$s" <<'PY'
+    python3 - "$o" "$VARS" "$rounds" >> "$s" <<'PY' || echo "mv-bench summary failed (a run above wrote no JSON)" >> "$s"
 import json, sys
 o, names, rounds = sys.argv[1], [v.split(":")[0] for v in sys.argv[2].split()], int(sys.argv[3])
 runs = {(n, i): json.load(open(f"{o}/mv-{n}-{i}.json"))["cases"] for n in names for i in range(1, rounds + 1)}
@@ -493,7 +495,6 @@ PY
             done
         done
     fi
-    cp "$s" "$OUT/ab-summary.txt"
     tar czf "$OUT/ab.tgz" -C /tmp ab-out
     cat "$s"
     ;;
