@@ -173,6 +173,26 @@ fn within(err: f64, tol: f64) -> bool {
     )
 }
 
+/// `err` in f32 units of `|want|` (`err / (U·|want|)`), for the logs' "max err" figures;
+/// infinite for a NaN `err` (`f64::max` would drop a NaN) and when `want` is 0 and `err` is not.
+fn units_rel(err: f64, want: f64) -> f64 {
+    if err.is_nan() || (want == 0.0 && err != 0.0) {
+        f64::INFINITY
+    } else if want == 0.0 {
+        0.0
+    } else {
+        err / (U * want.abs())
+    }
+}
+
+/// RMSNorm of f32 rows `[T, n]` in f64 by the oracle's own `reference::model::norm::rms_normed`
+/// (`spec/gemma4-text.md` §3): the kernels' reference.
+fn rmsnorm_f64(x: &[f32], n: usize, w: Option<&[f32]>, eps: f32) -> Vec<f64> {
+    let to64 = |v: &[f32]| v.iter().map(|&a| f64::from(a)).collect::<Vec<f64>>();
+    let w64 = w.map(to64);
+    reference::model::norm::rms_normed(&to64(x), n, w64.as_deref(), f64::from(eps))
+}
+
 fn median(v: &mut [f32]) -> f32 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
@@ -495,22 +515,11 @@ fn check_rmsnorm(gpu: &Gpu, rng: &mut Rng, log: &mut Log, ok: &mut bool) -> Resu
         let y = gpu.stream.clone_dtoh(&yd)?;
         let tol_units = n.div_ceil(256) as f64 + 24.0;
         let (mut pass, mut worst) = (true, 0f64);
-        for r in 0..rows {
-            let xr = &x[r * n..(r + 1) * n];
-            let ms = xr.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() / n as f64;
-            let scale = 1.0 / (ms + eps as f64).sqrt();
-            for i in 0..n {
-                let y64 = xr[i] as f64 * scale * if weighted { w[i] as f64 } else { 1.0 };
-                let err = (y[r * n + i] as f64 - y64).abs();
-                if !within(err, tol_units * U * y64.abs()) {
-                    pass = false;
-                }
-                if y64 != 0.0 {
-                    worst = worst.max(err / (U * y64.abs()));
-                } else if err != 0.0 || err.is_nan() {
-                    worst = f64::INFINITY;
-                }
-            }
+        let want = rmsnorm_f64(&x, n, weighted.then_some(&w[..]), eps);
+        for (&got, &y64) in y.iter().zip(&want) {
+            let err = (got as f64 - y64).abs();
+            pass &= within(err, tol_units * U * y64.abs());
+            worst = worst.max(units_rel(err, y64));
         }
         *ok &= pass;
         log.line(&format!(
@@ -864,36 +873,20 @@ fn check_prep_producers(gpu: &Gpu, rng: &mut Rng, log: &mut Log, ok: &mut bool) 
         let (x, h) = (gpu.stream.clone_dtoh(&xd)?, gpu.stream.clone_dtoh(&hd)?);
         let tol_units = n.div_ceil(256) as f64 + 24.0;
         let (mut norm_ok, mut worst) = (true, 0f64);
-        let rms = |v: &[f32]| {
-            let ms = v.iter().map(|&a| (a as f64) * (a as f64)).sum::<f64>() / n as f64;
-            1.0 / (ms + eps as f64).sqrt()
-        };
-        for r in 0..rows {
-            let (xr, hr) = (&x[r * n..(r + 1) * n], &h[r * n..(r + 1) * n]);
-            let sx = rms(xr);
-            for i in 0..n {
-                let want = xr[i] as f64 * sx * w[i] as f64;
-                let err = (hr[i] as f64 - want).abs();
-                norm_ok &= within(err, tol_units * U * want.abs());
-                if want != 0.0 {
-                    worst = worst.max(err / (U * want.abs()));
-                } else if err != 0.0 || err.is_nan() {
-                    worst = f64::INFINITY;
-                }
-            }
-            if residual {
-                let yr = &y[r * n..(r + 1) * n];
-                let sy = rms(yr);
-                for i in 0..n {
-                    let want = (x0[r * n + i] as f64 + yr[i] as f64 * sy * wy[i] as f64) * s as f64;
-                    // Relative to the larger of the two addends: the sum may cancel.
-                    let scale = (x0[r * n + i] as f64)
-                        .abs()
-                        .max((yr[i] as f64 * sy * wy[i] as f64).abs())
-                        * s as f64;
-                    let err = (xr[i] as f64 - want).abs();
-                    norm_ok &= within(err, (tol_units + 2.0) * U * scale);
-                }
+        // h against RMSNorm_w of the kernel's own x
+        for (&got, &want) in h.iter().zip(&rmsnorm_f64(&x, n, Some(&w), eps)) {
+            let err = (got as f64 - want).abs();
+            norm_ok &= within(err, tol_units * U * want.abs());
+            worst = worst.max(units_rel(err, want));
+        }
+        if residual {
+            // x against (x0 + RMSNorm_wy(y))·s, relative to the larger of the two addends (the
+            // sum may cancel)
+            let ny = rmsnorm_f64(&y, n, Some(&wy), eps);
+            for ((&got, &a), &b) in x.iter().zip(&x0).zip(&ny) {
+                let want = (a as f64 + b) * s as f64;
+                let scale = (a as f64).abs().max(b.abs()) * s as f64;
+                norm_ok &= within((got as f64 - want).abs(), (tol_units + 2.0) * U * scale);
             }
         }
         if !residual {
@@ -1216,6 +1209,26 @@ mod tests {
             assert_eq!(b.len() as u64, ty.bytes_for(4096).unwrap(), "{ty}");
             assert_eq!(first_nonfinite_block(ty, &b), None, "{ty}");
         }
+    }
+
+    /// The checks' f64 RMSNorm by hand (spec/gemma4-text.md §3): rows [3, 4] and [0, 5], eps 0,
+    /// w = [2, 1] → mean squares 12.5 and 12.5, r = 12.5^(−1/2), y = [6r, 4r] and [0, 5r]; each
+    /// row normalised alone. And `units_rel`: U·2 off a value of 2 is one unit; NaN and an error
+    /// off 0 are infinite.
+    #[test]
+    fn rmsnorm_reference_and_units_by_hand() {
+        let y = rmsnorm_f64(&[3.0, 4.0, 0.0, 5.0], 2, Some(&[2.0, 1.0]), 0.0);
+        let r = 12.5f64.powf(-0.5);
+        let want = [6.0 * r, 4.0 * r, 0.0, 5.0 * r];
+        for (a, b) in y.iter().zip(want) {
+            assert!((a - b).abs() <= 1e-15, "{y:?}");
+        }
+        let unweighted = rmsnorm_f64(&[3.0, 4.0], 2, None, 0.0);
+        assert!((unweighted[1] - 4.0 * r).abs() <= 1e-15);
+        assert_eq!(units_rel(2.0 * U, 2.0), 1.0);
+        assert_eq!(units_rel(0.0, 0.0), 0.0);
+        assert_eq!(units_rel(1e-30, 0.0), f64::INFINITY);
+        assert_eq!(units_rel(f64::NAN, 1.0), f64::INFINITY);
     }
 
     /// Without a GPU (CI), the device probe reports a reason instead of panicking.

@@ -137,16 +137,13 @@ fn check_prep_shape(what: &str, nc: usize, k: usize, x_len: usize) -> Result<(),
 /// `rows · n`, the length of a `[rows, n]` buffer, for `1 ≤ rows ≤ max_rows` (a grid extent),
 /// or a shape error (also when the product overflows).
 fn rows_len(what: &str, rows: usize, n: usize, max_rows: usize) -> Result<usize, RuntimeError> {
-    rows.checked_mul(n)
-        .filter(|_| (1..=max_rows).contains(&rows))
-        .ok_or_else(|| {
-            shape(
-                what,
-                format!(
-                    "need 1 ≤ rows ≤ {max_rows} and rows · n in range (got rows {rows}, n {n})"
-                ),
-            )
-        })
+    if !(1..=max_rows).contains(&rows) {
+        return Err(shape(
+            what,
+            format!("need 1 ≤ rows ≤ {max_rows} (got rows {rows}, n {n})"),
+        ));
+    }
+    checked_len(what, &[rows, n], usize::MAX)
 }
 
 /// Every named device address 16-byte aligned (the kernels read and write `float4`s), or a
