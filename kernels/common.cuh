@@ -186,16 +186,20 @@ static __device__ __forceinline__ void tc_split3(float v, uint32_t& h, uint32_t&
 // every element an absolute rounding error ≤ 2^(e−22)), written as three signed base-256
 // digits N = D0·2^16 + D1·2^8 + D2 (D2, D1 ∈ [−128, 127], |D0| ≤ 65). Digit p of input c is
 // mma column cc = 3c + p, as the bf16 pieces are.
-// Two layouts of the digits and exponents, TC_XLAYOUT (the same values and sums in both, so the
-// same output bits; the writer below and the reader, matvec.cu mvtc_body, follow the one macro):
+// The exponents, TC_XF_OFFSET (words of xs): f32 [K/256][4 t][8], in the order the matvec's lanes
+// read them (one 64-bit load per column group and super-block): slot 2m + i of (super-block s,
+// t) is 2^e of block s of the input of mma column cc = 8m + 2t + i (input cc / 3: each input's
+// 2^e is written in its three digit columns' slots; slots of columns past the last input are not
+// written). Until 2026-12-06 the default was f32 [K/256][8], 2^e of block b of input c at 8b + c:
+// two scalar loads per column group, from per-lane input indices that the NG = 3 kernels
+// recomputed in every super-block (matvec.cu's integer epilogue note has the measurements); and
+// until 2026-12-05 the blocks were 128 elements, each half super-block scaled by its own 2^e.
+// Two layouts of the digits, TC_XLAYOUT (the same values and sums in both, so the same output
+// bits; the writer below and the reader, matvec.cu mvtc_body, follow the one macro):
 // TC_XLAYOUT 1 (the default):
 //   TC_XD_OFFSET (words of xs): u32 [m = cc/8][K/32][32 lanes][2] in m16n8k32 B-fragment order:
 //   lane 4g + t of (m, 32-block i) holds column 8m + g's digits of elements 4t … 4t+3 of
 //   16-groups 2i (word 0) and 2i + 1 (word 1), byte j = element 4t + j.
-//   TC_XF_OFFSET (words of xs): f32 [K/256][8]: 2^e of block b of input c at 8b + c.
-//   (Until 2026-12-05 the blocks were 128 elements, and the matvecs scaled each half super-block
-//   by its own 2^e: one exponent per super-block halves that epilogue — measured in matvec.cu at
-//   the integer mma's epilogue.)
 // TC_XLAYOUT 2 (fewer load instructions in the matvec, yet slower; define it, e.g. through
 // `scripts/gpu/run.sh variant`, to time and check it). Measured and not kept (H200, 2026-12-05,
 // same binary, GEMMA4_KERNEL_SRC, 12B Q2_K-mix `runtime bench --draft-format none`, three
@@ -209,12 +213,9 @@ static __device__ __forceinline__ void tc_split3(float v, uint32_t& h, uint32_t&
 //   TC_XD_OFFSET: u32 [m][K/64][32 lanes][4], the B fragments of two 32-blocks per lane (one
 //   128-bit load): lane 4g + t of (m, 64-block i) holds column 8m + g's digits of elements
 //   4t … 4t+3 of 16-groups 4i … 4i + 3 (words 0 … 3: words 0, 1 are 32-block 2i's fragment,
-//   2, 3 32-block 2i + 1's).
-//   TC_XF_OFFSET: f32 [K/256][4 t][8], in the order the matvec's lanes read them (one 64-bit
-//   load per column group and super-block): slot 2m + i of (super-block s, t) is 2^e of block s
-//   of the input of mma column cc = 8m + 2t + i (input cc / 3: each input's 2^e is written in
-//   its three digit columns' slots; slots of columns past the last input are not written).
-// In both, 2^e is 0 for a block of zeros and NaN for a block holding a NaN or an infinity (its
+//   2, 3 32-block 2i + 1's). (The measurement above was taken with the exponents in this lane
+//   order and the default's in input order.)
+// 2^e is 0 for a block of zeros and NaN for a block holding a NaN or an infinity (its
 // digits are 0), so a non-finite input never gives a finite output.
 // (Rust: kernels::TC_XD_OFFSET, TC_XF_OFFSET; the runtime's buffer holds either layout.)
 #define TC_XD_OFFSET 81920
@@ -267,23 +268,18 @@ static __device__ __forceinline__ void tc_prep_digits(const float* v, int c, int
         f = mb >= 0x00800000u ? __uint_as_float(mb & 0x7f800000u) : ldexpf(1.0f, e);
     }
     uint32_t* xd = (uint32_t*)xs + TC_XD_OFFSET;
-#if TC_XLAYOUT == 2
-    const int n64 = (ng + 3) >> 2;  // 64-element blocks per column group (K % 256 == 0 when read)
 #pragma unroll
     for (int p = 0; p < 3; ++p) {
         const int cc = 3 * c + p;
+#if TC_XLAYOUT == 2
+        const int n64 = (ng + 3) >> 2;  // 64-element blocks per column group (K % 256 == 0 when read)
         xd[(((uint64_t)(cc >> 3) * n64 + (G >> 2)) * 32 + 4 * (cc & 7) + t) * 4 + (G & 3)] = dw[p];
+#else
+        xd[(((uint64_t)(cc >> 3) * (ng >> 1) + (G >> 1)) * 32 + 4 * (cc & 7) + t) * 2 + (G & 1)] = dw[p];
+#endif
         if (t == 0 && (G & 15) == 0)
             xs[TC_XF_OFFSET + ((G >> 4) * 4 + ((cc & 7) >> 1)) * 8 + 2 * (cc >> 3) + (cc & 1)] = f;
     }
-#else
-#pragma unroll
-    for (int p = 0; p < 3; ++p) {
-        const int cc = 3 * c + p;
-        xd[(((uint64_t)(cc >> 3) * (ng >> 1) + (G >> 1)) * 32 + 4 * (cc & 7) + t) * 2 + (G & 1)] = dw[p];
-    }
-    if (t == 0 && (G & 15) == 0) xs[TC_XF_OFFSET + 8 * (G >> 4) + c] = f;
-#endif
 }
 
 // Records the sum s of 16-group G of column c (K = 16·ng): xs[8G + c] and its bf16 pieces in

@@ -1228,49 +1228,46 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     // sign-extended 64-bit product per load: mvtc_q2_k_1's loop 399 → 393 SASS instructions.
     // NG > 1 keeps the former signed expressions as they were (NG = 3's wide kernels spilled
     // 16 → 252 B with the unsigned ones; reordered signed ones grew mvtc_q3_k_3's loop by 26).
+    // Digits: at NG = 1 the lane's fragments of 32-block 0 (TC_XLAYOUT 2: 64-block 0) at xd[0]
+    // (clamped as above); at NG > 1 column group m's at xdb + 4g + t + m·(the group's stride),
+    // not clamped: lanes of columns past the last input read words of the buffer no prep wrote
+    // for this launch (their outputs are never written; the areas have room for TC_MAX_GROUPS
+    // column groups of K ≤ the runtime's TC_MAX_K), and the offsets are one expression of
+    // g, t, m and sb instead of NG clamped per-group pointers, which ptxas rebuilt from the
+    // parameters in every super-block under the wide kernels' register bound (mvtc_q2_k_3w's
+    // loop: ~40 of its SASS instructions). The sums' fragments (Q2_K's offsets, xso) likewise.
+    // Measured with the lane-order exponents (common.cuh TC_XF_OFFSET) in matvec.cu's integer
+    // epilogue note.
+    uint32_t xd[NG];
 #if TC_XLAYOUT == 2
-    // TC_XLAYOUT 2 (common.cuh): the lane's digit fragments of 64-block 0 in uint4 units (32 per
-    // 64-block, two 32-blocks' fragments per lane) — at NG = 1 at xd[m] (clamped as above), at
-    // NG > 1 column group m's at xdl + m·(K/64)·32, not clamped: lanes of columns past the last
-    // input read unwritten words of the buffer (their outputs are never written), and one base
-    // pointer replaces NG (with NG pointers mvtc_q2_k_3w spilled 228 B; `scripts/gpu/run.sh
-    // sass`). Exponents: one float2 per column group and super-block at xfb0 + 16·sb + 4t + m,
-    // those of the lane's accumulator columns 8m + 2t, 8m + 2t + 1 (stale or zero past the last
-    // input), instead of two scalar loads from per-lane column indices. Static SASS of the main
-    // loop against layout 1 (sass, 2026-12-04, when the exponents were per 128-element half): mvtc_q2_k_1w 408 → 393, mvtc_q2_k_3w 668 → 563,
-    // mvtc_q2_k_3 563 → 511, mvtc_q3_k_1 622 → 614, mvtc_q3_k_3 797 → 732, mvtc_q6_k_1w 724 → 731,
-    // mvtc_q6_k_3w 1193 → 1067; spills 0 → 4 B (mvtc_q3_k_3w, mvtcx_q2_k_q3_k_3w), 32 → 112 B
-    // (mvtc_q6_k_2), 8 → 0 (mvtc_q6_k_1w), 96 → 88 (mvtc_q6_k_3w). Timed and checked on the H200
-    // (2026-12-05, common.cuh: slower); its per-super-block exponents since are compile-checked only.
-    const uint4* const xdb = (const uint4*)((const uint32_t*)xs + TC_XD_OFFSET);
+    // TC_XLAYOUT 2 (common.cuh): uint4 units, 32 per 64-block (two 32-blocks' fragments per lane;
+    // with NG pointers mvtc_q2_k_3w spilled 228 B, `scripts/gpu/run.sh sass`). Static SASS of
+    // the main loop against layout 1 (sass, 2026-12-04, when the exponents were per 128-element
+    // half and in the order of the inputs in layout 1): mvtc_q2_k_1w 408 → 393, mvtc_q2_k_3w
+    // 668 → 563, mvtc_q2_k_3 563 → 511, mvtc_q3_k_1 622 → 614, mvtc_q3_k_3 797 → 732,
+    // mvtc_q6_k_1w 724 → 731, mvtc_q6_k_3w 1193 → 1067; spills 0 → 4 B (mvtc_q3_k_3w,
+    // mvtcx_q2_k_q3_k_3w), 32 → 112 B (mvtc_q6_k_2), 8 → 0 (mvtc_q6_k_1w), 96 → 88
+    // (mvtc_q6_k_3w). Timed and checked on the H200 (2026-12-05, common.cuh: slower); since
+    // compile-checked only.
+    typedef uint4 XdUnit;
+    constexpr int XDS = 2;  // log2 of the 16-groups per unit
+#else
+    typedef uint2 XdUnit;  // (32 per 32-block, as per 16-group)
+    constexpr int XDS = 1;
+#endif
+    const XdUnit* const xdb = (const XdUnit*)((const uint32_t*)xs + TC_XD_OFFSET);
+    if constexpr (TcI8<F>::V) {
+#pragma unroll
+        for (int m = 0; m < NG; ++m) {
+            const int cc = min(8 * m + g, 3 * nc - 1);
+            xd[m] = tc_keep<NG>((uint32_t)((cc >> 3) * (ng >> XDS) * 32 + 4 * (cc & 7) + t));
+        }
+    }
+    // Exponents (common.cuh TC_XF_OFFSET, in the lanes' order): one float2 per column group and
+    // super-block at xfb0 + 16·sb + 4t + m, those of the lane's accumulator columns 8m + 2t,
+    // 8m + 2t + 1 (stale or zero past the last input: their outputs are never written).
     const float2* const xfb0 = (const float2*)(xs + TC_XF_OFFSET);
     const uint32_t xft = tc_keep<NG>(4u * (uint32_t)t);
-    uint32_t xd[NG];
-    const uint4* const xdl = xdb + (4 * g + t);  // NG > 1
-    if constexpr (TcI8<F>::V) {
-#pragma unroll
-        for (int m = 0; m < NG; ++m) {
-            const int cc = min(8 * m + g, 3 * nc - 1);
-            xd[m] = tc_keep<NG>((uint32_t)((cc >> 3) * (ng >> 2) * 32 + 4 * (cc & 7) + t));
-        }
-    }
-#else
-    const uint2* const xdb = (const uint2*)((const uint32_t*)xs + TC_XD_OFFSET);
-    const float* const xfb0 = xs + TC_XF_OFFSET;
-    uint32_t xd[NG];
-    const uint2* xdp[NG];  // NG > 1: xdb + xd[m], formed once
-    uint32_t xc[NG][2];
-    if constexpr (TcI8<F>::V) {
-#pragma unroll
-        for (int m = 0; m < NG; ++m) {
-            const int cc = min(8 * m + g, 3 * nc - 1);
-            xd[m] = tc_keep<NG>((uint32_t)((cc >> 3) * (ng >> 1) * 32 + 4 * (cc & 7) + t));
-            xdp[m] = xdb + xd[m];
-            xc[m][0] = tc_keep<NG>((uint32_t)(8 * m + 2 * t) / 3u);
-            xc[m][1] = tc_keep<NG>((uint32_t)(8 * m + 2 * t + 1) / 3u);
-        }
-    }
-#endif
     // The lane's PRMT selector of its mins (Tc<F>::min_sel; integer-mma formats with offsets).
     uint32_t msel = 0;
     if constexpr (TcI8<F>::V && T::HAS_MIN) msel = tc_keep<NG>(T::min_sel(t));
@@ -1322,23 +1319,38 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 // (×5.52–5.54 → ×5.88–5.91). `run.sh all` passed with it (gpu-check, model-check
                 // maxima 2.9e-5 on the real fixtures and 4.0e-5 on the UD-Q2_K_XL models, rows
                 // bitwise equal, conformance, spec-check, memcheck).
+                // The exponents in the lanes' order (one float2 per column group, common.cuh
+                // TC_XF_OFFSET) and the NG > 1 digit offsets unclamped from one base (above mvtc_body's
+                // loop), 2026-12-06: static SASS of the main loop mvtc_q2_k_3w 598 → 516,
+                // mvtcx_q2_k_q3_k_3w 597 → 518, mvtc_q2_k_3 575 → 504, mvtc_q3_k_3 678 → 646,
+                // mvtc_q6_k_3w 1074 → 971 (spills 64 B both), mvtc_q2_k_1w 382 → 368, mvtc_q6_k_2
+                // 947 → 851 (spills 4 → 0 B). Measured (H100, `scripts/gpu/run.sh ab`, one
+                // binary, alternating, the previous sources against the exponents alone (xf2) and
+                // both (xf2b, these sources), every output hash the same; mv-bench µs, two rounds):
+                // ffn_gate+ffn_up n = 8 32.46 / 32.52 → 30.10 / 30.16 → 29.82 / 29.98, n = 1 20.05
+                // / 20.10 → 19.86 / 19.85 → 19.93 / 19.92; tied head n = 8 385.7 / 381.4 → 371.1
+                // / 371.0 → 376.3 / 375.5, n = 4 350.9 / 350.8 → 339.2 / 339.2 → 339.2 / 336.9;
+                // ffn_down n = 8 20.80 / 20.90 → 20.28 / 20.24 → 20.49 / 20.47; attn_q+attn_k
+                // n = 8 8.68 / 8.72 → 8.23 / 8.24 → 8.10 / 8.11; ffn_gate+ffn_up n = 4 26.50 /
+                // 26.53 → 25.97 / 25.96 → 25.60 / 25.63; the others within ±0.3 µs. 12B Q2_K-mix `runtime bench`, two runs each: batch 8 1646.4 /
+                // 1601.8 → 1677.0 / 1680.2 → 1674.6 / 1693.1 tok/s (×5.96 / ×5.80 → ×6.14 / ×6.07
+                // → ×6.02 / ×6.03 against the bench's batch-1 row), decode 279.3 / 278.6 → 277.4 /
+                // 278.3 → 278.2 / 281.1. `run.sh all` passed with these sources (the same
+                // model-check maxima as before, bitwise row invariance, conformance 360 pass,
+                // spec-check, memcheck; batch 8 ×6.03 / ×6.16).
                 constexpr bool ODD4 = TcOdd4<F>::V && NG == 1;
                 constexpr float DS = ODD4 ? 0x1p-31f : 0x1p-29f;
                 const float da8 = T::d8(A) * DS, db8 = T::d8(B) * DS;
                 constexpr int XP = XB >= 2 ? XB / 2 : 1;  // 32-blocks per activation batch
-#if TC_XLAYOUT == 2
-                // XP ≥ 2 loads whole 64-blocks (one uint4 per lane and group), XP = 1 (XB = 2: the
-                // NG = 3 kernels) half a uint4 per 32-block.
-                const uint4* xdq[NG];  // the lane's fragment of the super-block's 64-block 0
+                // The lane's fragment of the super-block's first 32-block (TC_XLAYOUT 2: 64-block;
+                // there XP ≥ 2 loads whole 64-blocks, one uint4 per lane and group, and XP = 1
+                // (XB = 2: the NG = 3 kernels) half a uint4 per 32-block): a super-block is
+                // 32·2^(3 − XDS) units, a column group (ng >> XDS)·32.
+                const XdUnit* xdq[NG];
 #pragma unroll
                 for (int m = 0; m < NG; ++m)
-                    xdq[m] = NG == 1 ? xdb + (xd[m] + 128u * (uint32_t)sb) : xdl + (128 * sb + m * (ng >> 2) * 32);
-#else
-                const uint2* xdq[NG];  // the lane's fragment of the super-block's 32-block 0
-#pragma unroll
-                for (int m = 0; m < NG; ++m)
-                    xdq[m] = NG == 1 ? xdb + (xd[m] + 256u * (uint32_t)sb) : xdp[m] + 256 * sb;
-#endif
+                    xdq[m] = NG == 1 ? xdb + (xd[m] + (256u >> (XDS - 1)) * (uint32_t)sb)
+                                     : xdb + (4 * g + t + (256 >> (XDS - 1)) * sb + m * (ng >> XDS) * 32);
                 int P[NG][4], P4[NG][4];  // P4: the odd-j chain (ODD4)
 #pragma unroll
                 for (int m = 0; m < NG; ++m)
@@ -1428,17 +1440,9 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 }
 #pragma unroll
                 for (int m = 0; m < NG; ++m) {
-#if TC_XLAYOUT == 2
                     const float2 ef = __ldg(NG == 1 ? xfb0 + (16u * (uint32_t)sb + xft + m)
                                                     : xfb0 + (16 * sb) + (int)(xft + m));
                     const float f0 = ef.x, f1 = ef.y;
-#else
-                    const uint32_t xfo = 8u * (uint32_t)sb;
-                    const float* const xfb = xs + TC_XF_OFFSET + 8 * sb;
-                    const float* const xf0 = NG == 1 ? xfb0 + (xfo + xc[m][0]) : xfb + (int)xc[m][0];
-                    const float* const xf1 = NG == 1 ? xfb0 + (xfo + xc[m][1]) : xfb + (int)xc[m][1];
-                    const float f0 = __ldg(xf0), f1 = __ldg(xf1);
-#endif
                     acc[m][0] = fmaf(da8 * f0, (float)P[m][0], acc[m][0]);
                     acc[m][1] = fmaf(da8 * f1, (float)P[m][1], acc[m][1]);
                     acc[m][2] = fmaf(db8 * f0, (float)P[m][2], acc[m][2]);
@@ -1457,12 +1461,8 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                     float M[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                     const uint2 s = __ldg((const uint2*)((const uint32_t*)(xs + TC_XSF_OFFSET)) +
                                           (NG == 1 ? (uint64_t)(xso[m] + 32u * (uint32_t)sb)
-#if TC_XLAYOUT == 2
                                                    // not clamped at NG > 1, as the digits
                                                    : (int64_t)(4 * g + t + m * nsb * 32 + 32 * sb)));
-#else
-                                                   : (int64_t)(xso[m] + 32 * sb)));
-#endif
                     tc_mma(M, a0, a1, a2, a3, s.x, s.y);
 #pragma unroll
                     for (int i = 0; i < 4; ++i) acc[m][i] = fmaf(i < 2 ? ma : mb, M[i], acc[m][i]);

@@ -125,14 +125,13 @@ pub const TC_XSF_OFFSET: usize = 32768;
 /// `TC_XLAYOUT 2` variant), right after the group sums' fragments
 /// (`TC_XSF_OFFSET + TC_MAX_K / 256 · TC_PREP_WORDS_PER_GROUP` of the runtime's scratch).
 pub const TC_XD_OFFSET: usize = 81920;
-/// Word offset of the digits' per-256-element exponents `f32 [K / 256][8]` (`TC_XF_OFFSET` in
-/// `common.cuh`; `f32 [K / 256][4][8]`, in the order the matvec's lanes read them, in the
-/// `TC_XLAYOUT 2` variant), right after the digit fragments (`TC_XD_OFFSET + TC_MAX_K / 32 · 64 ·
-/// TC_MAX_GROUPS` words). The runtime's buffer has room for [`TC_XF_WORDS_PER_SUPER_BLOCK`]
-/// words per super-block of `TC_MAX_K`, the larger of the two layouts.
+/// Word offset of the digits' per-256-element exponents `f32 [K / 256][4][8]`, in the order the
+/// matvec's lanes read them (`TC_XF_OFFSET` in `common.cuh`), right after the digit fragments
+/// (`TC_XD_OFFSET + TC_MAX_K / 32 · 64 · TC_MAX_GROUPS` words). The runtime's buffer has room for
+/// [`TC_XF_WORDS_PER_SUPER_BLOCK`] words per super-block of `TC_MAX_K`.
 pub const TC_XF_OFFSET: usize = 475136;
 /// Exponent words per 256-element super-block the `mvtc` sums buffer must hold past
-/// [`TC_XF_OFFSET`]: 32 (`TC_XLAYOUT 2`: 4 lane quads × 8 slots; the default layout takes 8).
+/// [`TC_XF_OFFSET`]: 32 (4 lane quads × 8 slots).
 pub const TC_XF_WORDS_PER_SUPER_BLOCK: usize = 32;
 /// Elements of one `mvtc` super-block: `K` must be a multiple of this.
 pub const TC_SUPER_BLOCK: usize = 256;

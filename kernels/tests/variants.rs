@@ -7,12 +7,13 @@
 
 use kernels::{compile_ptx, compile_ptx_format, nvrtc_available, Family, SOURCE_DIR_ENV};
 
-/// `TC_XLAYOUT 2` (`common.cuh`): the int8 digits two 32-blocks per lane and the exponents in
-/// the lanes' read order. The families that write (`mvtc_prep` in matvec.cu, layer.cu's and
-/// attention.cu's fused producers) and read (the integer-mma `mvtc_*` of Q2_K, Q3_K, Q6_K) them
-/// compile, and the variant took effect: its matvecs load the exponents as `float2` pairs
-/// (`ld.global.nc.v2.f32`), which the default layout's scalar loads never are (checked in the
-/// default PTX of `scripts/gpu/run.sh sass`, 2026-12-04: no such load in matvec_q2_k or layer).
+/// `TC_XLAYOUT 2` (`common.cuh`): the int8 digits two 32-blocks per lane (the exponents are in
+/// the lanes' read order in both layouts). The families that write (`mvtc_prep` in matvec.cu,
+/// layer.cu's and attention.cu's fused producers) and read (the integer-mma `mvtc_*` of Q2_K,
+/// Q3_K, Q6_K) them compile, and the variant took effect: its matvecs load the digits as `uint4`
+/// (`ld.global.nc.v4.u32`), which the default layout's `uint2` loads never are (counted in the
+/// PTX of `kernels/examples/dump_ptx.rs`, 2026-12-06: 0 such loads in the default
+/// matvec_q2_k/q3_k/q6_k modules, 80/32/32 with the variant).
 #[test]
 fn tc_xlayout_2_compiles_sm90() {
     if let Err(why) = nvrtc_available() {
@@ -37,7 +38,7 @@ fn tc_xlayout_2_compiles_sm90() {
             assert!(ptx.contains(&entry), "TC_XLAYOUT 2: {entry} missing");
         }
         assert!(
-            ptx.contains("ld.global.nc.v2.f32"),
+            ptx.contains("ld.global.nc.v4.u32"),
             "matvec.cu ({fmt}): TC_XLAYOUT 2 did not take effect"
         );
     }

@@ -35,7 +35,8 @@ pub struct Gpu {
     /// 16-element sums `[TC_MAX_K / 16, 8]` of the same columns, followed by their bf16
     /// fragments for the folded formats' offset mma (`common.cuh`, `TC_XSF_OFFSET`), the
     /// columns' int8 digits for the integer mma (`TC_XD_OFFSET`) and their per-256-element
-    /// exponents (`TC_XF_OFFSET`; room for either `TC_XLAYOUT`).
+    /// exponents (`TC_XF_OFFSET`; the digits' area holds either `TC_XLAYOUT`, each with room for
+    /// all [`kernels::TC_MAX_GROUPS`] column groups, which the matvecs' unclamped reads rely on).
     pub(crate) tc_xs: CudaSlice<f32>,
     /// Kernel profile being recorded ([`Gpu::profile_start`]): per launch of the forward, the
     /// kernel name and an event recorded right after it. `None` when not profiling.
