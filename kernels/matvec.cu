@@ -1200,7 +1200,15 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     const int nstage = (nsb + TC_WARPS - 1) / TC_WARPS;
     // Byte offsets of this warp's super-block of rows g and g + 8 in a stage buffer: the row's
     // start mod 16 (a stage advances by 8·SB, a multiple of 16, so it is the same in every
-    // stage; W is 16-byte aligned) past the row's CPR chunks.
+    // stage; W is 16-byte aligned) past the row's CPR chunks. At NG > 1 ptxas rebuilds them from
+    // the parameters in every super-block under the register bound. Measured and not kept (H100,
+    // 2026-12-06, `scripts/gpu/run.sh ab`, one binary, two rounds, the same output hashes): both
+    // packed in one kept register at NG > 1 (mvtc_q2_k_3w's loop up to its first barrier 331 →
+    // 319 static SASS instructions), with Q2_K's −dmin·SF as one multiply by a folded constant:
+    // mv-bench within noise (ffn_gate+ffn_up n = 8 29.76 / 29.64 → 29.62 / 29.79 µs,
+    // attn_q+attn_k n = 8 8.08 / 8.06 → 8.21 / 8.22, head n = 4 338.7 / 338.7 → 344.8 / 344.9),
+    // 12B decode at batch 8 1682.6 / 1693.0 → 1695.8 / 1698.2 tok/s, batch 1 281.1 / 280.2 →
+    // 280.3 / 279.0.
     const uint32_t oa = tc_keep<NG>(g * (St::CPR * 16) + wid * T::SB +
                                 (uint32_t)(((uint64_t)min(row0 + g, rows - 1) * row_bytes) & 15));
     const uint32_t ob = tc_keep<NG>((g + 8) * (St::CPR * 16) + wid * T::SB +
