@@ -12,6 +12,8 @@
 //! 1.0 puts every spec mode below it → `slow-spec` notes, exit code 0, or 1 with
 //! `--require-acceptance`; a second run answers the oracle's spec:K from the cache.
 
+mod fixture_common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -30,13 +32,7 @@ fn workspace() -> PathBuf {
 }
 
 fn fixtures() -> Option<PathBuf> {
-    let p = reference::fixtures_dir();
-    if p.join("models/dense-target.Q4_K_M.gguf").exists() {
-        Some(p)
-    } else {
-        println!("skipped: fixtures not found at {}", p.display());
-        None
-    }
+    fixture_common::fixtures_with("models/dense-target.Q4_K_M.gguf")
 }
 
 /// The wrapped f32 engine with the top-2 ids of one `batch:N` row swapped.

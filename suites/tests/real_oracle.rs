@@ -9,61 +9,30 @@
 //! `oracle/dense-target.Q4_K_M.greedy.json` (transformers float64 greedy), not from the code under
 //! test.
 
+mod fixture_common;
+
 use std::path::PathBuf;
 use std::time::Instant;
 
+use fixture_common::{count_chat, greedy_ids};
+
 use suites::mock::{Perturbation, Perturbed};
-use suites::oracle::{Codec, Oracle, ScoreCache};
+use suites::oracle::{Oracle, ScoreCache};
 use suites::reference_engine::{GemmaCodec, ReferenceEngine, ReferenceOracle};
 use suites::rule::{judge, RuleParams, Verdict};
-use suites::suite::{Message, PromptInput};
 use suites::{Engine, Mode, Request};
-
-fn fixtures() -> Option<PathBuf> {
-    let p = reference::fixtures_dir();
-    if p.join("models/dense-target.Q4_K_M.gguf").exists() {
-        Some(p)
-    } else {
-        println!("skipped: fixtures not found at {}", p.display());
-        None
-    }
-}
-
-fn count_chat(codec: &GemmaCodec) -> Vec<u32> {
-    let m = vec![Message {
-        role: "user".into(),
-        content: "Write the numbers from 1 to 300 in order, separated by commas, and nothing more."
-            .into(),
-    }];
-    codec.encode(&PromptInput::Messages(m), false).unwrap()
-}
-
-fn greedy_ids(fx: &std::path::Path) -> Vec<u32> {
-    let text = std::fs::read_to_string(fx.join("oracle/dense-target.Q4_K_M.greedy.json")).unwrap();
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let p = v["prompts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "count_chat")
-        .unwrap();
-    p["greedy_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
 
 #[test]
 fn forced_flips_on_the_real_oracle_are_judged_at_the_right_position() {
-    let Some(fx) = fixtures() else { return };
+    let Some(fx) = fixture_common::fixtures_with("models/dense-target.Q4_K_M.gguf") else {
+        return;
+    };
     let model = fx.join("models/dense-target.Q4_K_M.gguf");
     let codec = GemmaCodec::load(&model).unwrap();
     let mut oracle = ReferenceOracle::load(&model).unwrap();
     let prompt = count_chat(&codec);
     assert_eq!(prompt.len(), 37);
-    let expect = greedy_ids(&fx);
+    let expect = greedy_ids(&fx, "dense-target.Q4_K_M", "count_chat");
     let req = Request {
         id: "count_chat".into(),
         prompt: prompt.clone(),
@@ -130,7 +99,9 @@ fn forced_flips_on_the_real_oracle_are_judged_at_the_right_position() {
 
 #[test]
 fn noise_far_below_tau_gives_only_exact_or_tie_flips() {
-    let Some(fx) = fixtures() else { return };
+    let Some(fx) = fixture_common::fixtures_with("models/dense-target.Q4_K_M.gguf") else {
+        return;
+    };
     let model = fx.join("models/dense-target.Q4_K_M.gguf");
     let codec = GemmaCodec::load(&model).unwrap();
     let mut oracle = ReferenceOracle::load(&model).unwrap();
@@ -166,13 +137,18 @@ fn noise_far_below_tau_gives_only_exact_or_tie_flips() {
         j.verdict,
         j.first_divergence
     );
-    assert_eq!(t.tokens(), greedy_ids(&fx)[..24]);
+    assert_eq!(
+        t.tokens(),
+        greedy_ids(&fx, "dense-target.Q4_K_M", "count_chat")[..24]
+    );
 }
 
 #[test]
 fn one_corrupted_weight_block_is_a_divergence() {
     use reference::gguf::{GgufFile, GgufWriter};
-    let Some(fx) = fixtures() else { return };
+    let Some(fx) = fixture_common::fixtures_with("models/dense-target.Q4_K_M.gguf") else {
+        return;
+    };
     let model = fx.join("models/dense-target.Q4_K_M.gguf");
     let codec = GemmaCodec::load(&model).unwrap();
     let comma = codec.tokenizer().encode(",", false).unwrap();
@@ -202,7 +178,7 @@ fn one_corrupted_weight_block_is_a_divergence() {
 
     let mut oracle = ReferenceOracle::load(&model).unwrap();
     let prompt = count_chat(&codec);
-    let expect = greedy_ids(&fx);
+    let expect = greedy_ids(&fx, "dense-target.Q4_K_M", "count_chat");
     let first_comma = expect.iter().position(|&t| t == comma).unwrap();
     let mut e = ReferenceEngine::<f32>::load(&bad).unwrap();
     let req = Request {

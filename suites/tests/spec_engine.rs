@@ -5,60 +5,24 @@
 //! invariance), with transformers' float64 greedy ids (`oracle/dense-target.Q4_K_M.greedy.json`)
 //! as the expected tokens.
 
-use std::path::PathBuf;
+mod fixture_common;
 
+use fixture_common::{count_chat, greedy_ids};
 use reference::model::Model;
 use reference::spec::{spec_decode, Assistant, SpecOptions};
-use suites::oracle::Codec;
 use suites::reference_engine::GemmaCodec;
 use suites::spec_engine::spec_generate;
-use suites::suite::{Message, PromptInput};
 use suites::{Request, StepKind};
-
-fn fixtures() -> Option<PathBuf> {
-    let p = reference::fixtures_dir();
-    if p.join("models/dense-assistant.F32.gguf").exists() {
-        Some(p)
-    } else {
-        println!("skipped: fixtures not found at {}", p.display());
-        None
-    }
-}
-
-fn greedy_ids(fx: &std::path::Path) -> Vec<u32> {
-    let text = std::fs::read_to_string(fx.join("oracle/dense-target.Q4_K_M.greedy.json")).unwrap();
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let p = v["prompts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "count_chat")
-        .unwrap();
-    p["greedy_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
 
 #[test]
 fn spec_engine_matches_reference_spec_decoder_and_plain_greedy() {
-    let Some(fx) = fixtures() else { return };
+    let Some(fx) = fixture_common::fixtures_with("models/dense-assistant.F32.gguf") else {
+        return;
+    };
     let target = fx.join("models/dense-target.Q4_K_M.gguf");
     let codec = GemmaCodec::load(&target).unwrap();
-    let prompt = codec
-        .encode(
-            &PromptInput::Messages(vec![Message {
-                role: "user".into(),
-                content:
-                    "Write the numbers from 1 to 300 in order, separated by commas, and nothing more."
-                        .into(),
-            }]),
-            false,
-        )
-        .unwrap();
-    let expect = greedy_ids(&fx);
+    let prompt = count_chat(&codec);
+    let expect = greedy_ids(&fx, "dense-target.Q4_K_M", "count_chat");
     let model = Model::<f64>::load(&target).unwrap();
     let assistant = Assistant::<f64>::load(fx.join("models/dense-assistant.F32.gguf")).unwrap();
     let n = 20;
