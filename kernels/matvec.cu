@@ -1340,12 +1340,14 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 // / 371.0 → 376.3 / 375.5, n = 4 350.9 / 350.8 → 339.2 / 339.2 → 339.2 / 336.9;
                 // ffn_down n = 8 20.80 / 20.90 → 20.28 / 20.24 → 20.49 / 20.47; attn_q+attn_k
                 // n = 8 8.68 / 8.72 → 8.23 / 8.24 → 8.10 / 8.11; ffn_gate+ffn_up n = 4 26.50 /
-                // 26.53 → 25.97 / 25.96 → 25.60 / 25.63; the others within ±0.3 µs. 12B Q2_K-mix `runtime bench`, two runs each: batch 8 1646.4 /
-                // 1601.8 → 1677.0 / 1680.2 → 1674.6 / 1693.1 tok/s (×5.96 / ×5.80 → ×6.14 / ×6.07
-                // → ×6.02 / ×6.03 against the bench's batch-1 row), decode 279.3 / 278.6 → 277.4 /
-                // 278.3 → 278.2 / 281.1. `run.sh all` passed with these sources (the same
-                // model-check maxima as before, bitwise row invariance, conformance 360 pass,
-                // spec-check, memcheck; batch 8 ×6.03 / ×6.16).
+                // 26.53 → 25.97 / 25.96 → 25.60 / 25.63; the others within ±0.3 µs. 12B Q2_K-mix
+                // `runtime bench`, two runs each: batch 8 1646.4 / 1601.8 → 1677.0 / 1680.2 →
+                // 1674.6 / 1693.1 tok/s (×5.96 / ×5.80 → ×6.14 / ×6.07 → ×6.02 / ×6.03 against the
+                // bench's batch-1 row), decode 279.3 / 278.6 → 277.4 / 278.3 → 278.2 / 281.1.
+                // `run.sh all` passed with these sources (the same model-check maxima as before,
+                // bitwise row invariance, conformance 360 pass, spec-check, memcheck; batch 8
+                // ×6.03 / ×6.16). Two later calls (H100, these sources built in): ab ×5.99 / ×6.01
+                // and `all` ×5.99 / ×6.03 (which passed again); ab ×6.04 / ×6.05.
                 constexpr bool ODD4 = TcOdd4<F>::V && NG == 1;
                 constexpr float DS = ODD4 ? 0x1p-31f : 0x1p-29f;
                 const float da8 = T::d8(A) * DS, db8 = T::d8(B) * DS;
@@ -1353,7 +1355,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 // The lane's fragment of the super-block's first 32-block (TC_XLAYOUT 2: 64-block;
                 // there XP ≥ 2 loads whole 64-blocks, one uint4 per lane and group, and XP = 1
                 // (XB = 2: the NG = 3 kernels) half a uint4 per 32-block): a super-block is
-                // 32·2^(3 − XDS) units, a column group (ng >> XDS)·32.
+                // 32·2^(4 − XDS) units, a column group (ng >> XDS)·32.
                 const XdUnit* xdq[NG];
 #pragma unroll
                 for (int m = 0; m < NG; ++m)
