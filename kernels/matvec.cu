@@ -1227,15 +1227,14 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         xo[m] = tc_keep<NG>((uint32_t)((cc >> 3) * ng * 32 + 4 * (cc & 7) + t));
         xso[m] = tc_keep<NG>((uint32_t)((cc >> 3) * nsb * 32 + 4 * (cc & 7) + t));
     }
-    // Integer mma (TcI8): the lane's digit fragments of 32-block 0 (xd[m], uint2 units, 32 per
-    // 32-block), and the input columns of its accumulator columns 8m + 2t, 8m + 2t + 1 (their
-    // exponents 2^e in xf; columns past the last input read a stale or zero exponent: their
-    // outputs are never written).
-    // At NG = 1 the loads' offsets are unsigned 32-bit from the buffers' starts (xdb, xfb0), so
-    // an address is one multiply-add and a zero-extending add (the buffers are < 4 GiB), not a
-    // sign-extended 64-bit product per load: mvtc_q2_k_1's loop 399 → 393 SASS instructions.
-    // NG > 1 keeps the former signed expressions as they were (NG = 3's wide kernels spilled
-    // 16 → 252 B with the unsigned ones; reordered signed ones grew mvtc_q3_k_3's loop by 26).
+    // (xso[m] and xd[m] below are read at NG = 1 only, i.e. m = 0; at NG > 1 they are dead and
+    // compiled away. Holding them as scalars gives the same instruction counts but another
+    // register assignment in matvec_q2_k/q3_k, not the SASS timed and checked on the GPU.)
+    // Integer mma (TcI8), at NG = 1: the loads' offsets are unsigned 32-bit from the buffers'
+    // starts (xdb, xfb0), so an address is one multiply-add and a zero-extending add (the buffers
+    // are < 4 GiB), not a sign-extended 64-bit product per load: mvtc_q2_k_1's loop 399 → 393
+    // SASS instructions. NG > 1 keeps signed expressions (NG = 3's wide kernels spilled 16 →
+    // 252 B with unsigned ones; reordered signed ones grew mvtc_q3_k_3's loop by 26).
     // Digits: at NG = 1 the lane's fragments of 32-block 0 (TC_XLAYOUT 2: 64-block 0) at xd[0]
     // (clamped as above); at NG > 1 column group m's at xdb + 4g + t + m·(the group's stride),
     // not clamped: lanes of columns past the last input read words of the buffer no prep wrote

@@ -36,6 +36,9 @@ fn shape(what: &str, detail: String) -> RuntimeError {
     }
 }
 
+/// The largest count a kernel's `int` argument (or a grid's x extent) holds.
+const I32_MAX: usize = i32::MAX as usize;
+
 /// A 1-D launch of `n ≥ 1` threads in blocks of `block`: grid `ceil(n / block)`, which must
 /// fit the grid's x extent (2³¹ − 1), or a shape error naming `what` — a count cast to `u32`
 /// unchecked would launch too few blocks and leave the tail unwritten.
@@ -98,8 +101,8 @@ fn check_matvec_shapes(
     let w_need = rows.checked_mul(rb);
     if !(1..=MATVEC_MAX_COLS).contains(&ncols)
         || rows == 0
-        || rows > i32::MAX as usize
-        || k > i32::MAX as usize
+        || rows > I32_MAX
+        || k > I32_MAX
         || w_need != Some(w_len)
         || x_len < ncols * k
         || y_len < ncols * rows
@@ -271,22 +274,21 @@ impl Gpu {
         eps: f32,
     ) -> Result<(), RuntimeError> {
         let what = "qkv_post_f32";
-        let i32_max = i32::MAX as usize;
         let q_len = checked_len(what, &[t, nh, d], isize::MAX as usize)?;
         let kv_len = checked_len(what, &[t, nkv, d], isize::MAX as usize)?;
         let cache_ok = kv.as_ref().is_none_or(|(kc, vc, rows, _)| {
             checked_len(what, &[*rows, nkv, d], isize::MAX as usize)
                 .is_ok_and(|need| kc.len().min(vc.len()) >= need)
-                && (1..=i32_max).contains(rows)
+                && (1..=I32_MAX).contains(rows)
         });
         if d == 0
             || !d.is_multiple_of(2)
-            || d > i32_max
+            || d > I32_MAX
             || t == 0
             || nkv
                 .checked_mul(2)
                 .and_then(|k2| nh.checked_add(k2))
-                .is_none_or(|g| g > i32_max)
+                .is_none_or(|g| g > I32_MAX)
             || t > 65535
             || q.len() < q_len
             || k.len() < kv_len
@@ -420,14 +422,14 @@ impl Gpu {
         eps: f32,
     ) -> Result<(), RuntimeError> {
         let what = "rmsnorm_f32";
-        let len = rows_len(what, rows, n, i32::MAX as usize)?;
+        let len = rows_len(what, rows, n, I32_MAX)?;
         if x.len() < len || y.len() < len || w.is_some_and(|w| w.len() < n) || n == 0 {
             return Err(shape(
                 what,
                 format!("rows {rows} × n {n} vs x {}, y {}", x.len(), y.len()),
             ));
         }
-        if n > i32::MAX as usize {
+        if n > I32_MAX {
             return Err(shape(what, format!("n {n} exceeds 2^31 − 1")));
         }
         let f = self.func(Family::Norm, what)?;
@@ -466,12 +468,11 @@ impl Gpu {
     ) -> Result<(), RuntimeError> {
         let what = "rope_neox_f32";
         let n = checked_len(what, &[n_tokens, n_heads, d], u64::MAX as usize)?;
-        let i32_max = i32::MAX as usize;
         if d == 0
             || !d.is_multiple_of(2)
-            || n_tokens > i32_max
-            || n_heads > i32_max
-            || d > i32_max
+            || n_tokens > I32_MAX
+            || n_heads > I32_MAX
+            || d > I32_MAX
             || x.len() < n
             || y.len() < n
             || pos.len() < n_tokens
@@ -568,7 +569,7 @@ impl Gpu {
         let what = "add_norm_prep_f32";
         let threads = kernels::norm_prep_threads(n)
             .ok_or_else(|| shape(what, format!("n {n} must be a multiple of 16, ≤ 16384")))?;
-        let len = rows_len(what, rows, n, i32::MAX as usize)?;
+        let len = rows_len(what, rows, n, I32_MAX)?;
         check_prep_shape(what, rows.min(MATVEC_MAX_COLS), n, x.len())?;
         if x.len() < len
             || h.len() < len
@@ -720,9 +721,8 @@ impl Gpu {
         val: &mut CudaViewMut<'_, f32>,
     ) -> Result<(), RuntimeError> {
         let what = "argmax_f32";
-        let len = rows_len(what, rows, n, i32::MAX as usize)?;
-        if x.len() < len || idx.len() < rows || val.len() < rows || n == 0 || n > i32::MAX as usize
-        {
+        let len = rows_len(what, rows, n, I32_MAX)?;
+        if x.len() < len || idx.len() < rows || val.len() < rows || n == 0 || n > I32_MAX {
             return Err(shape(what, format!("rows {rows} × n {n}")));
         }
         let f = self.func(Family::Reduce, what)?;
@@ -758,7 +758,7 @@ impl Gpu {
     ) -> Result<Vec<TopkRow>, RuntimeError> {
         let what = "topk_f32";
         let (tmax, stride) = (crate::forward::TOPK_MAX, crate::forward::TK_STRIDE);
-        let len = rows_len(what, rows, n, i32::MAX as usize)?;
+        let len = rows_len(what, rows, n, I32_MAX)?;
         checked_len(
             what,
             &[rows, kernels::TOPK_BLOCKS_MAX, stride, 4],
@@ -766,7 +766,7 @@ impl Gpu {
         )?;
         if !(1..=tmax).contains(&k)
             || n == 0
-            || n > i32::MAX as usize
+            || n > I32_MAX
             || x.len() < len
             || mask.is_some_and(|m| m.len() < n)
         {
@@ -843,7 +843,7 @@ impl Gpu {
         partial: &mut CudaViewMut<'_, f32>,
     ) -> Result<(), RuntimeError> {
         let what = "sum_f32x4";
-        if !x.len().is_multiple_of(4) || partial.is_empty() || partial.len() > i32::MAX as usize {
+        if !x.len().is_multiple_of(4) || partial.is_empty() || partial.len() > I32_MAX {
             return Err(shape(
                 what,
                 format!(

@@ -26,8 +26,8 @@ pub fn fixtures_with(rel: &str) -> Option<PathBuf> {
     }
 }
 
-/// [`COUNT_PROMPT`] as one user message through the model's chat template, without the
-/// generation prompt's thinking switch (the `count_chat` ids of the greedy JSON).
+/// [`COUNT_PROMPT`] as one user message through the model's chat template with the generation
+/// prompt, thinking off (`enable_thinking = false`): the `count_chat` prompt of the greedy JSON.
 pub fn count_chat(codec: &GemmaCodec) -> Vec<u32> {
     let m = vec![Message {
         role: "user".into(),
