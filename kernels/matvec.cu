@@ -711,7 +711,17 @@ template <> struct Tc<FmtQ3_K> { enum { OK = 1, SB = 110, GPS = 1, HAS_MIN = 0, 
     // "digit" s·q + 128 in [0, 252], so one 32-bit multiply-add (mod 2^32, s may be negative)
     // gives those bytes with no carry between them; XOR 0x80 per byte makes each the s8 s·q.
     // `s4` = scale4(R, G >> 2); s comes sign-extended out of the bytes (32 − a) mod 256
-    // (PRMT's sign mode), 4a replicated by a second PRMT.
+    // (PRMT's sign mode), and 4a·0x01010101 = (128 − 4s)·0x01010101 is s·0xFBFBFBFC + 0x80808080
+    // (mod 2^32) — a multiply-add, which ptxas folds into s·(U − 0x04040404) + 0x80808080, not a
+    // second PRMT of s4 << 2: the same integer, so the same bits. Static SASS of the main loop
+    // (`scripts/gpu/run.sh sass`) mvtc_q3_k_1 644 → 609 (ALU 373 → 346, registers 83 → 78),
+    // mvtc_q3_k_3 646 → 630, mvtc_q3_k_1w's 8 B spill gone. Measured (H100, 2026-12-06, `run.sh
+    // ab`, same binary, every mv-bench output hash the same): ffn_down at n = 1 16.43 → 15.46 µs
+    // and n = 8 20.4 → 19.4; in the 12B decode graph at batch 1, though, 279–281 → 268 tok/s
+    // until the launch spread (runtime forward.rs `tc_spread_smem`): 78 registers let 3 of
+    // ffn_down's 240 blocks share an SM (2 at 83), and under programmatic dependent launch some
+    // SMs took 3. With the spread 288.4 / 288.9 tok/s (281.4 / 281.7 with neither, 285.1 / 285.3
+    // with the spread alone), batch 8 1701 / 1707 (1680 / 1682).
     static __device__ __forceinline__ uint32_t quad8(const Row& R, int G, uint32_t s4) {
         const int sb = G >> 1, h = sb >> 2, j = sb & 3, gh = G & 1, i = G & 3;
         const uint32_t w = R.q[2 * h + gh], m = R.hm[gh];
@@ -721,7 +731,7 @@ template <> struct Tc<FmtQ3_K> { enum { OK = 1, SB = 110, GPS = 1, HAS_MIN = 0, 
         const uint32_t U = lop3<0xE4>(w >> (2 * j), hb, 0x03030303u) & 0x07070707u;
         const uint32_t sv = (0xA0A0A0A0u - s4) ^ 0x80808080u;  // bytes (32 − a) mod 256 (a ≤ 63)
         const uint32_t s = prmt(sv, 0u, (uint32_t)(i | ((i | 8) << 4) | ((i | 8) << 8) | ((i | 8) << 12)));
-        const uint32_t c4 = prmt(s4 << 2, 0u, (uint32_t)(i | (i << 4) | (i << 8) | (i << 12)));
+        const uint32_t c4 = s * 0xFBFBFBFCu + 0x80808080u;
         return (U * s + c4) ^ 0x80808080u;
     }
     static __device__ __forceinline__ float d(const Row& R) { return f16_to_f32(R.dd); }

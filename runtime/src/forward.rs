@@ -804,6 +804,87 @@ fn tc_wide(fmt: &str, nc: usize, tiles: usize, sms: u32) -> bool {
     forced.unwrap_or_else(|| kernels::mvtc_wide(fmt, nc, tiles, sms as usize))
 }
 
+/// Whether tensor-core launches are spread ([`tc_spread_smem`]): `GEMMA4_TC_SPREAD` (read once
+/// per process) `0` turns it off, for A/B timing; anything else or unset leaves it on.
+fn tc_spread_on() -> bool {
+    static S: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *S.get_or_init(|| std::env::var("GEMMA4_TC_SPREAD").as_deref() != Ok("0"))
+}
+
+/// Dynamic shared memory (bytes, unused by the kernel) for a tensor-core launch of `tiles` blocks
+/// of kernel `f`: when the launch fits in one wave (`tiles ≤` resident blocks per SM × SMs) with
+/// fewer than that bound per SM on average, enough to cap the SM at `⌈tiles / SMs⌉` resident
+/// blocks of it, so that the blocks spread over at least `tiles / cap` SMs whatever else is
+/// resident when they start (under programmatic dependent launch the block scheduler places them
+/// while the previous kernel still runs, and may fill some SMs to the kernel's bound — 3 blocks of
+/// ffn_down's 240 per SM against 2 — leaving one SM's ALU to do the work of several); 0 otherwise
+/// or when the driver's occupancy for the padded launch is not exactly the cap. The sums are the
+/// same (only where blocks run changes). Cached per (kernel, tiles) in [`Gpu::tc_spread`]; the
+/// first padded launch of a kernel raises its `MAX_DYNAMIC_SHARED_SIZE_BYTES` attribute.
+/// Measured (H100, 2026-12-06, `scripts/gpu/run.sh ab`, same binary, `GEMMA4_TC_SPREAD=0` against
+/// unset, every `runtime mv-bench` output hash the same): 12B Q2_K-mix decode at batch 1 281.4 /
+/// 281.7 → 285.1 / 285.3 tok/s (attn_output's 240 tiles of the 4-blocks-per-SM wide kernel now
+/// at most 2 per SM), and 269.3 / 269.5 → 288.4 / 288.9 with ffn_down's Q3_K kernel at 78
+/// registers (matvec.cu, `Tc<FmtQ3_K>::quad8`); alone, attn_v (128 tiles) at n = 8 6.27 → 5.37 µs
+/// — even with no other kernel resident, two blocks of a launch smaller than the GPU shared SMs.
+///
+/// Errors: a failing driver query or attribute call, named after the kernel.
+fn tc_spread_smem(
+    gpu: &Gpu,
+    f: &cudarc::driver::CudaFunction,
+    name: &str,
+    tiles: u32,
+) -> Result<u32, RuntimeError> {
+    use cudarc::driver::sys::{CUdevice_attribute as D, CUfunction_attribute as A};
+    if !tc_spread_on() || tiles == 0 {
+        return Ok(0);
+    }
+    let mut cache = gpu.tc_spread.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(&v) = cache.get(&(name.to_string(), tiles)) {
+        return Ok(v);
+    }
+    let e = |what: &str| drv(format!("{name}: {what}"));
+    let sms = gpu.sm_count.max(1);
+    let occ = f
+        .occupancy_max_active_blocks_per_multiprocessor(kernels::TC_THREADS, 0, None)
+        .map_err(e("occupancy"))?;
+    let cap = tiles.div_ceil(sms);
+    let mut smem = 0u32;
+    if tiles <= occ * sms && cap < occ {
+        let attr = |a: D| gpu.ctx.attribute(a).map_err(e("device attribute"));
+        let per_sm = attr(D::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)?;
+        let reserved = attr(D::CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK)?;
+        let optin = attr(D::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
+        let stat = f
+            .get_attribute(A::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
+            .map_err(e("static shared memory"))?;
+        // Each block's total (static + dynamic + the driver's reserve) at per_sm / cap, rounded
+        // down to 256 bytes: cap blocks fit, cap + 1 do not.
+        let want = ((per_sm / cap as i32 - reserved - stat) & !255).min(optin - stat);
+        if want > 0 {
+            let cur = f
+                .get_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
+                .map_err(e("dynamic shared memory limit"))?;
+            if want > cur {
+                f.set_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, want)
+                    .map_err(e("raise the dynamic shared memory limit"))?;
+            }
+            let got = f
+                .occupancy_max_active_blocks_per_multiprocessor(
+                    kernels::TC_THREADS,
+                    want as usize,
+                    None,
+                )
+                .map_err(e("occupancy"))?;
+            if got == cap {
+                smem = want as u32;
+            }
+        }
+    }
+    cache.insert((name.to_string(), tiles), smem);
+    Ok(smem)
+}
+
 /// Whether a tensor-core launch of `nc` inputs over two matrices of format `fmt` takes a third
 /// matrix of format `g` ([`Forward::tc_matvec3`], `mvtcx`): the pair is in
 /// [`kernels::TC_THIRD`] and `GEMMA4_TC_MIX` (read once per process) allows the column-group
@@ -1151,11 +1232,12 @@ impl Forward<'_> {
             ]);
         }
         let grid = tc_tiles(&[w.rows, rows2, rows3]) as u32;
+        let smem = tc_spread_smem(gpu, &f, &name, grid)?;
         launch(
             gpu,
             &f,
             &name,
-            lc((grid, 1, 1), kernels::TC_THREADS, 0),
+            lc((grid, 1, 1), kernels::TC_THREADS, smem),
             &args,
         )
     }

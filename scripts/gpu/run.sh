@@ -443,7 +443,9 @@ ab)
     # On the GPU machine (binaries from `build` or `build-engine`, carry ["local/gpu"]): kernel
     # source variants timed against each other in one call, alternating, with the same binary.
     # VARS="name:DIR ..." (DIR relative to the checkout, read through GEMMA4_KERNEL_SRC; an empty
-    # DIR is the embedded sources), e.g. VARS="old:local/gpu/oldsrc new:" after
+    # DIR is the embedded sources; an optional third field ENV=VAL[,ENV=VAL…] sets environment
+    # variables for that variant's runs, e.g. "nospread::GEMMA4_TC_SPREAD=0"), e.g.
+    # VARS="old:local/gpu/oldsrc new:" after
     # `git archive HEAD kernels | tar x -C /tmp && cp /tmp/kernels/*.cu /tmp/kernels/*.cuh
     # local/gpu/oldsrc/`. `runtime mv-bench` (CASE: a case-name filter) ROUNDS times per variant,
     # then `runtime bench` twice per variant of BENCH_VARS (default: VARS; "none" skips). Writes
@@ -459,12 +461,17 @@ ab)
     # written in $OUT as it grows: a call cut short by the device tool's limit keeps what ran
     s="$OUT/ab-summary.txt"
     : > "$s"
-    src() { if [ -n "$1" ]; then export GEMMA4_KERNEL_SRC="$PWD/$1"; else unset GEMMA4_KERNEL_SRC; fi; }
+    # venv SPEC: `env` arguments for variant SPEC = DIR[:ENV=VAL,…] (the part after the name).
+    venv() {
+        local dir="${1%%:*}" e=""
+        case "$1" in *:*) e="${1#*:}" ;; esac
+        if [ -n "$dir" ]; then echo "GEMMA4_KERNEL_SRC=$PWD/$dir ${e//,/ }"; else echo "-u GEMMA4_KERNEL_SRC ${e//,/ }"; fi
+    }
     rounds="${ROUNDS:-2}"
     for i in $(seq 1 "$rounds"); do
         for v in $VARS; do
-            src "${v#*:}"
-            timeout "${MV_TIMEOUT:-100}" local/gpu/runtime mv-bench ${CASE:+--case "$CASE"} \
+            # shellcheck disable=SC2046
+            timeout "${MV_TIMEOUT:-100}" env $(venv "${v#*:}") local/gpu/runtime mv-bench ${CASE:+--case "$CASE"} \
                 --out "$o/mv-${v%%:*}-$i.json" > "$o/mv-${v%%:*}-$i.txt" 2>&1 || echo "mv-bench ${v%%:*} $i exit $?" >> "$s"
         done
     done
@@ -487,9 +494,9 @@ PY
     if [ "$bvars" != none ]; then
         for i in 1 2; do
             for v in $bvars; do
-                src "${v#*:}"
                 n="${v%%:*}"
-                timeout "${BENCH_TIMEOUT:-120}" local/gpu/runtime bench --out "$o/bench-$n-$i" > "$o/bench-$n-$i.txt" 2>&1 || true
+                # shellcheck disable=SC2046
+                timeout "${BENCH_TIMEOUT:-120}" env $(venv "${v#*:}") local/gpu/runtime bench --out "$o/bench-$n-$i" > "$o/bench-$n-$i.txt" 2>&1 || true
                 python3 scripts/gpu/summarize.py --bench-line "$o/bench-$n-$i" "$n $i" >> "$s" \
                     || echo "bench $n $i: summarize.py failed" >> "$s"
             done
