@@ -844,13 +844,11 @@ fn tc_spread_smem(
         return Ok(v);
     }
     let e = |what: &str| drv(format!("{name}: {what}"));
-    let sms = gpu.sm_count.max(1);
     let occ = f
         .occupancy_max_active_blocks_per_multiprocessor(kernels::TC_THREADS, 0, None)
         .map_err(e("occupancy"))?;
-    let cap = tiles.div_ceil(sms);
     let mut smem = 0u32;
-    if tiles <= occ * sms && cap < occ {
+    if let Some(cap) = spread_cap(tiles, gpu.sm_count, occ) {
         let attr = |a: D| gpu.ctx.attribute(a).map_err(e("device attribute"));
         let per_sm = attr(D::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)?;
         let reserved = attr(D::CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK)?;
@@ -858,10 +856,7 @@ fn tc_spread_smem(
         let stat = f
             .get_attribute(A::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
             .map_err(e("static shared memory"))?;
-        // Each block's total (static + dynamic + the driver's reserve) at per_sm / cap, rounded
-        // down to 256 bytes: cap blocks fit, cap + 1 do not.
-        let want = ((per_sm / cap as i32 - reserved - stat) & !255).min(optin - stat);
-        if want > 0 {
+        if let Some(want) = spread_bytes(per_sm, reserved, optin, stat, cap) {
             let cur = f
                 .get_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
                 .map_err(e("dynamic shared memory limit"))?;
@@ -869,6 +864,8 @@ fn tc_spread_smem(
                 f.set_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, want)
                     .map_err(e("raise the dynamic shared memory limit"))?;
             }
+            // The driver's own count decides (allocation granularity, carveout): padded only
+            // when it gives exactly the cap.
             let got = f
                 .occupancy_max_active_blocks_per_multiprocessor(
                     kernels::TC_THREADS,
@@ -883,6 +880,24 @@ fn tc_spread_smem(
     }
     cache.insert((name.to_string(), tiles), smem);
     Ok(smem)
+}
+
+/// The blocks per SM that [`tc_spread_smem`] caps a launch of `tiles` blocks at on `sms` SMs,
+/// where the kernel alone allows `occ`: `⌈tiles / sms⌉` when the launch fits in one wave
+/// (`tiles ≤ occ · sms`) and that is below `occ`; `None` (no cap) otherwise.
+fn spread_cap(tiles: u32, sms: u32, occ: u32) -> Option<u32> {
+    let cap = tiles.div_ceil(sms.max(1));
+    (tiles > 0 && tiles <= occ.saturating_mul(sms) && cap < occ).then_some(cap)
+}
+
+/// Dynamic shared memory (bytes, a multiple of 256) that makes each block of a kernel with
+/// `stat` bytes of static shared memory take `per_sm / cap` of an SM's `per_sm` bytes, counting
+/// the driver's `reserved` bytes per block: `cap` blocks fit and `cap + 1` do not. `None` when
+/// that needs no padding or more than a block may have (`optin`, static included).
+fn spread_bytes(per_sm: i32, reserved: i32, optin: i32, stat: i32, cap: u32) -> Option<i32> {
+    let cap = i32::try_from(cap).ok().filter(|&c| c > 0)?;
+    let want = (per_sm / cap - reserved - stat) & !255;
+    (want > 0 && want + stat <= optin).then_some(want)
 }
 
 /// Whether a tensor-core launch of `nc` inputs over two matrices of format `fmt` takes a third
@@ -2140,6 +2155,63 @@ fn split_chunk(ch: &[(i32, i32, i32, bool)]) -> (Vec<i32>, Vec<i32>, Vec<i32>, V
 
 #[cfg(test)]
 mod tests {
+    /// The cap: one-wave launches below the kernel's bound only. Hand-derived from the 12B
+    /// shapes on 132 SMs: attn_output's 240 tiles of the 4-per-SM kernel → 2 per SM; attn_v's
+    /// 128 tiles at 2 per SM → 1; qkv's 512 tiles at 4 → ⌈512 / 132⌉ = 4, the bound (none);
+    /// ffn_gate+ffn_up's 1920 tiles at 4 → more than one wave (none).
+    #[test]
+    fn spread_cap_one_wave_only() {
+        use super::spread_cap;
+        assert_eq!(spread_cap(240, 132, 4), Some(2));
+        assert_eq!(spread_cap(240, 132, 3), Some(2));
+        assert_eq!(spread_cap(240, 132, 2), None);
+        assert_eq!(spread_cap(128, 132, 2), Some(1));
+        assert_eq!(spread_cap(512, 132, 4), None);
+        assert_eq!(spread_cap(1920, 132, 4), None);
+        assert_eq!(spread_cap(0, 132, 4), None);
+        assert_eq!(spread_cap(5, 0, 4), None); // 5 blocks on "1" SM at a bound of 4: two waves
+    }
+
+    /// The padding's defining property, checked over SM sizes of sm_80/86/90 (164, 99, 228 KiB),
+    /// static sizes and caps: cap blocks of (static + padding + reserve) fit in the SM, cap + 1
+    /// do not, and a block stays within the opt-in limit.
+    #[test]
+    fn spread_bytes_fits_cap_not_more() {
+        use super::spread_bytes;
+        let mut padded = 0;
+        for per_sm in [167_936, 101_376, 233_472] {
+            let (reserved, optin) = (1024, per_sm - 1024);
+            for stat in [0, 1000, 20_000, 46_080, 49_152] {
+                for cap in 1..=8u32 {
+                    let Some(b) = spread_bytes(per_sm, reserved, optin, stat, cap) else {
+                        continue;
+                    };
+                    padded += 1;
+                    let block = b + stat + reserved;
+                    assert!(b > 0 && b % 256 == 0, "{per_sm} {stat} {cap}: {b}");
+                    assert!(cap as i32 * block <= per_sm, "{per_sm} {stat} {cap}: {b}");
+                    assert!(
+                        (cap as i32 + 1) * block > per_sm,
+                        "{per_sm} {stat} {cap}: {b}"
+                    );
+                    assert!(b + stat <= optin);
+                }
+            }
+        }
+        assert!(padded > 80, "{padded}");
+        // H100/H200 (228 KiB, 1 KiB reserve), a 46 080-byte static kernel at 2 per SM:
+        // 233 472 / 2 − 1024 − 46 080 = 69 632 (a multiple of 256).
+        assert_eq!(
+            spread_bytes(233_472, 1024, 232_448, 46_080, 2),
+            Some(69_632)
+        );
+        assert_eq!(spread_bytes(233_472, 1024, 232_448, 46_080, 0), None);
+        // No room left to pad: static + reserve (50 176) is over per_sm / cap (33 792); at cap
+        // 2 (50 688) 512 bytes remain.
+        assert_eq!(spread_bytes(101_376, 1024, 100_352, 49_152, 3), None);
+        assert_eq!(spread_bytes(101_376, 1024, 100_352, 49_152, 2), Some(512));
+    }
+
     use super::*;
 
     fn sliding(w: usize, source: usize, owns: bool) -> KvLayerSpec {
