@@ -822,11 +822,13 @@ fn tc_spread_on() -> bool {
 /// same (only where blocks run changes). Cached per (kernel, tiles) in [`Gpu::tc_spread`]; the
 /// first padded launch of a kernel raises its `MAX_DYNAMIC_SHARED_SIZE_BYTES` attribute.
 /// Measured (H100, 2026-12-06, `scripts/gpu/run.sh ab`, same binary, `GEMMA4_TC_SPREAD=0` against
-/// unset, every `runtime mv-bench` output hash the same): 12B Q2_K-mix decode at batch 1 281.4 /
-/// 281.7 → 285.1 / 285.3 tok/s (attn_output's 240 tiles of the 4-blocks-per-SM wide kernel now
-/// at most 2 per SM), and 269.3 / 269.5 → 288.4 / 288.9 with ffn_down's Q3_K kernel at 78
-/// registers (matvec.cu, `Tc<FmtQ3_K>::quad8`); alone, attn_v (128 tiles) at n = 8 6.27 → 5.37 µs
-/// — even with no other kernel resident, two blocks of a launch smaller than the GPU shared SMs.
+/// unset, every `runtime mv-bench` output hash the same; first with each block padded to
+/// `per_sm / cap`, then [`spread_bytes`]' smaller padding, which was faster again): 12B Q2_K-mix
+/// decode at batch 1 281.4 / 281.7 → 285.1 / 285.3 tok/s (attn_output's 240 tiles of the
+/// 4-blocks-per-SM wide kernel now at most 2 per SM), and 269.3 / 269.5 → 288.4 / 288.9 with
+/// ffn_down's Q3_K kernel at 78 registers (matvec.cu, `Tc<FmtQ3_K>::quad8`; 268.4 / 268.9 →
+/// 287.2 / 287.5 in a second call); alone, attn_v (128 tiles) at n = 8 6.27 → 5.37 µs — even with
+/// no other kernel resident, two blocks of a launch smaller than the GPU shared SMs.
 ///
 /// Errors: a failing driver query or attribute call, named after the kernel.
 fn tc_spread_smem(
@@ -885,19 +887,33 @@ fn tc_spread_smem(
 /// The blocks per SM that [`tc_spread_smem`] caps a launch of `tiles` blocks at on `sms` SMs,
 /// where the kernel alone allows `occ`: `⌈tiles / sms⌉` when the launch fits in one wave
 /// (`tiles ≤ occ · sms`) and that is below `occ`; `None` (no cap) otherwise.
+///
+/// Measured and not kept (H100, 2026-12-06, `run.sh ab`, same binary, two runs each): also
+/// evening out the waves of larger launches (w = ⌈tiles / (occ · sms)⌉ waves capped at
+/// ⌈tiles / (w · sms)⌉ per SM; of the 12B launches only batch 8's attn_q+attn_k+attn_v, 512
+/// tiles at 3 per SM, changes: 2 waves of at most 2) — that launch alone 13.6 → 12.3–12.5 µs,
+/// yet the 12B decode at batch 8 1688–1704 → 1650–1663 tok/s (two calls).
 fn spread_cap(tiles: u32, sms: u32, occ: u32) -> Option<u32> {
     let cap = tiles.div_ceil(sms.max(1));
     (tiles > 0 && tiles <= occ.saturating_mul(sms) && cap < occ).then_some(cap)
 }
 
-/// Dynamic shared memory (bytes, a multiple of 256) that makes each block of a kernel with
-/// `stat` bytes of static shared memory take `per_sm / cap` of an SM's `per_sm` bytes, counting
-/// the driver's `reserved` bytes per block: `cap` blocks fit and `cap + 1` do not. `None` when
-/// that needs no padding or more than a block may have (`optin`, static included).
+/// Dynamic shared memory (bytes) that makes `cap` blocks of a kernel with `stat` bytes of static
+/// shared memory fit in an SM's `per_sm` bytes and `cap + 1` not, counting the driver's
+/// `reserved` bytes per block, with each block's footprint the least that keeps `cap + 1` out:
+/// the multiple of 256 just above `per_sm / (cap + 1)`. The rest of the SM's shared memory stays
+/// free for other kernels' blocks and for L1. `None` when that needs no padding or a block may
+/// not be that large (`optin`, static included).
+///
+/// Measured against padding each block to `per_sm / cap` (H100, 2026-12-06, `run.sh ab`, same
+/// binary, two runs each): ffn_down at n = 1 16.08 / 16.05 → 15.48 / 15.47 µs (the unpadded
+/// kernel's 15.5: less L1 left at the larger padding); 12B decode at batch 1 285.8 / 287.1 →
+/// 287.9 / 287.8 tok/s, batch 8 1693.4 / 1693.1 → 1700.7 / 1703.9.
 fn spread_bytes(per_sm: i32, reserved: i32, optin: i32, stat: i32, cap: u32) -> Option<i32> {
     let cap = i32::try_from(cap).ok().filter(|&c| c > 0)?;
-    let want = (per_sm / cap - reserved - stat) & !255;
-    (want > 0 && want + stat <= optin).then_some(want)
+    let foot = ((per_sm / (cap + 1)) & !255) + 256;
+    let want = foot - reserved - stat;
+    (want > 0 && want + stat <= optin && cap * foot <= per_sm).then_some(want)
 }
 
 /// Whether a tensor-core launch of `nc` inputs over two matrices of format `fmt` takes a third
@@ -2169,12 +2185,14 @@ mod tests {
         assert_eq!(spread_cap(512, 132, 4), None);
         assert_eq!(spread_cap(1920, 132, 4), None);
         assert_eq!(spread_cap(0, 132, 4), None);
+        assert_eq!(spread_cap(5, 132, 0), None);
         assert_eq!(spread_cap(5, 0, 4), None); // 5 blocks on "1" SM at a bound of 4: two waves
     }
 
     /// The padding's defining property, checked over SM sizes of sm_80/86/90 (164, 99, 228 KiB),
-    /// static sizes and caps: cap blocks of (static + padding + reserve) fit in the SM, cap + 1
-    /// do not, and a block stays within the opt-in limit.
+    /// static sizes and caps: cap blocks of (static + padding + reserve), a multiple of 256, fit
+    /// in the SM, cap + 1 do not, 256 bytes less would let cap + 1 in, and a block stays within
+    /// the opt-in limit.
     #[test]
     fn spread_bytes_fits_cap_not_more() {
         use super::spread_bytes;
@@ -2187,29 +2205,28 @@ mod tests {
                         continue;
                     };
                     padded += 1;
-                    let block = b + stat + reserved;
-                    assert!(b > 0 && b % 256 == 0, "{per_sm} {stat} {cap}: {b}");
-                    assert!(cap as i32 * block <= per_sm, "{per_sm} {stat} {cap}: {b}");
+                    let (block, c) = (b + stat + reserved, cap as i32);
+                    assert!(b > 0 && block % 256 == 0, "{per_sm} {stat} {cap}: {b}");
+                    assert!(c * block <= per_sm, "{per_sm} {stat} {cap}: {b}");
+                    assert!((c + 1) * block > per_sm, "{per_sm} {stat} {cap}: {b}");
                     assert!(
-                        (cap as i32 + 1) * block > per_sm,
+                        (c + 1) * (block - 256) <= per_sm,
                         "{per_sm} {stat} {cap}: {b}"
                     );
                     assert!(b + stat <= optin);
                 }
             }
         }
-        assert!(padded > 80, "{padded}");
+        assert!(padded > 70, "{padded}");
         // H100/H200 (228 KiB, 1 KiB reserve), a 46 080-byte static kernel at 2 per SM:
-        // 233 472 / 2 − 1024 − 46 080 = 69 632 (a multiple of 256).
+        // 233 472 / 3 = 77 824 (a multiple of 256), + 256 − 1024 − 46 080 = 30 976.
         assert_eq!(
             spread_bytes(233_472, 1024, 232_448, 46_080, 2),
-            Some(69_632)
+            Some(30_976)
         );
         assert_eq!(spread_bytes(233_472, 1024, 232_448, 46_080, 0), None);
-        // No room left to pad: static + reserve (50 176) is over per_sm / cap (33 792); at cap
-        // 2 (50 688) 512 bytes remain.
-        assert_eq!(spread_bytes(101_376, 1024, 100_352, 49_152, 3), None);
-        assert_eq!(spread_bytes(101_376, 1024, 100_352, 49_152, 2), Some(512));
+        // The kernel alone keeps cap + 1 out: 101 376 / 3 = 33 792 < 49 152 + 1024 (no padding).
+        assert_eq!(spread_bytes(101_376, 1024, 100_352, 49_152, 2), None);
     }
 
     use super::*;
