@@ -2171,13 +2171,14 @@ fn split_chunk(ch: &[(i32, i32, i32, bool)]) -> (Vec<i32>, Vec<i32>, Vec<i32>, V
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     /// The cap: one-wave launches below the kernel's bound only. Hand-derived from the 12B
     /// shapes on 132 SMs: attn_output's 240 tiles of the 4-per-SM kernel → 2 per SM; attn_v's
     /// 128 tiles at 2 per SM → 1; qkv's 512 tiles at 4 → ⌈512 / 132⌉ = 4, the bound (none);
     /// ffn_gate+ffn_up's 1920 tiles at 4 → more than one wave (none).
     #[test]
     fn spread_cap_one_wave_only() {
-        use super::spread_cap;
         assert_eq!(spread_cap(240, 132, 4), Some(2));
         assert_eq!(spread_cap(240, 132, 3), Some(2));
         assert_eq!(spread_cap(240, 132, 2), None);
@@ -2195,7 +2196,6 @@ mod tests {
     /// the opt-in limit.
     #[test]
     fn spread_bytes_fits_cap_not_more() {
-        use super::spread_bytes;
         let mut padded = 0;
         for per_sm in [167_936, 101_376, 233_472] {
             let (reserved, optin) = (1024, per_sm - 1024);
@@ -2228,8 +2228,6 @@ mod tests {
         // The kernel alone keeps cap + 1 out: 101 376 / 3 = 33 792 < 49 152 + 1024 (no padding).
         assert_eq!(spread_bytes(101_376, 1024, 100_352, 49_152, 2), None);
     }
-
-    use super::*;
 
     fn sliding(w: usize, source: usize, owns: bool) -> KvLayerSpec {
         KvLayerSpec {
