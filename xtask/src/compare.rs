@@ -135,6 +135,17 @@ pub enum CompareError {
         /// The label rule.
         rule: &'static str,
     },
+    /// A run or entry of a report holds a value no conformance run writes: a τ outside
+    /// `[0, TAU_MAX]`, an unknown mode, or a (prompt, mode) recorded twice.
+    #[error("{}: {at}: {what}", report.display())]
+    BadReport {
+        /// The report.
+        report: PathBuf,
+        /// `STEM / SUITE` or `STEM / SUITE / prompt P / mode M`.
+        at: String,
+        /// What is wrong.
+        what: String,
+    },
     /// The report cannot be read.
     #[error("{}: {source}", path.display())]
     Read {
@@ -294,7 +305,40 @@ fn load(run: &str) -> Result<(PathBuf, Report), CompareError> {
     }
     let path = report_path(run);
     let report = read_report(&path)?;
+    check_report(&path, &report)?;
     Ok((path, report))
+}
+
+/// The values of `report` (read from `path`) that compare relies on, checked before anything
+/// is judged: each run's τ is a usable tie budget (`suites::budgets::tau_problem`, the rule
+/// of `budgets.toml` and the suite files: a τ of −1 would call the oracle's own argmax wrong),
+/// each entry's mode is one [`suites::engine::Mode::parse`] reads, and no (prompt, mode)
+/// appears twice in a run (its rows would be counted twice).
+///
+/// Errors: [`CompareError::BadReport`], the first found.
+fn check_report(path: &Path, report: &Report) -> Result<(), CompareError> {
+    for run in &report.runs {
+        let bad = |at: String, what: String| CompareError::BadReport {
+            report: path.to_path_buf(),
+            at,
+            what,
+        };
+        let at_run = format!("{} / {}", run.model.stem, run.suite);
+        if let Some(why) = suites::budgets::tau_problem(run.tau) {
+            return Err(bad(at_run, format!("tau = {why}")));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for e in &run.entries {
+            let at = || format!("{at_run} / prompt {} / mode {}", e.prompt, e.mode);
+            if let Err(err) = suites::engine::Mode::parse(&e.mode) {
+                return Err(bad(at(), err.to_string()));
+            }
+            if !seen.insert((e.prompt.as_str(), e.mode.as_str())) {
+                return Err(bad(at(), "recorded twice in this run".into()));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The steps of a saved entry, with the engine's own top-5 where an event recorded it (for the
@@ -393,14 +437,16 @@ pub struct Row {
     pub texts: [String; 3],
 }
 
-/// One model's file, opened and checked against the recorded SHA-256; its oracle and tokenizer
-/// are built on the first fork that needs them.
+/// One model's file, opened and checked against the recorded SHA-256; its tokenizer is built
+/// on the first shared prompt (every recorded prompt length is checked), its oracle on the
+/// first fork that needs it.
 struct ModelCtx {
     path: PathBuf,
     sha256: String,
     config: Config,
     file: Option<GgufFile>,
-    loaded: Option<(ReferenceOracle, GemmaCodec)>,
+    codec: Option<GemmaCodec>,
+    oracle: Option<ReferenceOracle>,
 }
 
 impl ModelCtx {
@@ -423,7 +469,8 @@ impl ModelCtx {
                 sha256: sha,
                 config,
                 file: Some(file),
-                loaded: None,
+                codec: None,
+                oracle: None,
             });
         }
         Err(CompareError::NoModelFile {
@@ -437,31 +484,47 @@ impl ModelCtx {
         })
     }
 
-    /// The oracle and the tokenizer (built once).
-    fn loaded(&mut self) -> Result<&mut (ReferenceOracle, GemmaCodec), CompareError> {
-        if self.loaded.is_none() {
-            let path = self.path.clone();
-            let err = |message: String| CompareError::Model {
-                path: path.clone(),
-                message,
-            };
+    /// The error of a model that cannot be loaded.
+    fn err(&self) -> impl Fn(String) -> CompareError + '_ {
+        |message| CompareError::Model {
+            path: self.path.clone(),
+            message,
+        }
+    }
+
+    /// The tokenizer (built once, from the open file).
+    fn codec(&mut self) -> Result<&GemmaCodec, CompareError> {
+        if self.codec.is_none() {
+            let file = self
+                .file
+                .as_ref()
+                .ok_or_else(|| (self.err())("the file was not opened".into()))?;
+            let codec = GemmaCodec::from_gguf(file, &self.path).map_err(self.err())?;
+            self.codec = Some(codec);
+        }
+        Ok(self.codec.as_ref().expect("built above"))
+    }
+
+    /// The oracle and the tokenizer (each built once; the oracle takes the open file).
+    fn loaded(&mut self) -> Result<(&mut ReferenceOracle, &GemmaCodec), CompareError> {
+        self.codec()?;
+        if self.oracle.is_none() {
             let file = self
                 .file
                 .take()
-                .ok_or_else(|| err("the file was not opened".into()))?;
-            let codec = GemmaCodec::from_gguf(&file, &path).map_err(err)?;
+                .ok_or_else(|| (self.err())("the file was not opened".into()))?;
             let model = reference::model::Model::<f64>::from_gguf_with(
                 file,
                 reference::model::Faults::default(),
                 reference::model::LoadOptions::default(),
             )
-            .map_err(|e| err(suites::reference_engine::load_message(&e)))?;
-            self.loaded = Some((
-                ReferenceOracle::from_model(model, self.sha256.clone()),
-                codec,
-            ));
+            .map_err(|e| (self.err())(suites::reference_engine::load_message(&e)))?;
+            self.oracle = Some(ReferenceOracle::from_model(model, self.sha256.clone()));
         }
-        Ok(self.loaded.as_mut().expect("loaded above"))
+        Ok((
+            self.oracle.as_mut().expect("built above"),
+            self.codec.as_ref().expect("built above"),
+        ))
     }
 }
 
@@ -592,13 +655,11 @@ impl Comparison<'_> {
             oracle_top: None,
             texts: Default::default(),
         };
-        if ea.verdict == Verdict::Error
-            || eb.verdict == Verdict::Error
-            || first_fork(&ea.tokens, &eb.tokens).is_none()
-        {
+        if ea.verdict == Verdict::Error || eb.verdict == Verdict::Error {
             return Ok(row);
         }
-        // the prompt, encoded again, must be the one the runs recorded
+        // the prompt, encoded again, must be the one the runs recorded (every shared entry, fork
+        // or not: a changed suite or tokenizer makes the runs incomparable)
         let suite = self.suite(&run.suite)?.clone();
         let prompt = suite.prompt(&ea.prompt).map_err(|e| CompareError::Suite {
             name: run.suite.clone(),
@@ -608,8 +669,8 @@ impl Comparison<'_> {
             .models
             .get_mut(&run.model.sha256)
             .expect("the model was found for this run");
-        let (oracle, codec) = ctx.loaded()?;
-        let ids = codec
+        let ids = ctx
+            .codec()?
             .encode(&prompt.input, suite.settings.enable_thinking)
             .map_err(|message| CompareError::Suite {
                 name: run.suite.clone(),
@@ -625,6 +686,10 @@ impl Comparison<'_> {
                 });
             }
         }
+        if first_fork(&ea.tokens, &eb.tokens).is_none() {
+            return Ok(row);
+        }
+        let (oracle, codec) = ctx.loaded()?;
         let params = RuleParams {
             tau,
             max_tie_flips: run.max_tie_flips,

@@ -178,8 +178,16 @@ fn render_with(f: &GgufFile, args: &Args, nonfinite: Scan<'_>) -> Result<String>
     )?;
 
     writeln!(o, "\nmetadata:")?;
-    let kw = f.metadata().map(|(k, _)| k.len()).max().unwrap_or(0);
+    // names as errors show them (control characters escaped, long names cut: a hostile file
+    // writes no escape sequence to the terminal)
+    let shown = reference::gguf::shown;
+    let kw = f
+        .metadata()
+        .map(|(k, _)| shown(k).chars().count())
+        .max()
+        .unwrap_or(0);
     for (i, (k, v)) in f.metadata().enumerate() {
+        let k = shown(k);
         let ty = match v {
             Value::Array(a) => format!("{}[{}]", a.elem_type(), a.len()),
             v => v.value_type().to_string(),
@@ -195,7 +203,7 @@ fn render_with(f: &GgufFile, args: &Args, nonfinite: Scan<'_>) -> Result<String>
     let nw = f
         .tensors()
         .iter()
-        .map(|t| t.name.len())
+        .map(|t| shown(&t.name).chars().count())
         .max()
         .unwrap_or(4)
         .max(4);
@@ -217,7 +225,7 @@ fn render_with(f: &GgufFile, args: &Args, nonfinite: Scan<'_>) -> Result<String>
         writeln!(
             o,
             "  {i:4}  {:nw$}  {:8}  {dims:24}  {:12}  {:12}  {:5}",
-            t.name,
+            shown(&t.name),
             t.ggml_type.name(),
             t.n_bytes,
             t.offset,

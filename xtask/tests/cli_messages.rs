@@ -205,3 +205,23 @@ fn empty_fixtures_variable_is_unset() {
         );
     }
 }
+
+/// `inspect` of a file whose key and tensor names hold terminal escape sequences (ESC, BEL)
+/// prints them escaped, never raw: a hostile file cannot retitle or recolour the terminal.
+#[test]
+fn inspect_escapes_control_characters_in_names() {
+    use reference::gguf::{GgufWriter, Value};
+    use reference::quant::GgmlType;
+    let d = scratch("escapes");
+    let p = d.join("esc.gguf");
+    let mut w = GgufWriter::new();
+    w.set("x\u{1b}]0;pwned\u{7}", Value::U32(1));
+    w.add_tensor("t\u{1b}[31m", &[4], GgmlType::F32, vec![0; 16])
+        .unwrap();
+    w.write_file(&p).unwrap();
+    let (code, out, err) = xtask(&["inspect", p.to_str().unwrap(), "--no-scan"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'), "{out:?}");
+    assert!(out.contains("x\\u{1b}]0;pwned\\u{7}"), "{out}");
+    assert!(out.contains("t\\u{1b}[31m"), "{out}");
+}

@@ -227,3 +227,66 @@ fn the_model_file_and_the_prompt_are_checked() {
         "{err}"
     );
 }
+
+/// Values no conformance run writes are refused before anything is judged, naming the report
+/// and the run or entry: a τ of −1 (it made the oracle's own argmax, margin 0 > −1, "wrong":
+/// exit 1), an unknown mode, a (prompt, mode) recorded twice, and a recorded prompt length
+/// that the prompt no longer encodes to where the outputs do not fork (checked only at forks
+/// before, exit 0).
+#[test]
+fn report_values_are_checked_before_judging() {
+    let Some((model, report, json)) = saved_run("values") else {
+        return;
+    };
+    let m = s(&model);
+    let refused = |name: &str, edit: &dyn Fn(&mut Value), expect: &str| {
+        let mut j = json.clone();
+        edit(&mut j);
+        let p = write(&report, name, &j);
+        let (code, out, err) = xtask(&["compare", s(&report), s(&p), "--model", m]);
+        assert_eq!(
+            (code, out.as_str(), err.as_str()),
+            (
+                Some(2),
+                "",
+                format!("error: {}: {expect}\n", p.display()).as_str()
+            ),
+            "{name}"
+        );
+    };
+    refused(
+        "tau.json",
+        &|j| {
+            j["runs"][0]["tau"] = (-1.0).into();
+            story(j)["tokens"][0] = 683.into();
+        },
+        "dense-target.Q4_K_M / smoke: tau = -1 (must be in [0, 1000] logits)",
+    );
+    refused(
+        "mode.json",
+        &|j| story(j)["mode"] = "bogus".into(),
+        &format!(
+            "dense-target.Q4_K_M / smoke / prompt story / mode bogus: {}",
+            suites::engine::Mode::parse("bogus").unwrap_err()
+        ),
+    );
+    refused(
+        "twice.json",
+        &|j| {
+            let e = story(j).clone();
+            j["runs"][0]["entries"].as_array_mut().unwrap().push(e);
+        },
+        "dense-target.Q4_K_M / smoke / prompt story / mode plain: recorded twice in this run",
+    );
+    // identical outputs, a wrong recorded length: refused all the same
+    let mut j = json.clone();
+    story(&mut j)["prompt_tokens"] = 12.into();
+    let p = write(&report, "length.json", &j);
+    let (code, out, err) = xtask(&["compare", s(&report), s(&p), "--model", m]);
+    assert_eq!((code, out.as_str()), (Some(2), ""), "{err}");
+    assert!(
+        err.contains("prompt story / mode plain: the run recorded 12 prompt tokens, ")
+            && err.contains("encodes the prompt to 11"),
+        "{err}"
+    );
+}

@@ -68,7 +68,7 @@ pub enum GgufError {
     },
     /// An array's element count exceeds 2^30, or count × minimal element size exceeds the
     /// bytes remaining (§2.2 item 4).
-    #[error("array of key '{key}' declares {count} elements of {min_elem_size}+ bytes: exceeds the 2^30 cap or the {remaining} bytes remaining (truncated or corrupt file?)")]
+    #[error("array of key '{}' declares {count} elements of {min_elem_size}+ bytes: exceeds the 2^30 cap or the {remaining} bytes remaining (truncated or corrupt file?)", shown(key))]
     ArrayTooLong {
         /// The key.
         key: String,
@@ -116,7 +116,10 @@ pub enum GgufError {
         cap: u64,
     },
     /// A key is not valid UTF-8 (§2.3).
-    #[error("key of metadata entry {index} (byte {at}) is not UTF-8: {lossy:?}")]
+    #[error(
+        "key of metadata entry {index} (byte {at}) is not UTF-8: '{}'",
+        shown(lossy)
+    )]
     InvalidUtf8Key {
         /// 0-based index of the metadata entry.
         index: u64,
@@ -126,7 +129,7 @@ pub enum GgufError {
         lossy: String,
     },
     /// A tensor name is not valid UTF-8 (§2.3).
-    #[error("name of tensor {index} (byte {at}) is not UTF-8: {lossy:?}")]
+    #[error("name of tensor {index} (byte {at}) is not UTF-8: '{}'", shown(lossy))]
     InvalidUtf8TensorName {
         /// 0-based index of the tensor info.
         index: u64,
@@ -136,7 +139,7 @@ pub enum GgufError {
         lossy: String,
     },
     /// A string value (or string array element) is not valid UTF-8.
-    #[error("string value of key '{key}'{} is not UTF-8", element_text(*index))]
+    #[error("string value of key '{}'{} is not UTF-8", shown(key), element_text(*index))]
     InvalidUtf8Value {
         /// The key.
         key: String,
@@ -144,13 +147,13 @@ pub enum GgufError {
         index: Option<u64>,
     },
     /// The same key appears twice (§2.2 item 5).
-    #[error("duplicate key '{key}'")]
+    #[error("duplicate key '{}'", shown(key))]
     DuplicateKey {
         /// The key.
         key: String,
     },
     /// A value type id outside 0..=12 (§2.2 item 6).
-    #[error("key '{key}' has unknown value type {type_id}")]
+    #[error("key '{}' has unknown value type {type_id}", shown(key))]
     UnknownValueType {
         /// The key.
         key: String,
@@ -158,7 +161,7 @@ pub enum GgufError {
         type_id: u32,
     },
     /// An array element type id outside 0..=12.
-    #[error("array of key '{key}' has unknown element type {type_id}")]
+    #[error("array of key '{}' has unknown element type {type_id}", shown(key))]
     UnknownArrayType {
         /// The key.
         key: String,
@@ -166,14 +169,18 @@ pub enum GgufError {
         type_id: u32,
     },
     /// An array whose element type is ARRAY (§2.1; rejected like gguf.cpp).
-    #[error("key '{key}' is a nested array (array of arrays), which is not accepted")]
+    #[error(
+        "key '{}' is a nested array (array of arrays), which is not accepted",
+        shown(key)
+    )]
     NestedArray {
         /// The key.
         key: String,
     },
     /// A BOOL byte other than 0 or 1 (§2.3).
     #[error(
-        "key '{key}' has bool byte {byte:#04x}{}; only 0 and 1 are accepted",
+        "key '{}' has bool byte {byte:#04x}{}; only 0 and 1 are accepted",
+        shown(key),
         element_text(*index)
     )]
     BadBool {
@@ -197,13 +204,13 @@ pub enum GgufError {
         value: u32,
     },
     /// A required key is absent.
-    #[error("missing key '{key}'")]
+    #[error("missing key '{}'", shown(key))]
     MissingKey {
         /// The key.
         key: String,
     },
     /// A key holds another type than asked for.
-    #[error("key '{key}' has type {found}, expected {expected}")]
+    #[error("key '{}' has type {found}, expected {expected}", shown(key))]
     WrongType {
         /// The key.
         key: String,
@@ -214,7 +221,10 @@ pub enum GgufError {
     },
     /// An array element does not fit the requested integer type (e.g. a negative i32 asked
     /// for as u32).
-    #[error("element {index} of key '{key}' = {value} does not fit in {expected}")]
+    #[error(
+        "element {index} of key '{}' = {value} does not fit in {expected}",
+        shown(key)
+    )]
     ValueOutOfRange {
         /// The key.
         key: String,
@@ -226,13 +236,13 @@ pub enum GgufError {
         expected: &'static str,
     },
     /// A requested tensor is absent.
-    #[error("missing tensor '{name}'")]
+    #[error("missing tensor '{}'", shown(name))]
     MissingTensor {
         /// The tensor name.
         name: String,
     },
     /// A tensor name appears twice (also across split files, §4.5).
-    #[error("duplicate tensor '{name}'")]
+    #[error("duplicate tensor '{}'", shown(name))]
     DuplicateTensor {
         /// The tensor name.
         name: String,
@@ -246,7 +256,7 @@ pub enum GgufError {
         len: u64,
     },
     /// n_dims is 0 or above 4 (§4.1).
-    #[error("tensor '{name}' has {n_dims} dims (1..=4 accepted)")]
+    #[error("tensor '{}' has {n_dims} dims (1..=4 accepted)", shown(name))]
     TooManyDims {
         /// The tensor name.
         name: String,
@@ -254,7 +264,7 @@ pub enum GgufError {
         n_dims: u32,
     },
     /// A dim with the top bit set (negative as i64, §2.2 item 8).
-    #[error("tensor '{name}' dim {index} = {value:#x} is negative as i64")]
+    #[error("tensor '{}' dim {index} = {value:#x} is negative as i64", shown(name))]
     NegativeDim {
         /// The tensor name.
         name: String,
@@ -264,7 +274,10 @@ pub enum GgufError {
         value: u64,
     },
     /// The element count or the byte size overflows (§4.4).
-    #[error("tensor '{name}': element count or byte size of dims {dims:?} overflows")]
+    #[error(
+        "tensor '{}': element count or byte size of dims {dims:?} overflows",
+        shown(name)
+    )]
     ElementCountOverflow {
         /// The tensor name.
         name: String,
@@ -272,7 +285,10 @@ pub enum GgufError {
         dims: Vec<u64>,
     },
     /// A removed type id (4, 5, 31–33, 36–38) or an id ≥ 43 (§3.7).
-    #[error("tensor '{name}' has invalid ggml type id {id} (removed or out of range)")]
+    #[error(
+        "tensor '{}' has invalid ggml type id {id} (removed or out of range)",
+        shown(name)
+    )]
     InvalidTensorType {
         /// The tensor name.
         name: String,
@@ -280,7 +296,10 @@ pub enum GgufError {
         id: u32,
     },
     /// ne0 is not a multiple of the type's block size (§4.4).
-    #[error("tensor '{name}': ne0 = {ne0} is not a multiple of the {ty} block size {block_size}")]
+    #[error(
+        "tensor '{}': ne0 = {ne0} is not a multiple of the {ty} block size {block_size}",
+        shown(name)
+    )]
     RowNotBlockAligned {
         /// The tensor name.
         name: String,
@@ -292,7 +311,10 @@ pub enum GgufError {
         block_size: usize,
     },
     /// A tensor offset not a multiple of the alignment (§1.5).
-    #[error("tensor '{name}' offset {offset} is not a multiple of the alignment {alignment}")]
+    #[error(
+        "tensor '{}' offset {offset} is not a multiple of the alignment {alignment}",
+        shown(name)
+    )]
     MisalignedOffset {
         /// The tensor name.
         name: String,
@@ -302,7 +324,7 @@ pub enum GgufError {
         alignment: u64,
     },
     /// A tensor's bytes do not lie inside the file (§1.5).
-    #[error("tensor '{name}' [data_start {data_start} + offset {offset}, + {n_bytes} bytes) is outside the file of {file_len} bytes (truncated file?)")]
+    #[error("tensor '{}' [data_start {data_start} + offset {offset}, + {n_bytes} bytes) is outside the file of {file_len} bytes (truncated file?)", shown(name))]
     OffsetOutOfFile {
         /// The tensor name.
         name: String,
@@ -325,7 +347,10 @@ pub enum GgufError {
     },
     /// The tensor layout is not the canonical running padded sum (only from
     /// [`super::GgufFile::require_canonical_layout`]; the reader itself only warns).
-    #[error("tensor '{name}' has offset {offset}, canonical layout needs {expected}")]
+    #[error(
+        "tensor '{}' has offset {offset}, canonical layout needs {expected}",
+        shown(name)
+    )]
     NonCanonicalLayout {
         /// The first tensor off the running sum.
         name: String,
@@ -386,7 +411,10 @@ pub enum GgufError {
         source: Box<GgufError>,
     },
     /// Writer: a tensor's data length differs from its dims and type.
-    #[error("tensor '{name}': {got} data bytes given, dims and type need {expected}")]
+    #[error(
+        "tensor '{}': {got} data bytes given, dims and type need {expected}",
+        shown(name)
+    )]
     TensorDataSize {
         /// The tensor name.
         name: String,
@@ -419,6 +447,28 @@ impl GgufError {
 }
 
 /// ` (element N)` for an array element, nothing for a scalar value.
+/// A key or tensor name as errors show it: control characters escaped (`\x1b`, `\0`, `\n`: a
+/// corrupt or hostile file's name reaches the terminal as text, never as escape sequences), at
+/// most [`SHOWN_CHARS`] characters then `…` (a 64 KiB name is one unreadable line).
+pub fn shown(name: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if i == SHOWN_CHARS {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Characters of a name that [`shown`] keeps.
+pub const SHOWN_CHARS: usize = 160;
+
 fn element_text(index: Option<u64>) -> String {
     index.map(|i| format!(" (element {i})")).unwrap_or_default()
 }
@@ -440,4 +490,27 @@ fn magic_text(found: &[u8]) -> String {
         _ => String::new(),
     };
     format!("{} (\"{text}\"{short})", hex.join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{shown, GgufError, SHOWN_CHARS};
+
+    /// Control characters come out escaped (ESC as `\u{1b}`, NUL as `\u{0}`, newline as `\n`),
+    /// other text unchanged, and a long name is cut at SHOWN_CHARS characters with `…`.
+    #[test]
+    fn names_are_escaped_and_capped() {
+        assert_eq!(shown("general.name"), "general.name");
+        assert_eq!(shown("a\u{1b}[31mb"), "a\\u{1b}[31mb");
+        assert_eq!(shown("\0x\n"), "\\u{0}x\\n");
+        assert_eq!(shown("blk.0.ffn_gate.é"), "blk.0.ffn_gate.é");
+        let long = "k".repeat(10_000);
+        let s = shown(&long);
+        assert_eq!(s.chars().count(), SHOWN_CHARS + 1);
+        assert!(s.ends_with('…'));
+        let e = GgufError::DuplicateKey {
+            key: "x\u{1b}]0;title\u{7}".into(),
+        };
+        assert_eq!(e.to_string(), "duplicate key 'x\\u{1b}]0;title\\u{7}'");
+    }
 }

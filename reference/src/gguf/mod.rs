@@ -17,7 +17,7 @@ mod writer;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-pub use error::GgufError;
+pub use error::{shown, GgufError};
 pub use reader::{
     DEFAULT_ALIGNMENT, MAX_ALIGNMENT, MAX_ARRAY_LEN, MAX_DIMS, MAX_KEY_LEN, MAX_STRING_LEN,
     MAX_TENSOR_NAME_LEN,
@@ -121,6 +121,7 @@ impl Backing {
             path: Some(path.to_path_buf()),
             source,
         };
+        special_file_check(path).map_err(io)?;
         let file = std::fs::File::open(path).map_err(io)?;
         let meta = file.metadata().map_err(io)?;
         if meta.is_dir() {
@@ -511,15 +512,88 @@ impl GgufFile {
 /// SHA-256 of a file as lowercase hex, read in 1 MiB chunks (streaming, `sha2`).
 pub fn sha256_file(path: &Path) -> std::io::Result<String> {
     use sha2::{Digest, Sha256};
+    special_file_check(path)?;
     let mut f = std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(path)?);
     let mut h = Sha256::new();
     std::io::copy(&mut f, &mut h)?;
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// Refuses a path (after symlinks) that is a FIFO, socket or device: opening a FIFO blocks until
+/// a writer comes (a model path naming one hung forever), and a pipe or device has no length to
+/// map (`/dev/stdin` of a piped file, `/dev/zero` read as "the file is empty"). A missing path
+/// passes (the open that follows names the error).
+///
+/// Errors: `InvalidInput` "is a FIFO / socket / device, not a regular file".
+pub fn special_file_check(path: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    if let Ok(meta) = std::fs::metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        let t = meta.file_type();
+        let kind = if t.is_fifo() {
+            Some("a FIFO")
+        } else if t.is_socket() {
+            Some("a socket")
+        } else if t.is_char_device() || t.is_block_device() {
+            Some("a device")
+        } else {
+            None
+        };
+        if let Some(kind) = kind {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("is {kind}, not a regular file"),
+            ));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A FIFO (which an open would wait on forever) and a character device are refused naming
+    /// what they are; a regular file and a missing path pass.
+    #[cfg(unix)]
+    #[test]
+    fn special_files_are_refused_before_opening() {
+        let d = std::env::temp_dir().join(format!("gguf-special-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let fifo = d.join("m.gguf");
+        let _ = std::fs::remove_file(&fifo);
+        let ok = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            let Err(e) = GgufFile::open(&fifo) else {
+                panic!("a FIFO is refused")
+            };
+            assert!(
+                e.to_string().ends_with("is a FIFO, not a regular file"),
+                "{e}"
+            );
+            let e = sha256_file(&fifo).unwrap_err();
+            assert_eq!(e.to_string(), "is a FIFO, not a regular file");
+        } else {
+            println!("skipped the FIFO case: mkfifo unavailable");
+        }
+        let Err(e) = GgufFile::open("/dev/zero") else {
+            panic!("a device is refused")
+        };
+        assert!(
+            e.to_string().ends_with("is a device, not a regular file"),
+            "{e}"
+        );
+        let file = d.join("plain");
+        std::fs::write(&file, b"x").unwrap();
+        assert!(special_file_check(&file).is_ok());
+        assert!(special_file_check(&d.join("missing")).is_ok());
+        let _ = std::fs::remove_dir_all(&d);
+    }
 
     fn assert_send_sync<T: Send + Sync>() {}
 
