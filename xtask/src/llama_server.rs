@@ -128,8 +128,8 @@ pub enum ArgError {
     /// The default model (no `--model`) cannot be found.
     #[error("{0}")]
     NoDefaultModel(String),
-    /// A file flag names no regular file.
-    #[error("--{flag} {}: no such file", path.display())]
+    /// A file flag names no regular file (missing, a directory, or another kind of file).
+    #[error("--{flag} {}: {}", path.display(), if path.is_dir() { "is a directory, not a file" } else if path.exists() { "not a regular file" } else { "no such file" })]
     Missing {
         /// `model`, `draft` or `server-bin`.
         flag: &'static str,

@@ -44,8 +44,8 @@ pub struct Args {
     /// Apply the chat template to `--text` as one user message (generation prompt added).
     #[arg(long, requires = "text", conflicts_with = "tokens")]
     pub chat: bool,
-    /// Candidates per position.
-    #[arg(long, default_value_t = 16)]
+    /// Candidates per position (at least 1).
+    #[arg(long, default_value_t = 16, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub topk: usize,
     /// Score with the f32 engine instead of the f64 oracle.
     #[arg(long)]

@@ -65,7 +65,12 @@ fn labels_that_leave_the_runs_folder_are_refused() {
 fn ignored_flags_are_refused() {
     let out = std::env::temp_dir().join(format!("cli-refusals-fixtures-{}", std::process::id()));
     let out_s = out.display().to_string();
-    let cases: [(&[&str], &[&str]); 5] = [
+    let cases: [(&[&str], &[&str]); 6] = [
+        // --topk 0 printed no candidates and exited 0
+        (
+            &["score", "--model", NO_MODEL, "--tokens", "2", "--topk", "0"],
+            &["'--topk <TOPK>'", "0 is not in 1.."],
+        ),
         // --chat applies to --text; with --tokens it was ignored
         (
             &["score", "--model", NO_MODEL, "--tokens", "2", "--chat"],

@@ -80,7 +80,7 @@ fn a_missing_model_is_refused_before_the_build() {
         "--model /nonexistent.gguf: no such file",
     );
     // a folder is no model file either
-    assert_refused(&["--model", "/"], "--model /: no such file");
+    assert_refused(&["--model", "/"], "--model /: is a directory, not a file");
 }
 
 /// The counts: `--spec-k 0` (it started the server with `--spec-draft-n-max 0` and printed a
