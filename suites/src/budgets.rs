@@ -40,7 +40,7 @@ impl Budget {
         if tau_problem(self.tau).is_some() {
             return Some((
                 "tau",
-                self.tau.to_string(),
+                show_number(self.tau),
                 format!("must be in [0, {TAU_MAX}] logits"),
             ));
         }
@@ -51,7 +51,7 @@ impl Budget {
             if !(v.is_finite() && v >= 0.0) {
                 return Some((
                     key,
-                    v.to_string(),
+                    show_number(v),
                     "must be a finite error >= 0 logits".into(),
                 ));
             }
@@ -59,7 +59,7 @@ impl Budget {
         if !(self.safety_factor.is_finite() && self.safety_factor > 0.0) {
             return Some((
                 "safety_factor",
-                self.safety_factor.to_string(),
+                show_number(self.safety_factor),
                 "must be finite and > 0".into(),
             ));
         }
@@ -197,7 +197,18 @@ pub const TAU_MAX: f64 = 1e3;
 /// `Some(why)` when `tau` is not a usable tie budget: NaN, negative, infinite or above
 /// [`TAU_MAX`]. τ = 0 is allowed (no tie-flips at all).
 pub fn tau_problem(tau: f64) -> Option<String> {
-    (!(0.0..=TAU_MAX).contains(&tau)).then(|| format!("{tau} (must be in [0, {TAU_MAX}] logits)"))
+    (!(0.0..=TAU_MAX).contains(&tau))
+        .then(|| format!("{} (must be in [0, {TAU_MAX}] logits)", show_number(tau)))
+}
+
+/// A number as the errors about it show it: Rust's shortest round-trip form, in scientific
+/// notation from 10^6 up in magnitude (`1e300`, not 301 digits).
+pub fn show_number(x: f64) -> String {
+    if x.is_finite() && x.abs() >= 1e6 {
+        format!("{x:e}")
+    } else {
+        x.to_string()
+    }
 }
 
 /// `goldens/<model>/budgets.toml`: engine name → budget.
@@ -818,5 +829,25 @@ mod tests {
         Budgets::save_engine(&path, "reference-f32", &good).unwrap();
         assert_eq!(Budgets::load(&path).unwrap().0["reference-f32"], good);
         let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[cfg(test)]
+mod show_number_tests {
+    use super::{show_number, tau_problem};
+
+    /// Ordinary values print as before; a huge one in scientific notation, not in full.
+    #[test]
+    fn huge_numbers_are_short() {
+        assert_eq!(show_number(0.000122), "0.000122");
+        assert_eq!(show_number(-1.0), "-1");
+        assert_eq!(show_number(999_999.0), "999999");
+        assert_eq!(show_number(1e300), "1e300");
+        assert_eq!(show_number(-2.5e7), "-2.5e7");
+        assert_eq!(show_number(f64::INFINITY), "inf");
+        assert_eq!(
+            tau_problem(1e300).unwrap(),
+            "1e300 (must be in [0, 1000] logits)"
+        );
     }
 }

@@ -61,9 +61,9 @@ pub struct Args {
     /// Draft tokens per round with --draft, 1 or more (the engine spec then needs `spec=K`).
     #[arg(long, default_value_t = 4, requires = "draft")]
     pub spec_k: usize,
-    /// Port on 127.0.0.1, free (default: a free one).
+    /// Port on 127.0.0.1, free, 1 to 65535 (default: a free one).
     #[arg(long)]
-    pub port: Option<u16>,
+    pub port: Option<u32>,
     /// Server slots (parallel sequences; `batch:N` needs N ≤ slots), 1 to 256 (llama.cpp's
     /// most sequences).
     #[arg(long, default_value_t = 4)]
@@ -114,9 +114,9 @@ pub enum ArgError {
         /// `--parallel`.
         parallel: usize,
     },
-    /// `--port 0`: the server would pick a port of its own, not the one printed.
-    #[error("--port 0: give a port from 1 to 65535, or leave --port out for a free one")]
-    PortZero,
+    /// `--port 0` (the server would pick a port of its own, not the one printed) or above 65535.
+    #[error("--port {0}: give a port from 1 to 65535, or leave --port out for a free one")]
+    PortRange(u32),
     /// The port given cannot be bound on 127.0.0.1 (in use, or privileged).
     #[error("--port {port}: cannot listen on 127.0.0.1:{port}: {source}")]
     PortUnavailable {
@@ -264,9 +264,12 @@ pub fn check_args(a: &Args) -> Result<Checked, ArgError> {
                 parallel: a.parallel,
             });
         }
-        match a.port {
-            Some(0) => return Err(ArgError::PortZero),
-            Some(port) => {
+        match a
+            .port
+            .map(|p| u16::try_from(p).ok().filter(|&q| q > 0).ok_or(p))
+        {
+            Some(Err(p)) => return Err(ArgError::PortRange(p)),
+            Some(Ok(port)) => {
                 // bound and released at once: the server binds it again when it starts
                 TcpListener::bind(("127.0.0.1", port))
                     .map_err(|source| ArgError::PortUnavailable { port, source })?;
@@ -789,7 +792,7 @@ pub fn run(a: &Args) -> Result<()> {
     };
     let draft = checked.draft;
     let port = match a.port {
-        Some(p) => p,
+        Some(p) => u16::try_from(p).map_err(|_| ArgError::PortRange(p))?,
         None => free_port()?,
     };
     let mut cmd = suites::http::llama_server_command(

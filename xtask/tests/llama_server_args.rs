@@ -91,7 +91,7 @@ fn a_missing_model_is_refused_before_the_build() {
 #[test]
 fn counts_out_of_range_are_refused() {
     let no = "/nonexistent/llama-server-args.gguf";
-    let cases: [(&[&str], &str); 9] = [
+    let cases: [(&[&str], &str); 10] = [
         (
             &["--spec-k", "0", "--draft", no, "--model", no],
             "--spec-k 0: must be in 1..=2147483647 (draft tokens per round; the judge's engine \
@@ -130,6 +130,11 @@ fn counts_out_of_range_are_refused() {
         (
             &["--port", "0", "--model", no],
             "--port 0: give a port from 1 to 65535, or leave --port out for a free one",
+        ),
+        // clap's own u16 message said "not in 0..=65535", and 0 is refused
+        (
+            &["--port", "70000", "--model", no],
+            "--port 70000: give a port from 1 to 65535, or leave --port out for a free one",
         ),
         (
             &["--server-bin", "/nonexistent/llama-server", "--model", no],
