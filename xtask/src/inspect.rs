@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use reference::config::{AssistantConfig, Config};
-use reference::gguf::{sha256_file, GgufFile, Value};
+use reference::gguf::{sha256_file, Array, GgufFile, Value};
 
 /// Flags of `inspect`.
 #[derive(Debug, clap::Args)]
@@ -102,25 +102,34 @@ fn config_error(f: &GgufFile) -> Option<String> {
 /// Characters of one array element shown before cutting it.
 const ELEM_CHARS: usize = 40;
 
-/// A value for display: strings cut after `max_chars` characters, arrays after `max_elems`
-/// elements, each with the full length.
+/// A string quoted with Debug escaping, cut after `max_chars` characters of the string itself
+/// (before escaping, so an escape is never split), with its length when cut.
+fn show_str(s: &str, max_chars: usize) -> String {
+    let n = s.chars().count();
+    if n > max_chars {
+        let head: String = s.chars().take(max_chars).collect();
+        format!("{head:?}… ({n} chars)")
+    } else {
+        format!("{s:?}")
+    }
+}
+
+/// A value for display: strings (string array elements included) cut after `max_chars`
+/// characters, other array elements after [`ELEM_CHARS`], arrays after `max_elems` elements,
+/// each with the full length.
 fn show_value(v: &Value, max_elems: usize, max_chars: usize) -> String {
     match v {
-        Value::String(s) => {
-            let n = s.chars().count();
-            if n > max_chars {
-                let head: String = s.chars().take(max_chars).collect();
-                format!("{head:?}… ({n} chars)")
-            } else {
-                format!("{s:?}")
-            }
-        }
+        Value::String(s) => show_str(s, max_chars),
         Value::Array(a) => {
             let n = a.len();
             let mut out = String::from("[");
             for i in 0..n.min(max_elems) {
                 if i > 0 {
                     out.push_str(", ");
+                }
+                if let Array::String(v) = a {
+                    out.push_str(&show_str(&v[i], max_chars));
+                    continue;
                 }
                 let e = a.display_elem(i).unwrap_or_default();
                 if e.chars().count() > ELEM_CHARS {
@@ -131,7 +140,7 @@ fn show_value(v: &Value, max_elems: usize, max_chars: usize) -> String {
                 }
             }
             if n > max_elems {
-                let _ = write!(out, ", …");
+                out.push_str(if max_elems == 0 { "…" } else { ", …" });
             }
             out.push(']');
             out
@@ -426,6 +435,26 @@ fn render_assistant(c: &AssistantConfig) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// String array elements follow `--max-chars` like string values, cut before escaping (so
+    /// `\n` stays whole); `--max-elems 0` shows `[…]`. Expected texts written by hand.
+    #[test]
+    fn show_value_cuts_strings_and_arrays() {
+        let strings = Value::Array(Array::String(vec!["abcdef".into(), "x\ny".into()]));
+        assert_eq!(show_value(&strings, 8, 3), r#"["abc"… (6 chars), "x\ny"]"#);
+        assert_eq!(
+            show_value(&strings, 8, 1),
+            r#"["a"… (6 chars), "x"… (3 chars)]"#
+        );
+        assert_eq!(show_value(&strings, 0, 3), "[…]");
+        assert_eq!(show_value(&strings, 1, 120), r#"["abcdef", …]"#);
+        let nums = Value::Array(Array::U32(vec![1, 2, 3]));
+        assert_eq!(show_value(&nums, 2, 120), "[1, 2, …]");
+        assert_eq!(
+            show_value(&Value::String("\n\n\n".into()), 0, 2),
+            r#""\n\n"… (3 chars)"#
+        );
+    }
 
     /// A Gemma-4 file whose config cannot be derived: plain inspect dumps it (exit 0, the
     /// error shown in the dump), `--strict` refuses it naming the file (it exited 0 too).
