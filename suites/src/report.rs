@@ -332,7 +332,7 @@ fn md_escape(t: &str) -> String {
 fn markdown_run(s: &mut String, run: &Run) {
     let _ = writeln!(
         s,
-        "## {} · suite {} · engine {}\n\nmodel SHA-256 `{}`; τ = {} ({}); max tie-flips {}; goldens: {}; engine {:.1} s, oracle {:.1} s (oracle scorings: {} from the cache, {} computed; other positions from the goldens).\n",
+        "## {} · suite {} · engine {}\n\nmodel SHA-256 `{}`; τ = {} ({}); max tie-flips {}; goldens: {}; engine {:.1} s, oracle {:.1} s (oracle scorings: {} from the cache, {} computed{}).\n",
         run.model.stem,
         run.suite,
         run.engine,
@@ -344,7 +344,12 @@ fn markdown_run(s: &mut String, run: &Run) {
         run.engine_s,
         run.oracle_s,
         run.cache.0,
-        run.cache.1
+        run.cache.1,
+        if run.goldens.is_some() {
+            "; other positions from the goldens"
+        } else {
+            ""
+        }
     );
     for (m, why) in &run.skipped_modes {
         let _ = writeln!(s, "- mode `{m}` skipped: {why}");

@@ -101,12 +101,14 @@ pub fn run(a: &Args) -> i32 {
                         w.seq, w.position, w.pair.0, w.pair.1, w.oracle_diff, w.engine_diff
                     );
                 }
-                println!(
-                    "  proposed τ = {} = 2^{} (max × {})",
-                    c.tau,
-                    c.tau.log2(),
-                    c.safety_factor
-                );
+                // propose_tau: max × safety rounded up to a power of two, at least 2^-40 (the
+                // floor is no "max × safety" when the max is 0)
+                let how = if c.max_error * c.safety_factor > 2f64.powi(-40) {
+                    format!("max × {}, rounded up to a power of two", c.safety_factor)
+                } else {
+                    "the floor: max × safety is at most 2^-40".into()
+                };
+                println!("  proposed τ = {} = 2^{} ({how})", c.tau, c.tau.log2());
                 if let Some(p) = &m.written {
                     println!("  written: {}", p.display());
                 }

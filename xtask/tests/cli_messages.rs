@@ -225,3 +225,23 @@ fn inspect_escapes_control_characters_in_names() {
     assert!(out.contains("x\\u{1b}]0;pwned\\u{7}"), "{out}");
     assert!(out.contains("t\\u{1b}[31m"), "{out}");
 }
+
+/// `fixtures --out` and `bench --out` naming a file: the conformance wording (the folder, the
+/// cause, `a file, not a folder`), not a bare `creating FILE: File exists`.
+#[test]
+fn an_out_folder_that_is_a_file_is_named_so() {
+    let d = scratch("out-file");
+    let f = d.join("plain-file");
+    std::fs::write(&f, b"x").unwrap();
+    for verb in ["fixtures", "bench"] {
+        let (code, out, err) = xtask(&[verb, "--out", f.to_str().unwrap()]);
+        assert_eq!((code, out.as_str()), (Some(2), ""), "{verb}: {err}");
+        assert!(
+            err.starts_with(&format!(
+                "error: output folder {}: cannot write there: ",
+                f.display()
+            )) && err.trim_end().ends_with("(a file, not a folder)"),
+            "{verb}: {err}"
+        );
+    }
+}
