@@ -291,7 +291,9 @@ pub fn read_report(path: &Path) -> Result<Report, CompareError> {
             expected: REPORT_SCHEMA,
         });
     }
-    serde_json::from_value(value).map_err(json)
+    // parsed again from the text (not from `value`): serde's errors then name the line and
+    // column of the bad value
+    serde_json::from_str(&text).map_err(json)
 }
 
 /// Reads a run's report: its path and contents. Errors: a run that is neither a file, a folder

@@ -78,7 +78,8 @@ pub fn run(args: &Args) -> Result<()> {
         render_with(&f, args, Scan::of(args, nonfinite.as_ref()))?
     );
     if args.strict {
-        f.require_canonical_layout()?;
+        f.require_canonical_layout()
+            .with_context(|| format!("{}: layout", args.file.display()))?;
         if let Some(e) = config_error(&f) {
             anyhow::bail!("{}: derived config: {e}", args.file.display());
         }
