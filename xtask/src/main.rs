@@ -25,34 +25,43 @@ struct Cli {
     command: Command,
 }
 
-/// The verbs.
+/// The verbs. Each takes negative numbers as values (`--topk -1` is a bad value to refuse by
+/// its range, not an unknown flag `-1`).
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Dump a GGUF file: header, metadata, tensor table, per-type totals.
+    #[command(allow_negative_numbers = true)]
     Inspect(inspect::Args),
     /// Build the deterministic synthetic Gemma-4 fixture models (and manifest) for CI.
+    #[command(allow_negative_numbers = true)]
     Fixtures(fixtures::Args),
     /// Judge an engine against the f64 oracle on the conformance suites (exit 0/1/2).
-    #[command(after_help = HTTP_ENGINE_HELP)]
+    #[command(allow_negative_numbers = true, after_help = HTTP_ENGINE_HELP)]
     Conformance(conformance::Args),
     /// Write goldens (insta snapshots + full-precision sidecars) from the f64 oracle.
+    #[command(allow_negative_numbers = true)]
     Bless(bless::Args),
     /// Teacher-forced scoring of a token sequence: per position top-k logits and the next token's logit.
+    #[command(allow_negative_numbers = true)]
     Score(score::Args),
     /// Measure an engine's rounding error against the oracle and write its tie budget τ.
-    #[command(after_help = HTTP_ENGINE_HELP)]
+    #[command(allow_negative_numbers = true, after_help = HTTP_ENGINE_HELP)]
     Calibrate(calibrate::Args),
     /// The four experiments for the first fork between two modes on one prompt, and a verdict.
-    #[command(after_help = HTTP_ENGINE_HELP)]
+    #[command(allow_negative_numbers = true, after_help = HTTP_ENGINE_HELP)]
     Explain(explain::Args),
     /// Build llama.cpp's llama-server (CPU) under target/ext and start it on a loopback port.
+    #[command(allow_negative_numbers = true)]
     LlamaServer(llama_server::Args),
     /// Compare two saved conformance runs (labels or report.json), forks measured against the oracle.
+    #[command(allow_negative_numbers = true)]
     Compare(compare::Args),
     /// The benchmarks: oracle criterion benches on CPU, the 12B-shaped GPU decode bench when a
     /// GPU is present (feature `cuda`); every figure with its ceiling measured in the same run.
+    #[command(allow_negative_numbers = true)]
     Bench(bench::Args),
     /// Greedy generation with the CUDA engine, streaming tokens, then tokens/s (feature `cuda`).
+    #[command(allow_negative_numbers = true)]
     #[cfg(feature = "cuda")]
     Run(run::Args),
 }

@@ -65,11 +65,18 @@ fn labels_that_leave_the_runs_folder_are_refused() {
 fn ignored_flags_are_refused() {
     let out = std::env::temp_dir().join(format!("cli-refusals-fixtures-{}", std::process::id()));
     let out_s = out.display().to_string();
-    let cases: [(&[&str], &[&str]); 6] = [
+    let cases: [(&[&str], &[&str]); 7] = [
         // --topk 0 printed no candidates and exited 0
         (
             &["score", "--model", NO_MODEL, "--tokens", "2", "--topk", "0"],
             &["'--topk <TOPK>'", "0 is not in 1.."],
+        ),
+        // a negative value is a bad value of the flag, not an unknown flag '-1'
+        (
+            &[
+                "score", "--model", NO_MODEL, "--tokens", "2", "--topk", "-1",
+            ],
+            &["invalid value '-1' for '--topk <TOPK>'"],
         ),
         // --chat applies to --text; with --tokens it was ignored
         (
