@@ -41,9 +41,9 @@ pub struct Gpu {
     /// Kernel profile being recorded ([`Gpu::profile_start`]): per launch of the forward, the
     /// kernel name and an event recorded right after it. `None` when not profiling.
     pub(crate) prof: std::sync::Mutex<Option<Vec<(String, CudaEvent)>>>,
-    /// Per (tensor-core kernel name, tiles): the dynamic shared memory that spreads its launch
-    /// (`forward::tc_spread_smem`; 0 = none).
-    pub(crate) tc_spread: std::sync::Mutex<std::collections::HashMap<(String, u32), u32>>,
+    /// Per (loaded tensor-core function, as its `CUfunction` address; tiles): the dynamic shared
+    /// memory that spreads its launch (`forward::tc_spread_smem`; 0 = none).
+    pub(crate) tc_spread: std::sync::Mutex<std::collections::HashMap<(usize, u32), u32>>,
 }
 
 /// Longest row (input length `K`) the tensor-core matvec scratch holds; longer rows use the

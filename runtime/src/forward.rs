@@ -819,7 +819,7 @@ fn tc_spread_on() -> bool {
 /// while the previous kernel still runs, and may fill some SMs to the kernel's bound — 3 blocks of
 /// ffn_down's 240 per SM against 2 — leaving one SM's ALU to do the work of several); 0 otherwise
 /// or when the driver's occupancy for the padded launch is not exactly the cap. The sums are the
-/// same (only where blocks run changes). Cached per (kernel, tiles) in [`Gpu::tc_spread`]; the
+/// same (only where blocks run changes). Cached per (function, tiles) in [`Gpu::tc_spread`]; the
 /// first padded launch of a kernel raises its `MAX_DYNAMIC_SHARED_SIZE_BYTES` attribute.
 /// Measured (H100, 2026-12-06, `scripts/gpu/run.sh ab`, same binary, `GEMMA4_TC_SPREAD=0` against
 /// unset, every `runtime mv-bench` output hash the same; first with each block padded to
@@ -841,8 +841,10 @@ fn tc_spread_smem(
     if !tc_spread_on() || tiles == 0 {
         return Ok(0);
     }
+    // keyed by the loaded function (no allocation per launch)
+    let key = (f.cu_function() as usize, tiles);
     let mut cache = gpu.tc_spread.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(&v) = cache.get(&(name.to_string(), tiles)) {
+    if let Some(&v) = cache.get(&key) {
         return Ok(v);
     }
     let e = |what: &str| drv(format!("{name}: {what}"));
@@ -880,7 +882,7 @@ fn tc_spread_smem(
             }
         }
     }
-    cache.insert((name.to_string(), tiles), smem);
+    cache.insert(key, smem);
     Ok(smem)
 }
 

@@ -416,14 +416,17 @@ fn check_engine_name(path: &Path, engine: &str) -> Result<(), BudgetError> {
     }
 }
 
+/// The smallest τ [`propose_tau`] proposes, 2^-40 (what a zero error gives).
+pub const TAU_FLOOR: f64 = 1.0 / (1u64 << 40) as f64;
+
 /// Proposes τ from the largest observed error (§6): `max_error · safety`, rounded up to a power
-/// of two (`2^⌈log2 x⌉`); a zero error gives the smallest normal power of two used, 2^-40.
+/// of two (`2^⌈log2 x⌉`), at least [`TAU_FLOOR`] (a zero error gives the floor).
 pub fn propose_tau(max_error: f64, safety: f64) -> f64 {
     let x = max_error * safety;
     if x.is_nan() || x <= 0.0 || !x.is_finite() {
-        return 2f64.powi(-40);
+        return TAU_FLOOR;
     }
-    2f64.powi(x.log2().ceil() as i32).max(2f64.powi(-40))
+    2f64.powi(x.log2().ceil() as i32).max(TAU_FLOOR)
 }
 
 /// Quantile `q ∈ [0, 1]` of the values (nearest rank on a sorted copy); 0 for an empty slice.

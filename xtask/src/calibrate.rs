@@ -101,9 +101,9 @@ pub fn run(a: &Args) -> i32 {
                         w.seq, w.position, w.pair.0, w.pair.1, w.oracle_diff, w.engine_diff
                     );
                 }
-                // propose_tau: max × safety rounded up to a power of two, at least 2^-40 (the
-                // floor is no "max × safety" when the max is 0)
-                let how = if c.max_error * c.safety_factor > 2f64.powi(-40) {
+                // propose_tau: max × safety rounded up to a power of two, at least TAU_FLOOR
+                // (the floor is no "max × safety" when the max is 0)
+                let how = if c.max_error * c.safety_factor > suites::budgets::TAU_FLOOR {
                     format!("max × {}, rounded up to a power of two", c.safety_factor)
                 } else {
                     "the floor: max × safety is at most 2^-40".into()

@@ -568,6 +568,8 @@ struct Comparison<'a> {
     args: &'a Args,
     models: BTreeMap<String, ModelCtx>,
     suites: BTreeMap<String, Suite>,
+    /// Each shared prompt encoded once: (model SHA-256, suite, prompt) → token ids.
+    prompt_ids: BTreeMap<(String, String, String), Vec<u32>>,
     cache: ScoreCache,
 }
 
@@ -662,7 +664,8 @@ impl Comparison<'_> {
         }
         // the prompt, encoded again, must be the one the runs recorded (every shared entry, fork
         // or not: a changed suite or tokenizer makes the runs incomparable)
-        let suite = self.suite(&run.suite)?.clone();
+        self.suite(&run.suite)?;
+        let suite = &self.suites[&run.suite];
         let prompt = suite.prompt(&ea.prompt).map_err(|e| CompareError::Suite {
             name: run.suite.clone(),
             message: e.to_string(),
@@ -671,13 +674,22 @@ impl Comparison<'_> {
             .models
             .get_mut(&run.model.sha256)
             .expect("the model was found for this run");
-        let ids = ctx
-            .codec()?
-            .encode(&prompt.input, suite.settings.enable_thinking)
-            .map_err(|message| CompareError::Suite {
-                name: run.suite.clone(),
-                message: format!("prompt {}: {message}", ea.prompt),
-            })?;
+        let key = (
+            run.model.sha256.clone(),
+            run.suite.clone(),
+            ea.prompt.clone(),
+        );
+        if !self.prompt_ids.contains_key(&key) {
+            let ids = ctx
+                .codec()?
+                .encode(&prompt.input, suite.settings.enable_thinking)
+                .map_err(|message| CompareError::Suite {
+                    name: run.suite.clone(),
+                    message: format!("prompt {}: {message}", ea.prompt),
+                })?;
+            self.prompt_ids.insert(key.clone(), ids);
+        }
+        let ids = &self.prompt_ids[&key];
         for (path, e) in [(pa, ea), (pb, eb)] {
             if e.prompt_tokens != ids.len() {
                 return Err(CompareError::PromptLength {
@@ -761,6 +773,7 @@ fn compare(a: &Args) -> Result<(Vec<Row>, (f64, f64)), CompareError> {
         args: a,
         models: BTreeMap::new(),
         suites: BTreeMap::new(),
+        prompt_ids: BTreeMap::new(),
         cache: ScoreCache::new(Some(workspace_root().join("target/conformance/cache"))),
     };
     let mut rows = Vec::new();

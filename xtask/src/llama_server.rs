@@ -128,13 +128,15 @@ pub enum ArgError {
     /// The default model (no `--model`) cannot be found.
     #[error("{0}")]
     NoDefaultModel(String),
-    /// A file flag names no regular file (missing, a directory, or another kind of file).
-    #[error("--{flag} {}: {}", path.display(), if path.is_dir() { "is a directory, not a file" } else if path.exists() { "not a regular file" } else { "no such file" })]
+    /// A file flag names no regular file ([`missing`]).
+    #[error("--{flag} {}: {why}", path.display())]
     Missing {
         /// `model`, `draft` or `server-bin`.
         flag: &'static str,
         /// The path given.
         path: PathBuf,
+        /// `no such file`, `is a directory, not a file` or `not a regular file`.
+        why: &'static str,
     },
     /// A model file that is not a readable GGUF.
     #[error("--{flag} {}: {source}", path.display())]
@@ -185,6 +187,25 @@ pub struct Checked {
     pub model: Option<PathBuf>,
     /// The drafter and its draft tokens per round.
     pub draft: Option<(PathBuf, usize)>,
+    /// `--port`, checked (1 to 65535, free when checked); `None` without it or with
+    /// `--build-only`.
+    pub port: Option<u16>,
+}
+
+/// [`ArgError::Missing`] for `--flag path`, which is not a regular file: what it is instead.
+fn missing(flag: &'static str, path: &Path) -> ArgError {
+    let why = if path.is_dir() {
+        "is a directory, not a file"
+    } else if path.exists() {
+        "not a regular file"
+    } else {
+        "no such file"
+    };
+    ArgError::Missing {
+        flag,
+        path: path.to_path_buf(),
+        why,
+    }
 }
 
 /// `value` within `min..=max`, else [`ArgError::OutOfRange`] naming `flag`.
@@ -215,10 +236,7 @@ fn absolute(path: &Path) -> PathBuf {
 /// Opens `path` as a GGUF for `--flag`. Errors: [`ArgError::Missing`], [`ArgError::Gguf`].
 fn open_gguf(flag: &'static str, path: &Path) -> Result<GgufFile, ArgError> {
     if !path.is_file() {
-        return Err(ArgError::Missing {
-            flag,
-            path: path.to_path_buf(),
-        });
+        return Err(missing(flag, path));
     }
     GgufFile::open(path).map_err(|source| ArgError::Gguf {
         flag,
@@ -244,6 +262,7 @@ pub fn check_args(a: &Args) -> Result<Checked, ArgError> {
             "draft tokens per round; the judge's engine option spec=K takes 1 or more",
         )?;
     }
+    let mut port = None;
     if !a.build_only {
         in_range(
             "parallel",
@@ -269,21 +288,17 @@ pub fn check_args(a: &Args) -> Result<Checked, ArgError> {
             .map(|p| u16::try_from(p).ok().filter(|&q| q > 0).ok_or(p))
         {
             Some(Err(p)) => return Err(ArgError::PortRange(p)),
-            Some(Ok(port)) => {
+            Some(Ok(p)) => {
                 // bound and released at once: the server binds it again when it starts
-                TcpListener::bind(("127.0.0.1", port))
-                    .map_err(|source| ArgError::PortUnavailable { port, source })?;
+                TcpListener::bind(("127.0.0.1", p))
+                    .map_err(|source| ArgError::PortUnavailable { port: p, source })?;
+                port = Some(p);
             }
             None => {}
         }
     }
     match &a.server_bin {
-        Some(bin) if !bin.is_file() => {
-            return Err(ArgError::Missing {
-                flag: "server-bin",
-                path: bin.clone(),
-            })
-        }
+        Some(bin) if !bin.is_file() => return Err(missing("server-bin", bin)),
         Some(_) => {}
         None => in_range("jobs", a.jobs, (1, MAX_JOBS), "compile jobs")?,
     }
@@ -291,6 +306,7 @@ pub fn check_args(a: &Args) -> Result<Checked, ArgError> {
         return Ok(Checked {
             model: None,
             draft: None,
+            port,
         });
     }
     let model = match &a.model {
@@ -326,6 +342,7 @@ pub fn check_args(a: &Args) -> Result<Checked, ArgError> {
     Ok(Checked {
         model: Some(absolute(&model)),
         draft,
+        port,
     })
 }
 
@@ -791,8 +808,8 @@ pub fn run(a: &Args) -> Result<()> {
         bail!("no model to serve");
     };
     let draft = checked.draft;
-    let port = match a.port {
-        Some(p) => u16::try_from(p).map_err(|_| ArgError::PortRange(p))?,
+    let port = match checked.port {
+        Some(p) => p,
         None => free_port()?,
     };
     let mut cmd = suites::http::llama_server_command(
