@@ -147,6 +147,20 @@ static __device__ __forceinline__ float rms_scale_cached(const float* __restrict
     return 1.0f / sqrtf(ss / (float)n + eps);
 }
 
+// NeoX RoPE of one pair (x1, x2) = (x[i], x[i + d/2]) by an angle with f64 sine sn and cosine cs,
+// rounded once to f32 (spec/gemma4-text.md §4.4): the one rotation of rope_neox_f32 and
+// qkv_post_f32, so both give the same bits (runtime gpu-check `qkv_post`). The f64
+// multiply-adds are written out: left to contraction, x2·cs + x1·sn compiled to
+// fma(x2, cs, x1·sn) in qkv_post_f32 but to fma(x1, sn, x2·cs) in rope_neox_f32, and to the
+// latter when the same source was inlined into another kernel (`scripts/gpu/run.sh sass`,
+// 2026-12-06): two roundings that may differ in the last f64 bit, and then in the f32 result.
+// These are rope_neox_f32's (its SASS is unchanged by them; qkv_post_f32's y2 now rounds alike).
+static __device__ __forceinline__ void rope_pair(double x1, double x2, double sn, double cs,
+                                                 float& y1, float& y2) {
+    y1 = (float)__fma_rn(x1, cs, -__dmul_rn(x2, sn));
+    y2 = (float)__fma_rn(x1, sn, __dmul_rn(x2, cs));
+}
+
 // Exact split of an f32 into three bf16 pieces v = hi + mid + lo (hi by truncation, mid rounded
 // to nearest, lo the exact rest), returned as the bf16 bit patterns of hi·2^40, mid·2^48 and
 // lo·2^56 (the tensor-core matvec's activations, matvec.cu; it scales its sums back exactly).

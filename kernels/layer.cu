@@ -315,17 +315,13 @@ extern "C" __global__ void qkv_post_f32(float* q, const float* __restrict__ k,
     for (int j = 0; j < 2; ++j) {
         const int i = tid + j * B;
         if (i < half) {
-            const double x1 = head[i], x2 = head[i + half];
-            dst[i] = (float)(x1 * cs_pre[j] - x2 * sn_pre[j]);
-            dst[i + half] = (float)(x2 * cs_pre[j] + x1 * sn_pre[j]);
+            rope_pair(head[i], head[i + half], sn_pre[j], cs_pre[j], dst[i], dst[i + half]);
         }
     }
     for (int i = tid + 2 * B; i < half; i += B) {  // d > 4096 only (B is capped at 1024)
         double sn, cs;
         sincos((double)pos[t] * inv_freq[i], &sn, &cs);
-        const double x1 = head[i], x2 = head[i + half];
-        dst[i] = (float)(x1 * cs - x2 * sn);
-        dst[i + half] = (float)(x2 * cs + x1 * sn);
+        rope_pair(head[i], head[i + half], sn, cs, dst[i], dst[i + half]);
     }
 }
 

@@ -22,7 +22,8 @@ extern "C" __global__ void rope_neox_f32(const float* x, float* y, const int* __
     const double ang = (double)pos[t] * inv_freq[i];
     double s, c;
     sincos(ang, &s, &c);
-    const double x1 = x[o + i], x2 = x[o + i + half];
-    y[o + i] = (float)(x1 * c - x2 * s);
-    y[o + i + half] = (float)(x2 * c + x1 * s);
+    float y1, y2;
+    rope_pair(x[o + i], x[o + i + half], s, c, y1, y2);
+    y[o + i] = y1;
+    y[o + i + half] = y2;
 }

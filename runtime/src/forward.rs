@@ -1762,6 +1762,15 @@ impl Forward<'_> {
                 self.add_norm_prep(pending.take(), x, ptr(gpu, &l.attn_norm), h, t, hh, outs)?;
             self.mvs_pre(outs, h, t, pre)?;
             // §4.2–§4.4 q/k/v norms and RoPE, §4.8 KV store: one launch (`qkv_post_f32`).
+            // Measured and not kept (H100, 2026-12-06, `scripts/gpu/run.sh ab`, one binary,
+            // two rounds): for decode rows (distinct slots) this launch fused into the attention
+            // launch — each block forming its query head, and the blocks of the split holding the
+            // row's own key forming that key and value in shared memory (three block reductions
+            // in turn) and storing them; outputs, caches and prep bitwise those of the two
+            // launches (gpu-check), every `run.sh all` check passed. 12B decode at batch 1 289.5 /
+            // 289.0 → 276.5 / 277.5 tok/s, batch 8 1696 / 1689 → 1667 / 1667; graph attribution
+            // at batch 1: attention 429 / 426 + qkv_post 126 / 127 µs → 702 / 683 fused, and the
+            // Q2_K matvecs (the qkv projection before it among them) 1334 / 1336 → 1433 / 1383.
             let (nkv_post, kc, vc, kn, k_eq_v, rows) = match &l.kv {
                 Some((_, kn, wv)) => {
                     let (kc, vc) = cache.layers[li].as_ref().ok_or_else(|| {
