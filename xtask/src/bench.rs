@@ -37,7 +37,7 @@ pub struct Args {
     pub no_gpu: bool,
     /// Block formats of the 12B-shaped GPU model: Q2_K_MIX (llama.cpp's Q2_K mix) or a ggml
     /// type name.
-    #[arg(long, default_value = "Q2_K_MIX")]
+    #[arg(long, default_value = "Q2_K_MIX", value_parser = crate::Text)]
     pub format: String,
     /// Output folder (default target/bench).
     #[arg(long)]

@@ -3,6 +3,7 @@
 //! snapshots become `.snap.new` for `cargo insta review`; under `INSTA_UPDATE=no` (CI) a change
 //! fails the run (exit 1). A golden pinned to another model SHA-256 stops the run (exit 2).
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use suites::conformance::bless;
@@ -15,9 +16,9 @@ pub struct Args {
     pub model: Option<PathBuf>,
     /// Suite name or path; repeatable (default: smoke and core).
     #[arg(long = "suite")]
-    pub suites: Vec<String>,
+    pub suites: Vec<OsString>,
     /// Only these prompt ids (comma-separated).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::Text)]
     pub prompts: Option<String>,
     /// Write `.snap` directly (INSTA_UPDATE=always) instead of `.snap.new` for review.
     #[arg(long)]

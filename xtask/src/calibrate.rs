@@ -4,6 +4,7 @@
 //! than `suites::calibrate::MIN_PAIRS` pairs (none, when the engine's top-k shares no id with
 //! the oracle's top-8) proposes no τ: exit 2, nothing written, the cause on the error line.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use suites::calibrate::calibrate_models;
@@ -16,11 +17,11 @@ pub struct Args {
     pub model: Option<PathBuf>,
     /// Engine to calibrate: reference-f32 (default), reference-f64, cuda (built with the `cuda` feature), or an HTTP
     /// server: `llama-server=URL` or `openai=URL` (options below).
-    #[arg(long, default_value = "reference-f32")]
+    #[arg(long, default_value = "reference-f32", value_parser = crate::Text)]
     pub engine: String,
     /// Suite name or path whose goldens are scored; repeatable (default: smoke and core).
     #[arg(long = "suite")]
-    pub suites: Vec<String>,
+    pub suites: Vec<OsString>,
     /// Safety factor applied to the largest observed error.
     #[arg(long, default_value_t = 2.0)]
     pub safety: f64,

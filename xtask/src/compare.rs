@@ -22,6 +22,7 @@
 //! fork; 2: unreadable, incompatible or uncheckable runs.
 
 use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use reference::config::Config;
@@ -68,9 +69,9 @@ Exit code: 0 no side wrong, 1 some side wrong at a fork, 2 not compared.";
 #[command(after_help = MEASURED_HELP)]
 pub struct Args {
     /// Run A: a label (target/conformance/runs/LABEL), a folder with report.json, or a file.
-    pub run_a: String,
+    pub run_a: OsString,
     /// Run B: as run A.
-    pub run_b: String,
+    pub run_b: OsString,
     /// A model file the runs judged, for a run whose recorded model path is not readable here
     /// (used when its SHA-256 is the recorded one); repeatable.
     #[arg(long)]
@@ -130,8 +131,8 @@ pub enum CompareError {
     /// ([`crate::conformance::label_flag`]: `../../etc` read outside `runs/`).
     #[error("run {run:?}: no such file or folder, and not a label (labels are {rule})")]
     NotARun {
-        /// The argument.
-        run: String,
+        /// The argument (a path need not be UTF-8; a label is).
+        run: OsString,
         /// The label rule.
         rule: &'static str,
     },
@@ -256,7 +257,7 @@ pub enum CompareError {
 }
 
 /// Where a run label or path points: `report.json` inside.
-pub fn report_path(run: &str) -> PathBuf {
+pub fn report_path(run: &OsStr) -> PathBuf {
     let p = Path::new(run);
     if p.is_file() {
         return p.to_path_buf();
@@ -298,10 +299,10 @@ pub fn read_report(path: &Path) -> Result<Report, CompareError> {
 
 /// Reads a run's report: its path and contents. Errors: a run that is neither a file, a folder
 /// nor a label, or [`read_report`]'s.
-fn load(run: &str) -> Result<(PathBuf, Report), CompareError> {
-    if !Path::new(run).exists() && !suites::suite::is_safe_name(run) {
+fn load(run: &OsStr) -> Result<(PathBuf, Report), CompareError> {
+    if !Path::new(run).exists() && !run.to_str().is_some_and(suites::suite::is_safe_name) {
         return Err(CompareError::NotARun {
-            run: run.to_string(),
+            run: run.to_os_string(),
             rule: suites::suite::SAFE_NAME_RULE,
         });
     }
@@ -847,7 +848,11 @@ pub fn run(a: &Args) -> i32 {
             cells.join(" | "),
         ));
     }
-    println!("A = {} · B = {}\n", a.run_a, a.run_b);
+    println!(
+        "A = {} · B = {}\n",
+        a.run_a.to_string_lossy(),
+        a.run_b.to_string_lossy()
+    );
     if lines.is_empty() {
         println!("no forks: every compared pair has token-identical outputs");
     } else {

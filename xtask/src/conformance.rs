@@ -2,6 +2,7 @@
 //! f64 oracle (`design/conformance.md` §3, §8). Exit code 0 all pass, 1 some fail, 2 the run
 //! could not be judged.
 
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use suites::conformance::{conformance, ModelSpec, Options};
@@ -19,16 +20,16 @@ pub struct Args {
     pub draft: Option<PathBuf>,
     /// Suite name (suites/<NAME>.toml) or path; repeatable (default: smoke and core).
     #[arg(long = "suite")]
-    pub suites: Vec<String>,
+    pub suites: Vec<OsString>,
     /// Engine: reference-f32 (default), reference-f64, cuda (built with the `cuda` feature), or an HTTP
     /// server: `llama-server=URL` or `openai=URL` (options below).
-    #[arg(long, default_value = "reference-f32")]
+    #[arg(long, default_value = "reference-f32", value_parser = crate::Text)]
     pub engine: String,
     /// Comma-separated modes (default: the suite's), e.g. `plain,batch:4,spec:4`.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::Text)]
     pub modes: Option<String>,
     /// Only these prompt ids (comma-separated).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::Text)]
     pub prompts: Option<String>,
     /// Output folder (default target/conformance).
     #[arg(long)]
@@ -39,7 +40,7 @@ pub struct Args {
     /// Name this run: the report goes to target/conformance/runs/LABEL (for `cargo xtask compare`;
     /// not with --out).
     #[arg(long, conflicts_with = "out")]
-    pub label: Option<String>,
+    pub label: Option<OsString>,
     /// Allow an HTTP engine on a non-loopback address (only with `--engine NAME=URL`).
     #[arg(long)]
     pub allow_remote: bool,
@@ -277,12 +278,17 @@ fn synthetic_in(
     Ok(out)
 }
 
-/// Resolves a suite name to `suites/<name>.toml` (a path with `/` or `.toml` is taken as is).
-pub fn suite_path(name: &str) -> PathBuf {
-    if name.contains('/') || name.ends_with(".toml") {
+/// Resolves a suite name to `suites/<name>.toml` (a path with `/` or `.toml` is taken as is,
+/// UTF-8 or not).
+pub fn suite_path(name: impl AsRef<OsStr>) -> PathBuf {
+    let name = name.as_ref();
+    let bytes = name.as_encoded_bytes();
+    if bytes.contains(&b'/') || bytes.ends_with(b".toml") {
         PathBuf::from(name)
     } else {
-        workspace_root().join("suites").join(format!("{name}.toml"))
+        let mut file = name.to_os_string();
+        file.push(".toml");
+        workspace_root().join("suites").join(file)
     }
 }
 
@@ -291,8 +297,8 @@ pub fn suite_path(name: &str) -> PathBuf {
 pub fn options(
     model: &Option<PathBuf>,
     draft: &Option<PathBuf>,
-    suites: &[String],
-    default_suites: &[&str],
+    suites: &[OsString],
+    default_suites: &[impl AsRef<OsStr>],
     prompts: &Option<String>,
 ) -> Result<Options, String> {
     if model.is_none() {
@@ -317,8 +323,11 @@ pub fn options(
             })
             .collect(),
     };
-    let names: Vec<String> = if suites.is_empty() {
-        default_suites.iter().map(|s| s.to_string()).collect()
+    let names: Vec<OsString> = if suites.is_empty() {
+        default_suites
+            .iter()
+            .map(|s| s.as_ref().to_os_string())
+            .collect()
     } else {
         suites.to_vec()
     };
@@ -328,7 +337,7 @@ pub fn options(
     };
     Ok(Options {
         models,
-        suites: names.iter().map(|n| suite_path(n)).collect(),
+        suites: names.iter().map(suite_path).collect(),
         engine: "reference-f32".into(),
         modes: None,
         prompts,
@@ -348,8 +357,8 @@ pub fn options(
 pub fn verb_options(
     model: &Option<PathBuf>,
     draft: &Option<PathBuf>,
-    suites: &[String],
-    default_suites: &[&str],
+    suites: &[OsString],
+    default_suites: &[impl AsRef<OsStr>],
     prompts: &Option<String>,
 ) -> Option<Options> {
     options(model, draft, suites, default_suites, prompts)
@@ -401,9 +410,9 @@ pub fn modes_flag(text: &str, example: &str) -> Result<Vec<Mode>, String> {
 /// The run folder of a `--label`: `target/conformance/runs/LABEL` ([`runs_dir`]). Errors: a
 /// label that is not one plain folder name ([`suites::suite::is_safe_name`], the rule of suite
 /// names): `--label "../../etc"` wrote the report outside `runs/`, `--label ""` into `runs/`
-/// itself.
-pub fn label_flag(label: &str) -> Result<PathBuf, String> {
-    if suites::suite::is_safe_name(label) {
+/// itself, and a label that is not UTF-8 (shown with its bad bytes escaped) is not one either.
+pub fn label_flag(label: &OsStr) -> Result<PathBuf, String> {
+    if label.to_str().is_some_and(suites::suite::is_safe_name) {
         Ok(runs_dir().join(label))
     } else {
         Err(format!(
@@ -684,11 +693,37 @@ mod tests {
     /// refused naming the option.
     #[test]
     fn labels_stay_inside_the_runs_folder() {
-        assert_eq!(label_flag("mtp-4.b").unwrap(), runs_dir().join("mtp-4.b"));
+        assert_eq!(
+            label_flag(OsStr::new("mtp-4.b")).unwrap(),
+            runs_dir().join("mtp-4.b")
+        );
         for bad in ["", "..", "../../etc", "a/b", "/abs", ".x"] {
-            let e = label_flag(bad).unwrap_err();
+            let e = label_flag(OsStr::new(bad)).unwrap_err();
             assert!(e.starts_with(&format!("--label {bad:?}: ")), "{e}");
         }
+    }
+
+    /// A label that is not UTF-8 is refused by the label rule, naming the flag and showing the
+    /// bad byte escaped (clap refused it naming nothing); a suite path that is not UTF-8 is a
+    /// path, and a plain name is a file of suites/.
+    #[test]
+    fn non_utf8_labels_are_named_and_suite_paths_taken() {
+        use std::os::unix::ffi::OsStrExt;
+        let e = label_flag(OsStr::from_bytes(b"a\xff")).unwrap_err();
+        assert!(
+            e.starts_with("--label \"a\\xFF\": a label names a folder of "),
+            "{e}"
+        );
+        let p = OsStr::from_bytes(b"/tmp/s\xff.toml");
+        assert_eq!(suite_path(p), Path::new(p));
+        assert_eq!(
+            suite_path(OsStr::from_bytes(b"d\xff/s")),
+            Path::new(OsStr::from_bytes(b"d\xff/s"))
+        );
+        assert_eq!(
+            suite_path("smoke"),
+            workspace_root().join("suites/smoke.toml")
+        );
     }
 
     /// The synthetic fixtures are built when any file of the manifest is missing (a deleted

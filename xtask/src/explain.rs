@@ -1,6 +1,7 @@
 //! `cargo xtask explain`: the four experiments of `context.md` for the first fork between two
 //! modes of one engine on one prompt, ending with one verdict line (`design/conformance.md` §5).
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use suites::explain::{explain, ExplainOptions};
@@ -9,10 +10,10 @@ use suites::explain::{explain, ExplainOptions};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Prompt id (e.g. `count_300`).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::Text)]
     pub prompt: String,
     /// The two modes compared, comma-separated.
-    #[arg(long, default_value = "plain,spec:4")]
+    #[arg(long, default_value = "plain,spec:4", value_parser = crate::Text)]
     pub modes: String,
     /// Target model GGUF (default: the dense fixture, with its assistant).
     #[arg(long)]
@@ -22,11 +23,11 @@ pub struct Args {
     pub draft: Option<PathBuf>,
     /// Engine: reference-f32 (default), reference-f64, cuda (built with the `cuda` feature), or an HTTP
     /// server: `llama-server=URL` or `openai=URL` (options below).
-    #[arg(long, default_value = "reference-f32")]
+    #[arg(long, default_value = "reference-f32", value_parser = crate::Text)]
     pub engine: String,
     /// Suite name or path holding the prompt.
     #[arg(long, default_value = "core")]
-    pub suite: String,
+    pub suite: OsString,
     /// Tokens generated after the truncated prefix (experiment 2): 1 up to the prompt's
     /// max_tokens [default: 8, at most max_tokens].
     #[arg(long)]
@@ -64,7 +65,7 @@ pub fn run(a: &Args) -> i32 {
         return 2;
     }
     let Some(o) =
-        crate::conformance::verb_options(&a.model, &a.draft, &[], &[a.suite.as_str()], &None)
+        crate::conformance::verb_options(&a.model, &a.draft, &[], &[a.suite.as_os_str()], &None)
     else {
         return 2;
     };

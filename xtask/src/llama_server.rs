@@ -84,7 +84,7 @@ pub struct Args {
     pub detach: bool,
     /// Extra arguments for llama-server (after `--`).
     #[arg(last = true)]
-    pub extra: Vec<String>,
+    pub extra: Vec<std::ffi::OsString>,
 }
 
 /// Why `llama-server`'s arguments are refused: checked before anything is built or started.

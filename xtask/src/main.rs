@@ -82,6 +82,33 @@ HTTP engine options (--engine llama-server=URL,OPTION,… or openai=URL,OPTION,�
   model=NAME       the OpenAI `model` field (default: the first of /v1/models)
   allow-remote     judge a server that is not on this machine (conformance: --allow-remote)";
 
+/// The value parser of a flag whose value is text (an engine spec, modes, prompt ids, text to
+/// score): a value that is not UTF-8 is refused naming the flag and showing the value with its
+/// bad bytes escaped (clap's own message, `invalid UTF-8 was detected in one or more
+/// arguments`, named neither). Flags that take a path take an `OsString`/`PathBuf` instead.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Text;
+
+impl clap::builder::TypedValueParser for Text {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        value.to_str().map(str::to_owned).ok_or_else(|| {
+            let flag = arg.map_or_else(|| "an argument".to_string(), |a| format!("'{a}'"));
+            clap::Error::raw(
+                clap::error::ErrorKind::InvalidUtf8,
+                format!("invalid value {value:?} for {flag}: not UTF-8 (this option takes text)\n"),
+            )
+            .with_cmd(cmd)
+        })
+    }
+}
+
 /// Exit status of every verb: 0 done (conformance: all pass), 1 a finding (conformance: an entry
 /// fails; bless: a golden changed; compare: a side is wrong), 2 could not do it (bad arguments,
 /// unreadable input; the cause is printed as one `error: …` line).

@@ -21,7 +21,7 @@ pub struct Args {
     #[arg(long)]
     pub model: PathBuf,
     /// Prompt text.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::Text)]
     pub prompt: String,
     /// Apply the chat template (one user turn, thinking off).
     #[arg(long)]

@@ -36,10 +36,10 @@ pub struct Args {
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// Token ids, comma-separated (e.g. `2,818,5279`).
-    #[arg(long, conflicts_with = "text")]
+    #[arg(long, conflicts_with = "text", value_parser = crate::Text)]
     pub tokens: Option<String>,
     /// Text to tokenize (BOS added); with `--chat`, the user message of a chat prompt.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::Text)]
     pub text: Option<String>,
     /// Apply the chat template to `--text` as one user message (generation prompt added).
     #[arg(long, requires = "text", conflicts_with = "tokens")]

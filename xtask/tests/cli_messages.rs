@@ -245,3 +245,100 @@ fn an_out_folder_that_is_a_file_is_named_so() {
         );
     }
 }
+
+/// Runs `cargo xtask ARGS` with arguments that need not be UTF-8: (exit status, stdout, stderr).
+fn xtask_os(args: &[&std::ffi::OsStr]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A value that is not UTF-8 where text is meant (a label, an engine spec, a run label) is
+/// refused on one line naming the flag or argument, the bad byte escaped (clap said only
+/// `invalid UTF-8 was detected in one or more arguments`).
+#[test]
+fn non_utf8_text_values_are_refused_naming_the_flag() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    fn os(s: &str) -> &OsStr {
+        OsStr::new(s)
+    }
+    let bad = OsStr::from_bytes(b"a\xff");
+    let (code, out, err) = xtask_os(&[os("conformance"), os("--label"), bad]);
+    assert_eq!((code, out.as_str()), (Some(2), ""), "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "error: --label \"a\\xFF\": a label names a folder of {} and must be \
+             [A-Za-z0-9_.-], not starting with '.' (as suite names)\n",
+            root().join("target/conformance/runs").display()
+        )
+    );
+    for verb in ["conformance", "calibrate", "explain"] {
+        let (code, out, err) = xtask_os(&[os(verb), os("--engine"), bad]);
+        assert_eq!(
+            (code, out.as_str(), err.as_str()),
+            (
+                Some(2),
+                "",
+                "error: invalid value \"a\\xFF\" for '--engine <ENGINE>': not UTF-8 (this \
+                 option takes text)\n"
+            ),
+            "{verb}"
+        );
+    }
+    let (code, out, err) = xtask_os(&[os("compare"), bad, os("b")]);
+    assert_eq!(
+        (code, out.as_str(), err.as_str()),
+        (
+            Some(2),
+            "",
+            "error: run \"a\\xFF\": no such file or folder, and not a label (labels are \
+             [A-Za-z0-9_.-], not starting with '.')\n"
+        )
+    );
+}
+
+/// `--suite PATH` whose path is not UTF-8 is read and run (clap refused it before anything).
+#[test]
+fn non_utf8_suite_path_is_run() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let Some(m) = fixture("models/dense-target.Q4_K_M.gguf") else {
+        return;
+    };
+    let d = scratch("non-utf8-suite");
+    let text = std::fs::read_to_string(root().join("suites/smoke.toml")).unwrap();
+    let text = text.replacen("name = \"smoke\"", "name = \"smoke-copy\"", 1);
+    let suite = d.join(OsStr::from_bytes(b"s\xff.toml"));
+    std::fs::write(&suite, text).unwrap();
+    let out = d.join("out");
+    let (code, stdout, stderr) = xtask_os(&[
+        OsStr::new("conformance"),
+        OsStr::new("--suite"),
+        suite.as_os_str(),
+        OsStr::new("--model"),
+        m.as_os_str(),
+        OsStr::new("--modes"),
+        OsStr::new("plain"),
+        OsStr::new("--prompts"),
+        OsStr::new("count_chat"),
+        OsStr::new("--out"),
+        out.as_os_str(),
+        OsStr::new("--quiet"),
+    ]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.starts_with("dense-target.Q4_K_M · smoke-copy · reference-f32 · "),
+        "{stdout}"
+    );
+    assert!(stdout.contains("1 pass, 0 fail"), "{stdout}");
+    assert!(out.join("report.json").is_file());
+}
