@@ -329,15 +329,11 @@ pub fn calibrate_models(
                 &suite.prompts,
                 &suite.settings.stop_ids,
                 &sha,
+                oracle.vocab_size(),
             )
             .map_err(|e| fatal(&e))?;
-            for (id, g) in &goldens {
-                if let Some(why) = g.problem(oracle.vocab_size()) {
-                    return Err(Fatal(format!(
-                        "{}: prompt {id:?}: its golden is inconsistent: {why}",
-                        dir.display()
-                    )));
-                }
+            // `load_goldens` refused a golden no greedy run of this model writes, naming its file
+            for g in goldens.values() {
                 let mut s = g.prompt.clone();
                 s.extend_from_slice(&g.tokens);
                 seqs.push(s);

@@ -502,6 +502,7 @@ fn run_models(
                         &suite.prompts,
                         &suite.settings.stop_ids,
                         &sha,
+                        oracle.vocab_size(),
                     )
                     .map_err(fatal)?,
                 )
@@ -695,6 +696,7 @@ pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
                 })
             })?;
         let codec = &checked.codec;
+        let vocab = ModelLimits::from_config(model.config()).vocab_size;
         for PreparedSuite { suite, reqs } in &checked.suites {
             let dir = golden::golden_dir(&opts.goldens_root, &stem, &suite.settings.name);
             if !force {
@@ -708,6 +710,7 @@ pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
                         one,
                         &suite.settings.stop_ids,
                         &sha,
+                        vocab,
                     ) {
                         Err(e @ GoldenError::ShaMismatch { .. }) => {
                             return Err(Fatal(format!(

@@ -404,7 +404,8 @@ fn read_sidecar(path: &Path) -> Result<Golden, GoldenError> {
 }
 
 /// Loads the goldens of every prompt of `prompts` (a suite's, with its stop ids `stop_ids`)
-/// from `dir`, checking each sidecar and snapshot against `model_sha256`, and the sidecar
+/// from `dir`, checking each sidecar and snapshot against `model_sha256` (a model of `vocab`
+/// token ids), and the sidecar
 /// against the reviewed snapshot (`INSTA_UPDATE=no` semantics: the `.snap` is the truth, a
 /// pending `.snap.new` is never read). When the sidecar disagrees with the snapshot but a
 /// pending `<prompt>.oracle.json.new` (written by `bless` next to a `.snap.new`) agrees — the
@@ -415,7 +416,10 @@ fn read_sidecar(path: &Path) -> Result<Golden, GoldenError> {
 /// tokens must be a greedy output for the prompt's `max_tokens` and `stop_ids`
 /// ([`Golden::length_problem`]: `1..=max_tokens` tokens, fewer only when the last is a stop
 /// id, none before it — an empty list, as written from a NaN model, is refused), the prompt
-/// non-empty, one non-empty top-k row per token, the snapshot's `margins` one per token and
+/// non-empty, one non-empty top-k row per token, each row the oracle's greedy choice over the
+/// model's `vocab` ids ([`Golden::problem`]: ids in the vocabulary, each once, logits
+/// descending, headed by the golden token — a token that is not its row's argmax is a
+/// tampered or stale golden), the snapshot's `margins` one per token and
 /// equal to the sidecar's rows' ([`snapshot_margin`]), the sidecar's `schema` [`SIDECAR_SCHEMA`]
 /// and `suite` the suite's name `suite` (the folder's: a sidecar copied from another suite's
 /// folder), both files' prompt id the prompt's, and the sidecar written by this oracle
@@ -436,6 +440,7 @@ pub fn load_goldens(
     prompts: &[Prompt],
     stop_ids: &[u32],
     model_sha256: &str,
+    vocab: usize,
 ) -> Result<BTreeMap<String, Golden>, GoldenError> {
     let mut out = BTreeMap::new();
     for prompt in prompts {
@@ -524,7 +529,7 @@ pub fn load_goldens(
             if promote { &pending } else { &side },
             suite,
             prompt,
-            stop_ids,
+            (stop_ids, vocab),
             &body,
             &g,
         )?;
@@ -580,13 +585,14 @@ fn disagreement(g: &Golden, body: &SnapshotBody) -> String {
 }
 
 /// The content checks of [`load_goldens`] on a golden whose sidecar `side` agrees with the
-/// snapshot `snap` (same prompt length, tokens and margins, same model).
+/// snapshot `snap` (same prompt length, tokens and margins, same model), for the suite's stop
+/// ids and the model's vocabulary size `(stop_ids, vocab)`.
 fn check_content(
     snap: &Path,
     side: &Path,
     suite: &str,
     prompt: &Prompt,
-    stop_ids: &[u32],
+    (stop_ids, vocab): (&[u32], usize),
     body: &SnapshotBody,
     g: &Golden,
 ) -> Result<(), GoldenError> {
@@ -671,6 +677,11 @@ fn check_content(
                 body.margins.len()
             ),
         ));
+    }
+    // the rows are the oracle's greedy choices (the token its row's argmax, ids in the
+    // vocabulary): named here, with the sidecar that holds them (the run named only the suite)
+    if let Some(why) = g.problem(vocab) {
+        return Err(impossible(side, why));
     }
     // each margin equals its sidecar row's: `load_goldens` takes only a sidecar that agrees
     Ok(())

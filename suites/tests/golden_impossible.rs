@@ -10,7 +10,8 @@
 //! wrong sidecar schema are each refused naming the file, the prompt and what is wrong; so are
 //! an empty top-k row (named by index), a sidecar of another suite or oracle version (stale:
 //! re-bless) and a snapshot whose `prompt_tokens` or one output token differs from the sidecar
-//! (the prompt's length, or the index and both tokens, named); a
+//! (the prompt's length, or the index and both tokens, named), a token that is not its top-k
+//! row's argmax and a top-k id outside the vocabulary (the sidecar named); a
 //! continuation cut short on a stop id (the legitimate early end) loads.
 
 use std::path::{Path, PathBuf};
@@ -71,6 +72,15 @@ fn snap_margins(snap: &str) -> Vec<String> {
         .collect()
 }
 
+/// The synthetic models' vocabulary size, from the committed fixture manifest.
+fn vocab() -> usize {
+    let m: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(workspace().join("goldens/fixtures-manifest.json")).unwrap(),
+    )
+    .unwrap();
+    m["n_vocab"].as_u64().unwrap() as usize
+}
+
 fn tokens_of(side: &serde_json::Value) -> Vec<u64> {
     side["tokens"]
         .as_array()
@@ -105,6 +115,7 @@ fn load(
         &[prompt],
         &suite.settings.stop_ids,
         sha,
+        vocab(),
     )
     .map(|g| g[ID].tokens.clone())
     .map_err(|e| e.to_string())
@@ -132,15 +143,19 @@ fn impossible_goldens_are_refused_naming_file_and_problem() {
     let want: Vec<u32> = tokens.iter().map(|&t| t as u32).collect();
     assert_eq!(load(&dir, "ok", &suite, &side, &snap, &sha), Ok(want));
 
-    // the first `n` tokens (rows, margins) of the golden, token `n - 1` replaced by `last`
+    // the first `n` tokens (rows, margins) of the golden, token `n - 1` replaced by `last`,
+    // which then heads its row in place of the old token (same logits: same margin)
     let cut = |n: usize, last: Option<u64>| {
         let mut s = side.clone();
         let mut t = tokens[..n].to_vec();
-        if let (Some(l), Some(x)) = (last, t.last_mut()) {
+        let mut rows = side["top_k"].as_array().unwrap()[..n].to_vec();
+        if let (Some(l), Some(x), Some(row)) = (last, t.last_mut(), rows.last_mut()) {
             *x = l;
+            assert!(row.as_array().unwrap().iter().all(|e| e[0] != l), "{row}");
+            row[0][0] = serde_json::json!(l);
         }
         s["tokens"] = serde_json::json!(t);
-        s["top_k"] = serde_json::json!(side["top_k"].as_array().unwrap()[..n].to_vec());
+        s["top_k"] = serde_json::json!(rows);
         let sn = snap_with(&snap, &t, &margins[..n]);
         (s, sn)
     };
@@ -330,6 +345,46 @@ fn impossible_goldens_are_refused_naming_file_and_problem() {
             tokens[7] + 1
         )),
         "{e}"
+    );
+    // output token 3 replaced, in both files, by its row's runner-up (a tampered or stale
+    // golden: the token is not the oracle's argmax there): refused naming the sidecar (the
+    // run named only the suite file)
+    let mut s = side.clone();
+    let mut t = tokens.clone();
+    let (top, second) = (
+        side["top_k"][3][0][0].as_u64().unwrap(),
+        side["top_k"][3][1][0].as_u64().unwrap(),
+    );
+    assert_eq!(top, tokens[3]);
+    t[3] = second;
+    s["tokens"] = serde_json::json!(t);
+    let sn = snap_with(&snap, &t, &margins);
+    let e = load(&dir, "argmax", &suite, &s, &sn, &sha).unwrap_err();
+    assert_eq!(
+        e,
+        format!(
+            "{}: prompt \"story\": impossible golden: output 3: token {second} is not the top of \
+             its row (id {top} is); re-bless it (`cargo xtask bless --prompts story`)",
+            side_path("argmax").display()
+        )
+    );
+
+    // a top-k id outside the model's vocabulary (the row's last, so the row stays sorted and
+    // its margin the snapshot's)
+    let mut s = side.clone();
+    let row = s["top_k"][6].as_array_mut().unwrap();
+    let last = row.len() - 1;
+    row[last][0] = serde_json::json!(vocab());
+    let e = load(&dir, "vocab", &suite, &s, &snap, &sha).unwrap_err();
+    assert_eq!(
+        e,
+        format!(
+            "{}: prompt \"story\": impossible golden: output 6: top-k id {} is outside the \
+             vocabulary ({}); re-bless it (`cargo xtask bless --prompts story`)",
+            side_path("vocab").display(),
+            vocab(),
+            vocab()
+        )
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -8,6 +8,10 @@
 use suites::golden::{load_goldens, write_golden, Golden, SnapshotOutcome, ORACLE_VERSION};
 use suites::suite::{Prompt, PromptInput};
 
+/// The vocabulary size of the model the goldens below are pinned to (every id they hold is
+/// below it).
+const VOCAB: usize = 32;
+
 fn golden(tokens: Vec<u32>) -> Golden {
     Golden {
         schema: "golden-oracle/1".into(),
@@ -45,10 +49,10 @@ fn unreviewed_changes_stay_pending_until_accepted() {
         SnapshotOutcome::Pending
     );
     // nothing reviewed yet: no golden to judge against
-    assert!(load_goldens(&dir, "t", &prompts, &stop, "abc").is_err());
+    assert!(load_goldens(&dir, "t", &prompts, &stop, "abc", VOCAB).is_err());
     std::fs::rename(dir.join("p.snap.new"), dir.join("p.snap")).unwrap();
     assert_eq!(
-        load_goldens(&dir, "t", &prompts, &stop, "abc").unwrap()["p"].tokens,
+        load_goldens(&dir, "t", &prompts, &stop, "abc", VOCAB).unwrap()["p"].tokens,
         [7, 8, 9]
     );
 
@@ -61,14 +65,14 @@ fn unreviewed_changes_stay_pending_until_accepted() {
     assert!(dir.join("p.oracle.json.new").exists());
     // conformance still judges against the reviewed golden
     assert_eq!(
-        load_goldens(&dir, "t", &prompts, &stop, "abc").unwrap()["p"].tokens,
+        load_goldens(&dir, "t", &prompts, &stop, "abc", VOCAB).unwrap()["p"].tokens,
         [7, 8, 9]
     );
 
     // `cargo insta review` accepting = renaming .snap.new over .snap
     std::fs::rename(dir.join("p.snap.new"), dir.join("p.snap")).unwrap();
     assert_eq!(
-        load_goldens(&dir, "t", &prompts, &stop, "abc").unwrap()["p"].tokens,
+        load_goldens(&dir, "t", &prompts, &stop, "abc", VOCAB).unwrap()["p"].tokens,
         [7, 8, 10]
     );
     assert!(!dir.join("p.oracle.json.new").exists());
@@ -79,7 +83,7 @@ fn unreviewed_changes_stay_pending_until_accepted() {
         serde_json::to_string(&old).unwrap(),
     )
     .unwrap();
-    let e = load_goldens(&dir, "t", &prompts, &stop, "abc").unwrap_err();
+    let e = load_goldens(&dir, "t", &prompts, &stop, "abc", VOCAB).unwrap_err();
     assert!(e.to_string().contains("disagrees"), "{e}");
     // blessing again repairs that sidecar and says so (the snapshot itself is unchanged);
     // once repaired, a second bless changes nothing
@@ -88,7 +92,7 @@ fn unreviewed_changes_stay_pending_until_accepted() {
         SnapshotOutcome::Written
     );
     assert_eq!(
-        load_goldens(&dir, "t", &prompts, &stop, "abc").unwrap()["p"].tokens,
+        load_goldens(&dir, "t", &prompts, &stop, "abc", VOCAB).unwrap()["p"].tokens,
         [7, 8, 10]
     );
     assert_eq!(
@@ -105,14 +109,14 @@ fn unreviewed_changes_stay_pending_until_accepted() {
         serde_json::to_string(&stale).unwrap(),
     )
     .unwrap();
-    let e = load_goldens(&dir, "t", &prompts, &stop, "abc").unwrap_err();
+    let e = load_goldens(&dir, "t", &prompts, &stop, "abc", VOCAB).unwrap_err();
     assert!(e.to_string().contains("stale golden"), "{e}");
     assert_eq!(
         write_golden(&dir, &new, "abd").unwrap(),
         SnapshotOutcome::Written
     );
     assert_eq!(
-        load_goldens(&dir, "t", &prompts, &stop, "abc").unwrap()["p"].oracle_version,
+        load_goldens(&dir, "t", &prompts, &stop, "abc", VOCAB).unwrap()["p"].oracle_version,
         ORACLE_VERSION
     );
 
@@ -126,12 +130,12 @@ fn unreviewed_changes_stay_pending_until_accepted() {
         SnapshotOutcome::Pending
     );
     assert_eq!(
-        load_goldens(&dir, "t", &prompts, &stop, "abc").unwrap()["p"].top_k[1][1].1,
+        load_goldens(&dir, "t", &prompts, &stop, "abc", VOCAB).unwrap()["p"].top_k[1][1].1,
         1.25
     );
     std::fs::rename(dir.join("p.snap.new"), dir.join("p.snap")).unwrap();
     assert_eq!(
-        load_goldens(&dir, "t", &prompts, &stop, "abc").unwrap()["p"].top_k[1][1].1,
+        load_goldens(&dir, "t", &prompts, &stop, "abc", VOCAB).unwrap()["p"].top_k[1][1].1,
         1.0
     );
     assert!(!dir.join("p.oracle.json.new").exists());

@@ -96,6 +96,7 @@ fn setup(fx: &Path) -> Setup {
         &suite.prompts,
         &suite.settings.stop_ids,
         oracle.model_sha256(),
+        oracle.vocab_size(),
     )
     .unwrap();
     let codec = GemmaCodec::load(&model).unwrap();
