@@ -534,8 +534,8 @@ mod tests {
     /// An HTTP engine asked for the default `plain,spec:4` is told how an HTTP engine gets
     /// spec:K (`,spec=K` in --engine) and that it then runs nothing else (it was told `spec:K
     /// needs a drafter: --draft`, which an HTTP engine does not take); with `,spec=4` plain is
-    /// the missing mode, with the same advice. A fake llama-server with 4 slots serves the dense
-    /// fixture.
+    /// the missing mode, with the same advice. A fake llama-server with 4 slots, which says it
+    /// speculates, serves the dense fixture.
     #[cfg(feature = "http")]
     #[test]
     fn an_http_engine_without_spec_is_told_how_to_get_it() {
@@ -548,6 +548,8 @@ mod tests {
         let url = fake::serve(std::sync::Arc::new(
             move |_: &str, path: &str, body: &Value| match path {
                 "/props" => (200, json!({"model_path": m, "total_slots": 4})),
+                // a drafting server (spec=4 is refused up front on one without a drafter)
+                "/slots" => (200, json!([{"id": 0, "speculative": true}])),
                 "/completion" => (
                     200,
                     fake::completion(body, 236, &[(236, -0.1), (237, -2.5)]),

@@ -14,7 +14,9 @@
 //!
 //! Options follow the URL, comma-separated: `allow-remote` (a non-loopback URL is refused
 //! without it), `sha256=HEX` (the served model file's SHA-256), `spec=K` (the server was
-//! started with an MTP drafter drafting K tokens; the engine then declares only `spec:K`),
+//! started with an MTP drafter drafting K tokens; the engine then declares only `spec:K`, and
+//! a server without a draft model — its `/slots` say so, or a probe drafts nothing — is
+//! refused when the engine connects, [`HttpError::NoDrafter`]),
 //! `timeout=SECONDS` (per request, default 600, at most [`MAX_TIMEOUT`], a week; the first
 //! requests, `/props` and `/v1/models`, give up after at most [`PROBE_TIMEOUT`], 30 s; a
 //! request still waiting after 30 s says so on stderr), `retries=N` (connection errors only,
@@ -128,6 +130,21 @@ pub enum HttpError {
     /// The server counts the prompt differently (e.g. adds a BOS to a token-id prompt).
     #[error("prompt check failed: {0}")]
     PromptCount(String),
+    /// `spec=K` was asked of a server that runs no speculative decoding (started without a
+    /// draft model): every `spec:K` entry would be an `error`, so the run is refused up front.
+    #[error(
+        "{url}: engine option spec={k}, but the server has no draft model ({evidence}): start it \
+         with one (`cargo xtask llama-server --draft ASSISTANT.gguf --spec-k {k}`), or judge it \
+         without spec={k}"
+    )]
+    NoDrafter {
+        /// The server's URL.
+        url: String,
+        /// The `spec=K` option.
+        k: usize,
+        /// How it was found out: the server's `/slots`, or a probe that drafted nothing.
+        evidence: String,
+    },
 }
 
 /// Which wire API the server speaks.
@@ -390,6 +407,11 @@ impl HttpEngine {
             .and_then(Value::as_str)
             .map(PathBuf::from);
         check_model(&spec, model, served_path.as_deref(), &mut notes)?;
+        // whether the server drafts, where it says so itself (llama-server's `/slots`)
+        let slots_speculate = match (spec.api, spec.spec_k) {
+            (Api::LlamaServer, Some(_)) => slots_speculate(&probe, spec.root()),
+            _ => None,
+        };
         let slots = props
             .as_ref()
             .and_then(|p| p.get("total_slots"))
@@ -441,6 +463,9 @@ impl HttpEngine {
             probe.len(),
             c.top_k.first().map_or(0, Vec::len)
         ));
+        if let Some(k) = engine.spec.spec_k {
+            engine.check_drafter(k, slots_speculate, &probe)?;
+        }
         let max_n = engine
             .spec
             .concurrency
@@ -481,6 +506,60 @@ impl HttpEngine {
             (None, None) => {}
         }
         Ok(engine)
+    }
+
+    /// Refuses `spec=K` on a server without a draft model ([`HttpError::NoDrafter`]): its own
+    /// word when it gives one (`slots_speculate`, from `/slots`), else a probe of `prompt` asking
+    /// for `K + 2` tokens — room for one draft of K after the first token (llama-server drafts at
+    /// most the tokens still to come less one) — that reports no drafted token
+    /// (`timings.draft_n`) over more than 2 tokens, as a `spec:K` entry that drafts nothing
+    /// fails. A probe that stops within 2 tokens proves nothing: the entries then tell.
+    fn check_drafter(
+        &mut self,
+        k: usize,
+        slots_speculate: Option<bool>,
+        prompt: &[u32],
+    ) -> Result<(), HttpError> {
+        let no_drafter = |evidence: String| HttpError::NoDrafter {
+            url: self.spec.url.clone(),
+            k,
+            evidence,
+        };
+        match slots_speculate {
+            Some(true) => {
+                self.notes
+                    .push("drafter: /slots says the server speculates".into());
+                Ok(())
+            }
+            Some(false) => Err(no_drafter("its /slots say no slot speculates".into())),
+            None => {
+                let req = Request {
+                    id: "drafter probe".into(),
+                    prompt: prompt.to_vec(),
+                    max_tokens: k.saturating_add(2),
+                    stop: Vec::new(),
+                };
+                let c = self.complete(&req, false).map_err(|e| match e {
+                    RequestError::Http(h) => h,
+                    other => HttpError::Response {
+                        url: self.spec.url.clone(),
+                        message: format!("the drafter probe request: {other}"),
+                    },
+                })?;
+                match c.drafted.unwrap_or(0) {
+                    0 if c.tokens.len() > 2 => Err(no_drafter(format!(
+                        "a probe of {} tokens drafted none: no timings.draft_n",
+                        c.tokens.len()
+                    ))),
+                    0 => Ok(()),
+                    d => {
+                        self.notes
+                            .push(format!("drafter: a probe drafted {d} tokens"));
+                        Ok(())
+                    }
+                }
+            }
+        }
     }
 
     /// The wire API.
@@ -816,6 +895,20 @@ fn probe_prompt(model: &Path) -> Result<(Vec<u32>, Vec<u32>), HttpError> {
         .encode("The quick brown fox jumps over the lazy dog.", true)
         .map_err(|e| HttpError::Model(format!("{}: tokenizer: {e}", model.display())))?;
     Ok((ids, tok.suppressed_ids()))
+}
+
+/// Whether llama-server at `root` speculates, by its `GET /slots` (on by default; each slot's
+/// `speculative` is whether it has a draft model): `Some(true)` when a slot does,
+/// `Some(false)` when every slot says it does not, `None` when the server does not say (the
+/// endpoint off — `--no-slots` —, missing, or an answer without the field).
+fn slots_speculate(client: &Client, root: &str) -> Option<bool> {
+    let slots = client.get_json(&format!("{root}/slots")).ok()??;
+    let flags: Vec<bool> = slots
+        .as_array()?
+        .iter()
+        .map(|s| s.get("speculative").and_then(Value::as_bool))
+        .collect::<Option<_>>()?;
+    (!flags.is_empty()).then(|| flags.contains(&true))
 }
 
 /// Why the completion `c`, asked for greedily, is not a greedy output of the log-probabilities
@@ -1239,6 +1332,87 @@ mod tests {
                 )
             ]
         );
+    }
+
+    /// `spec=K` on a server without a draft model is refused when the engine connects (the
+    /// run's exit 2, before any entry; each `spec:K` entry was an `error` verdict, exit 1):
+    /// by the server's `/slots` when it says so, else by a probe of K + 2 tokens that drafted
+    /// none. A server whose `/slots` say it speculates, or whose probe drafted, is taken.
+    #[test]
+    fn spec_without_a_drafter_is_refused_up_front() {
+        let Some(model) = crate::test_fixture_model("dense-target.Q4_K_M.gguf") else {
+            return;
+        };
+        // `/slots` answer (None: 404, as with --no-slots) and `timings.draft_n` per completion
+        let server = |slots: Option<Value>, drafted: u64| {
+            let m = model.display().to_string();
+            fake::serve(std::sync::Arc::new(
+                move |_: &str, path: &str, body: &Value| match (path, &slots) {
+                    ("/props", _) => (200, json!({"model_path": m, "total_slots": 2})),
+                    ("/slots", Some(s)) => (200, s.clone()),
+                    ("/completion", _) => {
+                        let mut c = fake::completion(body, 236, &[(236, -0.1), (237, -2.5)]);
+                        if drafted > 0 {
+                            c["timings"] = json!({"draft_n": drafted, "draft_n_accepted": 0});
+                        }
+                        (200, c)
+                    }
+                    _ => (404, json!({})),
+                },
+            ))
+        };
+        let connect = |url: &str| {
+            HttpEngine::connect(
+                HttpSpec::parse(&format!("llama-server={url},spec=3")).unwrap(),
+                &model,
+            )
+        };
+        let refusal = |url: &str, evidence: &str| {
+            format!(
+                "{url}: engine option spec=3, but the server has no draft model ({evidence}): \
+                 start it with one (`cargo xtask llama-server --draft ASSISTANT.gguf --spec-k \
+                 3`), or judge it without spec=3"
+            )
+        };
+        let no = json!([{"id": 0, "speculative": false}, {"id": 1, "speculative": false}]);
+        let url = server(Some(no), 0);
+        let e = connect(&url).err().unwrap();
+        assert!(matches!(e, HttpError::NoDrafter { k: 3, .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            refusal(&url, "its /slots say no slot speculates")
+        );
+        // what conformance, calibrate and explain build their engine with: fatal there
+        assert_eq!(
+            engine_from_spec(&format!("llama-server={url},spec=3"), &model)
+                .err()
+                .unwrap()
+                .to_string(),
+            refusal(&url, "its /slots say no slot speculates")
+        );
+        let url = server(None, 0);
+        assert_eq!(
+            connect(&url).err().unwrap().to_string(),
+            refusal(&url, "a probe of 5 tokens drafted none: no timings.draft_n")
+        );
+        let yes = json!([{"id": 0, "speculative": false}, {"id": 1, "speculative": true}]);
+        let e = connect(&server(Some(yes), 0)).unwrap();
+        assert_eq!(e.modes(), [Mode::Spec { k: 3 }]);
+        assert!(e
+            .notes
+            .contains(&"drafter: /slots says the server speculates".to_string()));
+        let e = connect(&server(None, 3)).unwrap();
+        assert!(e
+            .notes
+            .contains(&"drafter: a probe drafted 3 tokens".to_string()));
+        // without spec=K nothing is asked about a drafter
+        let url = server(Some(json!([{"id": 0, "speculative": false}])), 0);
+        let e = HttpEngine::connect(
+            HttpSpec::parse(&format!("llama-server={url}")).unwrap(),
+            &model,
+        )
+        .unwrap();
+        assert!(e.modes().contains(&Mode::Plain));
     }
 
     /// The greedy check on hand-made completions: a top-k id strictly above the emitted token
