@@ -27,7 +27,9 @@ pub struct Args {
     /// Fail (exit 2, after the dump) when the tensor layout is not canonical (llama.cpp would
     /// refuse the file) or a Gemma-4 file's derived config cannot be read (without `--strict`
     /// the dump shows `derived config: error: …` and exits 0), or a weight is NaN/Inf (the
-    /// dump's `non-finite weights:` line names the first: tensor, block, field).
+    /// dump's `non-finite weights:` line names the first: tensor, block, field), or a Gemma-4
+    /// target's tokenizer cannot be built (e.g. `tokenizer.ggml.bos_token_id` missing or
+    /// outside the vocabulary: the key is named).
     #[arg(long)]
     pub strict: bool,
     /// Skip the NaN/Inf scan of every weight (the dump's `non-finite weights:` line says `not
@@ -68,7 +70,7 @@ fn scan(f: &GgufFile, args: &Args) -> Option<reference::quant::NonFiniteError> {
 }
 
 /// Runs the verb: open, scan the weights (unless `--no-scan`), render, print; with
-/// `--strict`, then the layout, config and non-finite checks.
+/// `--strict`, then the layout, config, non-finite and tokenizer checks.
 pub fn run(args: &Args) -> Result<()> {
     let f =
         GgufFile::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?;
@@ -86,8 +88,25 @@ pub fn run(args: &Args) -> Result<()> {
         if let Some(e) = nonfinite {
             anyhow::bail!("{}: non-finite weight: {e}", args.file.display());
         }
+        if let Some(e) = tokenizer_error(&f) {
+            anyhow::bail!("{}: tokenizer: {e}", args.file.display());
+        }
     }
     Ok(())
+}
+
+/// Why the tokenizer of a Gemma-4 target `f` cannot be built as every verb that loads the
+/// model builds it (`reference::tokenizer::GemmaTokenizer::from_gguf`: the vocabulary arrays,
+/// `tokenizer.ggml.bos_token_id`, `eos_token_id` and `unknown_token_id` present and inside the
+/// vocabulary, the merges, the chat template), naming the key; `None` when it can, or for
+/// another architecture (an assistant's tokenizer is not read).
+fn tokenizer_error(f: &GgufFile) -> Option<String> {
+    match f.get_str("general.architecture").ok()? {
+        "gemma4" => reference::tokenizer::GemmaTokenizer::from_gguf(f)
+            .err()
+            .map(|e| e.to_string()),
+        _ => None,
+    }
 }
 
 /// Why the derived Gemma-4 (or assistant) config of `f` cannot be read, or `None` when it can
@@ -565,6 +584,69 @@ mod tests {
             "{text}"
         );
         run(&args).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A Gemma-4 target whose `tokenizer.ggml.bos_token_id` is missing or outside the
+    /// vocabulary (every verb that loads it refuses it) passes plain inspect (exit 0) and
+    /// fails `--strict` naming the file and the key (it passed: strict checked only layout,
+    /// config and weights). The dense fixture, copied with that one key changed.
+    #[test]
+    fn strict_refuses_a_bad_bos_token_id() {
+        let fx = reference::fixtures_dir();
+        let model = fx.join("models/dense-target.Q4_K_M.gguf");
+        if !model.exists() {
+            println!("skipped: fixtures not found at {}", fx.display());
+            return;
+        }
+        let src = GgufFile::open(&model).unwrap();
+        let vocab = src.get_array_str("tokenizer.ggml.tokens").unwrap().len();
+        let dir = std::env::temp_dir().join(format!("inspect-bos-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        const BOS: &str = "tokenizer.ggml.bos_token_id";
+        let copy = |name: &str, bos: Option<u32>| {
+            let mut w = reference::gguf::GgufWriter::new();
+            for (k, v) in src.metadata() {
+                match (k, bos) {
+                    (BOS, Some(id)) => w.set(k, Value::U32(id)),
+                    (BOS, None) => {}
+                    _ => w.set(k, v.clone()),
+                }
+            }
+            for t in src.tensors() {
+                w.add_tensor(&t.name, &t.dims, t.ggml_type, src.tensor_data(t).to_vec())
+                    .unwrap();
+            }
+            let p = dir.join(name);
+            w.write_file(&p).unwrap();
+            p
+        };
+        let args = |file: PathBuf, strict: bool| Args {
+            file,
+            max_elems: 8,
+            max_chars: 120,
+            sha256: false,
+            strict,
+            no_scan: false,
+        };
+        let out = copy("out.gguf", Some(vocab as u32));
+        run(&args(out.clone(), false)).unwrap();
+        assert_eq!(
+            run(&args(out.clone(), true)).unwrap_err().to_string(),
+            format!(
+                "{}: tokenizer: {BOS} = {vocab} is outside the vocabulary of {vocab} tokens",
+                out.display()
+            )
+        );
+        let missing = copy("missing.gguf", None);
+        run(&args(missing.clone(), false)).unwrap();
+        let e = run(&args(missing.clone(), true)).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("{}: tokenizer: ", missing.display())) && e.contains(BOS),
+            "{e}"
+        );
+        // the key in range: passes
+        run(&args(copy("ok.gguf", Some(2)), true)).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
     }
 
