@@ -82,6 +82,11 @@ pub struct Args {
     /// Start the server in the background (pid and log under target/ext/) and return.
     #[arg(long)]
     pub detach: bool,
+    /// Serve a model (or drafter) with NaN/Inf weights anyway, for forensic use (conformance
+    /// §9): by default the check stops at the first one, naming tensor, block and field (exit
+    /// 2), as every verb that loads a model does.
+    #[arg(long)]
+    pub allow_nonfinite: bool,
     /// Extra arguments for llama-server (after `--`).
     #[arg(last = true)]
     pub extra: Vec<std::ffi::OsString>,
@@ -167,6 +172,21 @@ pub enum ArgError {
         /// Why its assistant configuration cannot be derived.
         source: Box<ConfigError>,
     },
+    /// A weight of the model or drafter is NaN or ±Inf (the load check of every verb that
+    /// loads a model, `reference::quant::check_finite`; skipped with `--allow-nonfinite`).
+    #[error(
+        "--{flag} {}: {first}; --allow-nonfinite serves it anyway, for forensic use",
+        path.display()
+    )]
+    NonFinite {
+        /// `model` or `draft`.
+        flag: &'static str,
+        /// The path given.
+        path: PathBuf,
+        /// The first non-finite field: tensor, block, field (in the message, not a separate
+        /// cause: the hint follows it).
+        first: Box<reference::quant::NonFiniteError>,
+    },
     /// The drafter does not fit the target (`AssistantConfig::check_pairing`).
     #[error("--draft {} does not pair with --model {}: {source}", draft.display(), model.display())]
     Pairing {
@@ -249,8 +269,10 @@ fn open_gguf(flag: &'static str, path: &Path) -> Result<GgufFile, ArgError> {
 /// (`--spec-k`, `--parallel`, `--ctx`, `--jobs`, `--port`), `--server-bin`, the model (a GGUF
 /// whose Gemma-4 target configuration derives; the default fixture without `--model`) and the
 /// drafter (a `gemma4-assistant` GGUF that pairs with the model,
-/// `AssistantConfig::check_pairing`, the check the reference engine's conformance runs make).
-/// With `--build-only` the model is only looked at when `--model` or `--draft` is given.
+/// `AssistantConfig::check_pairing`, the check the reference engine's conformance runs make),
+/// and the weights of both (no NaN/±Inf, unless `--allow-nonfinite`: README "Non-finite
+/// weights"). With `--build-only` the model is only looked at when `--model` or `--draft` is
+/// given.
 ///
 /// Errors: the first [`ArgError`] found, naming the flag and its value.
 pub fn check_args(a: &Args) -> Result<Checked, ArgError> {
@@ -336,9 +358,24 @@ pub fn check_args(a: &Args) -> Result<Checked, ArgError> {
                     model: model.clone(),
                     source: Box::new(source),
                 })?;
-            Some((absolute(d), a.spec_k))
+            Some((d, file))
         }
     };
+    // the weights last: the scan reads every block (seconds for a large model), the checks
+    // above only the headers
+    let load = crate::conformance::load_options(a.allow_nonfinite);
+    let finite = |flag: &'static str, path: &Path, file: &GgufFile| {
+        load.check(file).map_err(|first| ArgError::NonFinite {
+            flag,
+            path: path.to_path_buf(),
+            first: Box::new(first),
+        })
+    };
+    finite("model", &model, &target)?;
+    if let Some((d, file)) = &draft {
+        finite("draft", d, file)?;
+    }
+    let draft = draft.map(|(d, _)| (absolute(d), a.spec_k));
     Ok(Checked {
         model: Some(absolute(&model)),
         draft,

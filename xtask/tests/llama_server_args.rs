@@ -574,3 +574,68 @@ fn detach_leaves_the_server_running() {
     let _ = std::fs::remove_file(pid_file);
     let _ = std::fs::remove_file(log);
 }
+
+/// A model with a NaN weight is refused before anything is built or started, naming the file,
+/// tensor and element, as every verb that loads a model refuses it (llama-server started and
+/// served it); `--allow-nonfinite` serves it anyway (the stand-in starts, detached).
+#[test]
+fn a_model_with_nan_weights_is_refused_unless_allowed() {
+    use reference::gguf::{GgufFile, GgufWriter};
+    use reference::quant::GgmlType;
+    let Some(model) = fixture("dense-target.F32.gguf") else {
+        return;
+    };
+    let dir = scratch("nonfinite");
+    // the fixture with element 0 of its first F32 weight matrix set to NaN
+    let src = GgufFile::open(&model).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in src.metadata() {
+        w.set(k, v.clone());
+    }
+    let mut poisoned = None;
+    for t in src.tensors() {
+        let mut data = src.tensor_data(t).to_vec();
+        if poisoned.is_none() && t.ggml_type == GgmlType::F32 && t.dims.len() == 2 {
+            data[..4].copy_from_slice(&f32::NAN.to_le_bytes());
+            poisoned = Some(t.name.clone());
+        }
+        w.add_tensor(&t.name, &t.dims, t.ggml_type, data).unwrap();
+    }
+    let tensor = poisoned.expect("an F32 weight matrix");
+    let bad = dir.join("nan.gguf");
+    w.write_file(&bad).unwrap();
+    let (code, stdout, stderr, _) = llama_server(&["--model", s(&bad), "--server-bin", "/bin/sh"]);
+    assert_eq!((code, stdout.as_str()), (Some(2), ""), "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "error: --model {}: tensor '{tensor}' (F32): element 0 (row 0) is NaN",
+            bad.display()
+        )) && stderr.ends_with(
+            "a non-finite weight gives NaN logits; --allow-nonfinite serves it anyway, for \
+             forensic use\n"
+        ),
+        "{stderr}"
+    );
+    let bin = fake_server_bin(&dir, true);
+    let out = start(&bin, &bad, &["--detach", "--allow-nonfinite"])
+        .wait_with_output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let pid: u32 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("llama-server (pid "))
+        .and_then(|r| r.split(')').next())
+        .unwrap_or_else(|| panic!("no serving line: {text}"))
+        .parse()
+        .unwrap();
+    kill("TERM", pid);
+    wait_for("the detached server to stop", || !alive(pid));
+    let pid_file = text
+        .lines()
+        .find_map(|l| l.split("(pid also in ").nth(1))
+        .map(|p| p.trim_end_matches(')').to_string());
+    if let Some(p) = pid_file {
+        let _ = std::fs::remove_file(p);
+    }
+}
