@@ -822,6 +822,64 @@ pub fn serve_foreground(mut server: ServerGuard, stop: &StopFlag) -> std::io::Re
     }
 }
 
+/// Whether process `pid` runs: `/proc/PID/stat` exists (a reaped process leaves none) and its
+/// state is not zombie. A pid reused by another process counts as running (its file is kept:
+/// never a live server's file removed).
+fn process_runs(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // "PID (COMM) STATE …": the state follows the last ')'
+        stat.rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().next())
+            != Some("Z")
+    })
+}
+
+/// Removes the pid files `llama-server-PORT.pid` in `dir` (written by `--detach`) whose server
+/// no longer runs — stopped with `kill`, killed, or gone with a reboot: nothing removes the file
+/// then — or that hold no pid; one note per file removed, naming it and why. A file whose pid
+/// runs is kept, and so is every other file. Nothing is done where `/proc` cannot tell whether a
+/// process runs (not Linux).
+pub fn sweep_stale_pid_files(dir: &Path) -> Vec<String> {
+    if !Path::new("/proc/self/stat").exists() {
+        return Vec::new();
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_prefix("llama-server-")?.strip_suffix(".pid"))
+                .is_some_and(|port| port.parse::<u16>().is_ok())
+                && p.is_file()
+        })
+        .collect();
+    paths.sort();
+    let mut notes = Vec::new();
+    for p in paths {
+        let text = std::fs::read_to_string(&p).unwrap_or_default();
+        let why = match text.trim().parse::<u32>() {
+            Ok(pid) if process_runs(pid) => continue,
+            Ok(pid) => format!("pid {pid} no longer runs: its server was stopped or killed"),
+            Err(_) => format!("it holds no pid: {:?}", text.trim()),
+        };
+        match std::fs::remove_file(&p) {
+            Ok(()) => notes.push(format!(
+                "removed the stale pid file {} ({why})",
+                p.display()
+            )),
+            Err(e) => notes.push(format!(
+                "the stale pid file {} ({why}) cannot be removed: {e}",
+                p.display()
+            )),
+        }
+    }
+    notes
+}
+
 /// The last `n` lines of the log at `path` (empty when unreadable).
 fn log_tail(path: &Path, n: usize) -> String {
     let lines: Vec<String> = std::fs::File::open(path)
@@ -859,6 +917,10 @@ pub fn run(a: &Args) -> Result<()> {
     );
     cmd.args(&a.extra);
     let spec = judge_spec(port, draft.as_ref().map(|d| d.1));
+    // pid files of servers that no longer run (killed without xtask) are not trusted: removed
+    for note in sweep_stale_pid_files(&ext_dir()) {
+        println!("note: {note}");
+    }
     std::fs::create_dir_all(ext_dir())?;
     let log = ext_dir().join(format!("llama-server-{port}.log"));
     let logf = std::fs::File::create(&log).with_context(|| log.display().to_string())?;
@@ -911,11 +973,55 @@ pub fn run(a: &Args) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::{
-        free_port, judge_spec, resolve_url, serve_foreground, wait_healthy, Ended, ServerGuard,
-        StartError, StopFlag, SIGINT, SIGTERM,
+        free_port, judge_spec, resolve_url, serve_foreground, sweep_stale_pid_files, wait_healthy,
+        Ended, ServerGuard, StartError, StopFlag, SIGINT, SIGTERM,
     };
     use std::process::{Child, Command};
     use std::time::{Duration, Instant};
+
+    /// The sweep removes a pid file whose process is gone (a killed detached server) or that
+    /// holds no pid, with a note naming it; a file whose process runs and files that are not
+    /// pid files of ours stay.
+    #[test]
+    fn stale_pid_files_are_removed_with_a_note() {
+        let dir = std::env::temp_dir().join(format!("llama-pid-sweep-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // a process that ran and was reaped: its pid no longer runs
+        let mut gone = Command::new("true").spawn().unwrap();
+        gone.wait().unwrap();
+        let dead = gone.id();
+        let live = std::process::id();
+        let file = |name: &str, text: String| {
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        let stale = file("llama-server-40001.pid", dead.to_string());
+        let running = file("llama-server-40002.pid", live.to_string());
+        let garbage = file("llama-server-40003.pid", "x\n".into());
+        let other = file("llama-server-40004.log", dead.to_string());
+        let foreign = file("other-40005.pid", dead.to_string());
+        assert_eq!(
+            sweep_stale_pid_files(&dir),
+            [
+                format!(
+                    "removed the stale pid file {} (pid {dead} no longer runs: its server was \
+                     stopped or killed)",
+                    stale.display()
+                ),
+                format!(
+                    "removed the stale pid file {} (it holds no pid: \"x\")",
+                    garbage.display()
+                ),
+            ]
+        );
+        assert!(!stale.exists() && !garbage.exists());
+        assert!(running.exists() && other.exists() && foreign.exists());
+        // nothing left to remove
+        assert!(sweep_stale_pid_files(&dir).is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// A child that runs until killed (`sleep 600`).
     fn sleeper() -> Child {

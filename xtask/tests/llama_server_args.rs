@@ -639,3 +639,64 @@ fn a_model_with_nan_weights_is_refused_unless_allowed() {
         let _ = std::fs::remove_file(p);
     }
 }
+
+/// A detached server killed without xtask leaves its pid file; the next start on that port
+/// removes it with a note naming it and the dead pid, and writes its own (it was overwritten
+/// without a word, and files of other ports were left for ever).
+#[test]
+fn a_stale_pid_file_is_replaced_with_a_note() {
+    let Some(model) = fixture("dense-target.F32.gguf") else {
+        return;
+    };
+    let dir = scratch("stale-pid");
+    let bin = fake_server_bin(&dir, true);
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let pid_file = root().join(format!("target/ext/llama-server-{port}.pid"));
+    let log = root().join(format!("target/ext/llama-server-{port}.log"));
+    // starts a detached stand-in on `port`: (its pid, what xtask printed)
+    let detach = || {
+        let out = start(&bin, &model, &["--detach", "--port", &port])
+            .wait_with_output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{text}");
+        let pid: u32 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("llama-server (pid "))
+            .and_then(|r| r.split(')').next())
+            .unwrap_or_else(|| panic!("no serving line: {text}"))
+            .parse()
+            .unwrap();
+        (pid, text)
+    };
+    let (first, text) = detach();
+    assert!(!text.contains("stale pid file"), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(&pid_file).unwrap(),
+        first.to_string()
+    );
+    kill("TERM", first);
+    wait_for("the first server to stop", || !alive(first));
+    let (second, text) = detach();
+    assert!(
+        text.starts_with(&format!(
+            "note: removed the stale pid file {} (pid {first} no longer runs: its server was \
+             stopped or killed)\n",
+            pid_file.display()
+        )),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&pid_file).unwrap(),
+        second.to_string()
+    );
+    kill("TERM", second);
+    wait_for("the second server to stop", || !alive(second));
+    let _ = std::fs::remove_file(&pid_file);
+    let _ = std::fs::remove_file(&log);
+}
