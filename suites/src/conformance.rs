@@ -607,9 +607,39 @@ fn run_models(
         }
     }
     let report = Report::with_acceptance(runs, opts.require_acceptance);
+    // the previous report's plots, read before it is replaced: those this run does not draw
+    // again are removed once the new report is written
+    let previous = crate::plot::previous_plots(&opts.out_dir);
     report
         .write(&opts.out_dir)
         .map_err(|e| Fatal(format!("{}: {e}", opts.out_dir.display())))?;
+    let current = crate::plot::report_plots(&opts.out_dir, &report);
+    let (removed, failed) = crate::plot::remove_stale_plots(&previous, &current);
+    if !removed.is_empty() {
+        eprintln!(
+            "note: removed {} of the previous report in {} (not drawn by this run): {}",
+            match removed.len() {
+                1 => "1 plot".to_string(),
+                n => format!("{n} plots"),
+            },
+            opts.out_dir.display(),
+            removed
+                .iter()
+                .map(|p| p
+                    .strip_prefix(&opts.out_dir)
+                    .unwrap_or(p)
+                    .display()
+                    .to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    for (p, e) in failed {
+        eprintln!(
+            "warning: stale plot {} (of the previous report) not removed: {e}",
+            p.display()
+        );
+    }
     Ok(report)
 }
 
@@ -649,12 +679,11 @@ fn write_plots(out_dir: &Path, run: &Run) {
         by_prompt.entry(&e.prompt).or_default().push(e);
     }
     for (p, entries) in by_prompt {
-        let path = out_dir
-            .join("plots")
-            .join(&run.model.stem)
-            .join(format!("{p}.svg"));
+        let path = crate::plot::plot_path(out_dir, &run.model.stem, p);
         if let Err(e) = crate::plot::margin_plot(&path, p, &entries, run.tau) {
             eprintln!("warning: plot not written: {e}");
+            // an earlier run's plot there (or a partial one) is not this run's
+            let _ = std::fs::remove_file(&path);
         }
     }
 }

@@ -1,13 +1,15 @@
 //! Margin plots (`design/conformance.md` §8): one SVG per (model, prompt) at
 //! `target/conformance/plots/<model>/<prompt>.svg` — the oracle's top-2 margin per output
 //! position on a log scale, the budget line τ, tie-flips (orange) and divergences (red) of every
-//! mode marked.
+//! mode marked. A run removes the plots of the previous report in its folder that it does not
+//! draw again ([`remove_stale_plots`]), so the folder holds only the current report's plots.
 
-use std::path::Path;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 
-use crate::report::Entry;
+use crate::report::{Entry, Report};
 use crate::rule::PositionVerdict;
 
 /// Smallest margin drawn (exact oracle ties are drawn at this floor).
@@ -24,6 +26,79 @@ fn drawn(v: f64) -> f64 {
     } else {
         v.clamp(FLOOR, CEIL)
     }
+}
+
+/// The margin plot of `prompt` on the model `stem` in a run's output folder `out_dir`:
+/// `plots/<stem>/<prompt>.svg`.
+pub fn plot_path(out_dir: &Path, stem: &str, prompt: &str) -> PathBuf {
+    out_dir
+        .join("plots")
+        .join(stem)
+        .join(format!("{prompt}.svg"))
+}
+
+/// Whether `name` is one plain path component (not empty, `.` or `..`, no separator): a stem
+/// or prompt id of a report read back from disk names a file inside `plots/` only then.
+fn one_component(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\', '\0'])
+}
+
+/// The plots `report`'s run drew in `out_dir` ([`plot_path`] of each run's model stem and each
+/// entry's prompt; a plot not written, after its warning, is listed too). A stem or prompt that
+/// is not one plain path component (a report edited to name `..`) gives none: such a path is
+/// not one of ours.
+pub fn report_plots(out_dir: &Path, report: &Report) -> BTreeSet<PathBuf> {
+    report
+        .runs
+        .iter()
+        .filter(|r| one_component(&r.model.stem))
+        .flat_map(|r| {
+            r.entries
+                .iter()
+                .filter(|e| one_component(&e.prompt))
+                .map(|e| plot_path(out_dir, &r.model.stem, &e.prompt))
+        })
+        .collect()
+}
+
+/// The plots of the report in `out_dir` before a run (`report.json` there, read as a
+/// [`Report`]): what [`remove_stale_plots`] may remove. Empty when there is no report or it
+/// cannot be read (no file is then treated as ours).
+pub fn previous_plots(out_dir: &Path) -> BTreeSet<PathBuf> {
+    std::fs::read_to_string(out_dir.join("report.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<Report>(&t).ok())
+        .map(|r| report_plots(out_dir, &r))
+        .unwrap_or_default()
+}
+
+/// Removes the plots `previous` (the previous report's, [`previous_plots`]) lists that
+/// `current` (this run's, [`report_plots`]) does not — a prompt, model or suite left out this
+/// time — so that none stays beside the new report as if it were current. Only those files, and
+/// only regular files, are removed (an unknown file in `plots/` stays), then their model
+/// folders when empty. Returns the files removed, and for each one that could not be, the
+/// path and the cause.
+pub fn remove_stale_plots(
+    previous: &BTreeSet<PathBuf>,
+    current: &BTreeSet<PathBuf>,
+) -> (Vec<PathBuf>, Vec<(PathBuf, std::io::Error)>) {
+    let (mut removed, mut failed) = (Vec::new(), Vec::new());
+    for p in previous.difference(current) {
+        if !std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()) {
+            continue;
+        }
+        match std::fs::remove_file(p) {
+            Ok(()) => {
+                removed.push(p.clone());
+                if let Some(dir) = p.parent() {
+                    // only when empty: a folder with other files fails and stays
+                    let _ = std::fs::remove_dir(dir);
+                }
+            }
+            Err(e) => failed.push((p.clone(), e)),
+        }
+    }
+    (removed, failed)
 }
 
 /// Draws the margin plot of one prompt from its entries (all modes of one run). The margin line
@@ -109,4 +184,50 @@ pub fn margin_plot(path: &Path, prompt: &str, entries: &[&Entry], tau: f64) -> R
         .map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only the previous report's plots that this run did not draw are removed, and only
+    /// regular files; an unknown file beside them stays, and so does a folder that still holds
+    /// one. A stem or prompt that is not one plain path component names no plot of ours.
+    #[test]
+    fn only_the_previous_reports_undrawn_plots_are_removed() {
+        let out = std::env::temp_dir().join(format!("plot-stale-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let touch = |p: &Path| {
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, b"<svg/>").unwrap();
+        };
+        let (kept, stale, gone_dir) = (
+            plot_path(&out, "m", "kept"),
+            plot_path(&out, "m", "stale"),
+            plot_path(&out, "old-model", "p"),
+        );
+        let unknown = out.join("plots/m/mine.svg");
+        for p in [&kept, &stale, &gone_dir, &unknown] {
+            touch(p);
+        }
+        // listed by the previous report but a folder, not a file: left alone
+        let folder = plot_path(&out, "m", "folder");
+        std::fs::create_dir_all(&folder).unwrap();
+        let previous: BTreeSet<PathBuf> = [&kept, &stale, &gone_dir, &folder]
+            .into_iter()
+            .cloned()
+            .collect();
+        let current: BTreeSet<PathBuf> = [kept.clone()].into_iter().collect();
+        let (removed, failed) = remove_stale_plots(&previous, &current);
+        assert_eq!(removed, [stale.clone(), gone_dir.clone()]);
+        assert!(failed.is_empty());
+        assert!(kept.exists() && unknown.exists() && folder.is_dir());
+        assert!(!stale.exists() && !gone_dir.exists());
+        assert!(!out.join("plots/old-model").exists() && out.join("plots/m").is_dir());
+        for bad in ["", ".", "..", "a/b", "a\\b", "a\0b"] {
+            assert!(!one_component(bad), "{bad:?}");
+        }
+        assert!(one_component("dense-target.Q4_K_M") && one_component("count_300"));
+        std::fs::remove_dir_all(&out).unwrap();
+    }
 }

@@ -342,3 +342,48 @@ fn non_utf8_suite_path_is_run() {
     assert!(stdout.contains("1 pass, 0 fail"), "{stdout}");
     assert!(out.join("report.json").is_file());
 }
+
+/// A run into a folder that holds an earlier report removes that report's plots it does not
+/// draw again (a prompt left out now), with a note naming them; its own plots and a file that
+/// no report lists stay (the earlier plots stayed beside the new report as if current).
+#[test]
+fn a_new_run_removes_the_previous_reports_stale_plots() {
+    let Some(m) = fixture("models/dense-target.Q4_K_M.gguf") else {
+        return;
+    };
+    let d = scratch("stale-plots");
+    let out = d.join("out");
+    let run = |prompts: &str| {
+        xtask(&[
+            "conformance",
+            "--model",
+            m.to_str().unwrap(),
+            "--suite",
+            "smoke",
+            "--modes",
+            "plain",
+            "--prompts",
+            prompts,
+            "--out",
+            out.to_str().unwrap(),
+            "--quiet",
+        ])
+    };
+    let plots = out.join("plots/dense-target.Q4_K_M");
+    let (code, _, err) = run("story,count_chat");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(plots.join("story.svg").is_file() && plots.join("count_chat.svg").is_file());
+    std::fs::write(plots.join("mine.svg"), b"<svg/>").unwrap();
+    let (code, _, err) = run("count_chat");
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "note: removed 1 plot of the previous report in {} (not drawn by this run): \
+             plots/dense-target.Q4_K_M/story.svg\n",
+            out.display()
+        )
+    );
+    assert!(!plots.join("story.svg").exists());
+    assert!(plots.join("count_chat.svg").is_file() && plots.join("mine.svg").is_file());
+}
