@@ -202,6 +202,17 @@ static __device__ __forceinline__ void attend_block(const float* __restrict__ qh
 //   prompt 2048: 16 keys 225.0 / 785 (attention 1377 / 5487); at most 16 splits 205.9 / 673.
 // At long contexts attention is the largest cost at batch 8; each query head's block reads its
 // KV head's rows itself (2 query heads per KV head on the 12B shapes).
+// Measured and not kept (H100, 2026-12-06, `scripts/gpu/run.sh ab`, one binary, two rounds):
+// G splits per block, each in its own group of 128 threads with named barriers, a row of ≤ G
+// splits combined in shared memory (no partials in global memory, no count, no fences), more
+// splits through `part` as here; the same bits (every `run.sh all` check passed with G = 4).
+// 12B decode at batch 1 / 8 (tok/s) and the graph attribution's attention cost (µs per step):
+//   this kernel   287.3 / 288.9, 1684 / 1708 (attention 430 / 444 at batch 1, 510 / 516 at 8);
+//   G = 2         289.8 / 288.3, 1724 / 1710 (440 / 442, 466 / 487);
+//   G = 4         289.5 / 291.1, 1600 / 1602 (498 / 504, 748 / 768: a row's splits on one SM).
+// So the combine through global memory is not where a split's time goes at these lengths.
+// Nor is the launch: qkv_post_f32 fused into this kernel for decode rows was slower
+// (runtime forward.rs, at its launch).
 #define ATT_SPLIT_KEYS 16
 #define ATT_MAX_D 512  // head_dim bound (kernels::ATTENTION_MAX_HEAD_DIM)
 #define ATT_SPLIT_MAX 32
