@@ -212,7 +212,16 @@ static __device__ __forceinline__ void attend_block(const float* __restrict__ qh
 //   G = 4         289.5 / 291.1, 1600 / 1602 (498 / 504, 748 / 768: a row's splits on one SM).
 // So the combine through global memory is not where a split's time goes at these lengths.
 // Nor is the launch: qkv_post_f32 fused into this kernel for decode rows was slower
-// (runtime forward.rs, at its launch).
+// (runtime forward.rs, at its launch). Where it goes (Nsight Compute, H100, 2026-12-06, one
+// decode launch of the 12B bench at 33 keys — grid (16, 1, 3) — `--page source`): 13.5 µs at
+// ncu's locked 1.59 GHz, of which the 48 SMs holding a block are active ~13.2k of 21.4k cycles;
+// one warp per scheduler issuing every 7.1 cycles; ~1820 warp instructions per warp, of them
+// weighted_values 923 (per key a 64-bit ring-row address and four predicated loads and fmas for
+// the two live output dims of 4), the prologue before the wait 285 (integer divisions of the
+// prefetch loop's indices and of the ring, the pos load), key_scores 288, the combine 218;
+// stall samples long scoreboard 26 %, barrier 23 %, wait 23 %. So the split's time is its
+// instruction chain at one warp per scheduler — fewer instructions per key (whole dims per
+// thread, no dead dims, the row address once per key) is what would shorten it.
 #define ATT_SPLIT_KEYS 16
 #define ATT_MAX_D 512  // head_dim bound (kernels::ATTENTION_MAX_HEAD_DIM)
 #define ATT_SPLIT_MAX 32
