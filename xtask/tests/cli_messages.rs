@@ -12,8 +12,12 @@ fn root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Runs `cargo xtask ARGS` in the workspace root with `env` set: (exit status, stdout, stderr).
-fn xtask_env(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+/// Runs `cargo xtask ARGS` (which need not be UTF-8) in the workspace root with `env` set:
+/// (exit status, stdout, stderr).
+fn xtask_env<S: AsRef<std::ffi::OsStr>>(
+    args: &[S],
+    env: &[(&str, &str)],
+) -> (Option<i32>, String, String) {
     let mut c = Command::new(env!("CARGO_BIN_EXE_xtask"));
     c.args(args).current_dir(root());
     for (k, v) in env {
@@ -248,16 +252,7 @@ fn an_out_folder_that_is_a_file_is_named_so() {
 
 /// Runs `cargo xtask ARGS` with arguments that need not be UTF-8: (exit status, stdout, stderr).
 fn xtask_os(args: &[&std::ffi::OsStr]) -> (Option<i32>, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(args)
-        .current_dir(root())
-        .output()
-        .unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    xtask_env(args, &[])
 }
 
 /// A value that is not UTF-8 where text is meant (a label, an engine spec, a run label) is

@@ -264,6 +264,16 @@ fn fake_llama_server() {
     }
 }
 
+/// A loopback port free when asked (the listener is dropped at once), as text for `--port`.
+fn free_port() -> String {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string()
+}
+
 /// A folder for one test under the test target's scratch space.
 fn scratch(name: &str) -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("llama-server-args-{name}"));
@@ -491,12 +501,7 @@ fn a_signal_while_starting_stops_the_server() {
     };
     let dir = scratch("starting");
     let bin = fake_server_bin(&dir, false);
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
+    let port = free_port();
     let mut xtask = start(&bin, &model, &["--port", &port]);
     let pid_file = dir.join("server.pid");
     wait_for("the stand-in server's pid file", || {
@@ -650,12 +655,7 @@ fn a_stale_pid_file_is_replaced_with_a_note() {
     };
     let dir = scratch("stale-pid");
     let bin = fake_server_bin(&dir, true);
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
+    let port = free_port();
     let pid_file = root().join(format!("target/ext/llama-server-{port}.pid"));
     let log = root().join(format!("target/ext/llama-server-{port}.log"));
     // starts a detached stand-in on `port`: (its pid, what xtask printed)
