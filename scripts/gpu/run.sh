@@ -13,7 +13,8 @@
 # the CUDA engine through xtask; see each mode's comment.
 #
 # `ncu` (GPU machine): Nsight Compute stall reasons of the ffn matvecs and the durations of the
-# decode step's small kernels, see the mode's comment.
+# decode step's small kernels, see the mode's comment. `ncu-src`: the same per SASS instruction
+# for one decode launch of a kernel (default attention_f32).
 #
 # `ab` (GPU machine): kernel source variants (GEMMA4_KERNEL_SRC) timed against each other with
 # the same binary, mv-bench and bench alternating, output hashes compared; see the mode's comment.
@@ -439,6 +440,28 @@ ncu)
     tar czf "$OUT/ncu.tgz" -C /tmp ncu-out
     cat "$OUT/ncu-summary.txt"
     ;;
+ncu-src)
+    # On the GPU machine (binaries from `build` or `build-engine`, carry ["local/gpu"]): where one
+    # decode-shaped launch's time goes, per SASS instruction — Nsight Compute's source counters
+    # (executed instructions and warp-stall samples) of the NCU_SRC_SKIP-th launch (default 50:
+    # past the 32-token prompt's 48 layers) of kernel NCU_SRC_KERNEL (default attention_f32) in a
+    # short `runtime bench`, summarised by ncu_src.py into $OUT/ncu-src-summary.txt (totals, stall
+    # reasons, regions between block barriers, the top instructions); the CSV in $OUT/ncu-src.csv.gz.
+    # With GEMMA4_KERNEL_SRC set, of that variant. NCU_SRC_WARPS: the launch's warps, for the
+    # per-warp figures (default 192: attention_f32's 16 heads × 3 splits × 4 warps at 33 keys).
+    unpack_bins
+    : "${OUT:?OUT must name the output folder}"
+    export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+    k="${NCU_SRC_KERNEL:-attention_f32}"
+    timeout "${NCU_TIMEOUT:-150}" "${NCU:-/usr/local/cuda/bin/ncu}" --section SourceCounters \
+        --section WarpStateStats --import-source no -k regex:"^${k}\$" \
+        --launch-skip "${NCU_SRC_SKIP:-50}" -c 1 --page source --print-source sass --csv \
+        local/gpu/runtime bench --draft-format none --prompt 32 --decode 3 --out /tmp/ncu-src-bench \
+        > /tmp/ncu-src.csv 2> "$OUT/ncu-src.err" || echo "ncu exit $?" | tee -a "$OUT/ncu-src.err"
+    python3 scripts/gpu/ncu_src.py /tmp/ncu-src.csv "${NCU_SRC_WARPS:-192}" > "$OUT/ncu-src-summary.txt" 2>&1 || true
+    gzip -c /tmp/ncu-src.csv > "$OUT/ncu-src.csv.gz"
+    cat "$OUT/ncu-src-summary.txt"
+    ;;
 ab)
     # On the GPU machine (binaries from `build` or `build-engine`, carry ["local/gpu"]): kernel
     # source variants timed against each other in one call, alternating, with the same binary.
@@ -565,7 +588,7 @@ sass)
     python3 scripts/gpu/sass_stats.py "$out" "${2:-.}" ${SASS_AGAINST:+--against "$SASS_AGAINST"}
     ;;
 *)
-    echo "usage: $0 [build|device|build-engine|all|engine|extras|ncu|ab|variant|sass]" >&2
+    echo "usage: $0 [build|device|build-engine|all|engine|extras|ncu|ncu-src|ab|variant|sass]" >&2
     exit 2
     ;;
 esac
