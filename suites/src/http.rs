@@ -548,8 +548,13 @@ impl HttpEngine {
                 })?;
                 match c.drafted.unwrap_or(0) {
                     0 if c.tokens.len() > 2 => Err(no_drafter(format!(
-                        "a probe of {} tokens drafted none: no timings.draft_n",
-                        c.tokens.len()
+                        "a probe of {} tokens drafted none: {}",
+                        c.tokens.len(),
+                        if c.drafted.is_some() {
+                            "timings.draft_n = 0"
+                        } else {
+                            "no timings.draft_n in its answer"
+                        }
                     ))),
                     0 => Ok(()),
                     d => {
@@ -1393,7 +1398,10 @@ mod tests {
         let url = server(None, 0);
         assert_eq!(
             connect(&url).err().unwrap().to_string(),
-            refusal(&url, "a probe of 5 tokens drafted none: no timings.draft_n")
+            refusal(
+                &url,
+                "a probe of 5 tokens drafted none: no timings.draft_n in its answer"
+            )
         );
         let yes = json!([{"id": 0, "speculative": false}, {"id": 1, "speculative": true}]);
         let e = connect(&server(Some(yes), 0)).unwrap();

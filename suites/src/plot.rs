@@ -75,7 +75,8 @@ pub fn previous_plots(out_dir: &Path) -> BTreeSet<PathBuf> {
 /// Removes the plots `previous` (the previous report's, [`previous_plots`]) lists that
 /// `current` (this run's, [`report_plots`]) does not — a prompt, model or suite left out this
 /// time — so that none stays beside the new report as if it were current. Only those files, and
-/// only regular files, are removed (an unknown file in `plots/` stays), then their model
+/// only regular files in a model folder that is not a symlink, are removed (an unknown file in
+/// `plots/` stays, and so does a file a symlinked model folder leads to), then their model
 /// folders when empty. Returns the files removed, and for each one that could not be, the
 /// path and the cause.
 pub fn remove_stale_plots(
@@ -83,8 +84,13 @@ pub fn remove_stale_plots(
     current: &BTreeSet<PathBuf>,
 ) -> (Vec<PathBuf>, Vec<(PathBuf, std::io::Error)>) {
     let (mut removed, mut failed) = (Vec::new(), Vec::new());
+    let is_link = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
     for p in previous.difference(current) {
-        if !std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()) {
+        // a regular file, in a model folder that is not a symlink (one could lead out of the
+        // output folder, to files no run wrote)
+        if !std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file())
+            || p.parent().is_some_and(is_link)
+        {
             continue;
         }
         match std::fs::remove_file(p) {
@@ -224,6 +230,15 @@ mod tests {
         assert!(kept.exists() && unknown.exists() && folder.is_dir());
         assert!(!stale.exists() && !gone_dir.exists());
         assert!(!out.join("plots/old-model").exists() && out.join("plots/m").is_dir());
+        // a model folder that is a symlink (to a folder of the user's): nothing removed there
+        let users = out.join("users");
+        touch(&users.join("p.svg"));
+        std::os::unix::fs::symlink(&users, out.join("plots/linked")).unwrap();
+        let through = plot_path(&out, "linked", "p");
+        let (removed, failed) =
+            remove_stale_plots(&[through.clone()].into_iter().collect(), &BTreeSet::new());
+        assert!(removed.is_empty() && failed.is_empty());
+        assert!(users.join("p.svg").exists());
         for bad in ["", ".", "..", "a/b", "a\\b", "a\0b"] {
             assert!(!one_component(bad), "{bad:?}");
         }

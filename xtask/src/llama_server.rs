@@ -838,7 +838,7 @@ fn process_runs(pid: u32) -> bool {
 /// Removes the pid files `llama-server-PORT.pid` in `dir` (written by `--detach`) whose server
 /// no longer runs — stopped with `kill`, killed, or gone with a reboot: nothing removes the file
 /// then — or that hold no pid; one note per file removed, naming it and why. A file whose pid
-/// runs is kept, and so is every other file. Nothing is done where `/proc` cannot tell whether a
+/// runs is kept, and so is one that cannot be read (with a note), and every other file. Nothing is done where `/proc` cannot tell whether a
 /// process runs (not Linux).
 pub fn sweep_stale_pid_files(dir: &Path) -> Vec<String> {
     if !Path::new("/proc/self/stat").exists() {
@@ -860,7 +860,17 @@ pub fn sweep_stale_pid_files(dir: &Path) -> Vec<String> {
     paths.sort();
     let mut notes = Vec::new();
     for p in paths {
-        let text = std::fs::read_to_string(&p).unwrap_or_default();
+        // a file that cannot be read may hold a live pid: kept, with a note
+        let text = match std::fs::read(&p) {
+            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+            Err(e) => {
+                notes.push(format!(
+                    "the pid file {} cannot be read ({e}): kept",
+                    p.display()
+                ));
+                continue;
+            }
+        };
         let why = match text.trim().parse::<u32>() {
             Ok(pid) if process_runs(pid) => continue,
             Ok(pid) => format!("pid {pid} no longer runs: its server was stopped or killed"),
@@ -878,6 +888,50 @@ pub fn sweep_stale_pid_files(dir: &Path) -> Vec<String> {
         }
     }
     notes
+}
+
+/// Makes `path` (a log or pid file under `target/ext/` this start is about to write) safe to
+/// write: a symlink there is removed, not followed (a note says so); a plain pid file that holds
+/// a pid is replaced, with a note naming that pid (this start's port is free, so it serves
+/// nothing of ours); a folder, FIFO, socket or device there is an error naming it — writing
+/// would fail or block.
+/// `Ok(None)` when there is nothing to say.
+fn own_file(path: &Path) -> Result<Option<String>> {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(None);
+    };
+    let ft = meta.file_type();
+    if ft.is_symlink() {
+        std::fs::remove_file(path).with_context(|| path.display().to_string())?;
+        return Ok(Some(format!(
+            "removed the symlink {} (a file this start writes; not followed)",
+            path.display()
+        )));
+    }
+    if !ft.is_file() {
+        bail!(
+            "{}: not a regular file ({}); remove it, then start again",
+            path.display(),
+            if ft.is_dir() {
+                "a folder"
+            } else {
+                "a FIFO, socket or device"
+            }
+        );
+    }
+    let held = std::fs::read(path).ok().and_then(|b| {
+        std::str::from_utf8(&b)
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+    });
+    Ok(match held {
+        Some(pid) if path.extension().is_some_and(|e| e == "pid") => Some(format!(
+            "replacing the pid file {} (it held pid {pid}, which does not serve this port: the \
+             port is free)",
+            path.display()
+        )),
+        _ => None,
+    })
 }
 
 /// The last `n` lines of the log at `path` (empty when unreadable).
@@ -923,6 +977,14 @@ pub fn run(a: &Args) -> Result<()> {
     }
     std::fs::create_dir_all(ext_dir())?;
     let log = ext_dir().join(format!("llama-server-{port}.log"));
+    let pid_file = ext_dir().join(format!("llama-server-{port}.pid"));
+    // before the spawn: the files this start writes are plain files of ours (a symlink is not
+    // followed, a FIFO or folder in their place stops it here, not after the server started)
+    for path in [&log].into_iter().chain(a.detach.then_some(&pid_file)) {
+        if let Some(note) = own_file(path)? {
+            println!("note: {note}");
+        }
+    }
     let logf = std::fs::File::create(&log).with_context(|| log.display().to_string())?;
     cmd.stdin(Stdio::null())
         .stdout(Stdio::from(logf.try_clone()?))
@@ -953,7 +1015,6 @@ pub fn run(a: &Args) -> Result<()> {
         model.display()
     );
     if a.detach {
-        let pid_file = ext_dir().join(format!("llama-server-{port}.pid"));
         std::fs::write(&pid_file, pid.to_string())
             .with_context(|| pid_file.display().to_string())?;
         server.release();
@@ -973,8 +1034,8 @@ pub fn run(a: &Args) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::{
-        free_port, judge_spec, resolve_url, serve_foreground, sweep_stale_pid_files, wait_healthy,
-        Ended, ServerGuard, StartError, StopFlag, SIGINT, SIGTERM,
+        free_port, judge_spec, own_file, resolve_url, serve_foreground, sweep_stale_pid_files,
+        wait_healthy, Ended, ServerGuard, StartError, StopFlag, SIGINT, SIGTERM,
     };
     use std::process::{Child, Command};
     use std::time::{Duration, Instant};
@@ -1020,6 +1081,64 @@ mod tests {
         assert!(running.exists() && other.exists() && foreign.exists());
         // nothing left to remove
         assert!(sweep_stale_pid_files(&dir).is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The log and pid files a start writes: nothing there, or a plain file, is fine (a pid in
+    /// a pid file is named); a symlink is removed, its target untouched; a folder or a FIFO is
+    /// an error naming the path before anything starts (writing would fail, or block for ever).
+    #[test]
+    fn files_a_start_writes_are_plain_files_of_ours() {
+        let dir = std::env::temp_dir().join(format!("llama-own-file-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let missing = dir.join("llama-server-40100.log");
+        assert!(own_file(&missing).unwrap().is_none());
+        let log = dir.join("llama-server-40101.log");
+        std::fs::write(&log, "12\n").unwrap();
+        assert!(own_file(&log).unwrap().is_none());
+        let pid = dir.join("llama-server-40101.pid");
+        std::fs::write(&pid, "12\n").unwrap();
+        assert_eq!(
+            own_file(&pid).unwrap().unwrap(),
+            format!(
+                "replacing the pid file {} (it held pid 12, which does not serve this port: the \
+                 port is free)",
+                pid.display()
+            )
+        );
+        let target = dir.join("users-file");
+        std::fs::write(&target, "1").unwrap();
+        let link = dir.join("llama-server-40102.pid");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert_eq!(
+            own_file(&link).unwrap().unwrap(),
+            format!(
+                "removed the symlink {} (a file this start writes; not followed)",
+                link.display()
+            )
+        );
+        assert!(std::fs::symlink_metadata(&link).is_err());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "1");
+        let folder = dir.join("llama-server-40103.log");
+        std::fs::create_dir(&folder).unwrap();
+        assert_eq!(
+            own_file(&folder).unwrap_err().to_string(),
+            format!(
+                "{}: not a regular file (a folder); remove it, then start again",
+                folder.display()
+            )
+        );
+        let fifo = dir.join("llama-server-40104.pid");
+        let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(made.success());
+        assert_eq!(
+            own_file(&fifo).unwrap_err().to_string(),
+            format!(
+                "{}: not a regular file (a FIFO, socket or device); remove it, then start again",
+                fifo.display()
+            )
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

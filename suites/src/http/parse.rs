@@ -13,7 +13,8 @@
 //!   (`{content: [{id, logprob, top_logprobs: [{id, logprob}]}]}`) or in the OpenAI form
 //!   (`{tokens, token_logprobs, top_logprobs: [{token: logprob}]}`) where ids come from
 //!   `choices[0].token_ids` (vLLM `return_token_ids`) or from tokens spelled `token_id:N`
-//!   (vLLM `return_tokens_as_token_ids`); `usage.prompt_tokens`.
+//!   (vLLM `return_tokens_as_token_ids`); `usage.prompt_tokens`; `timings.draft_n` /
+//!   `timings.draft_n_accepted` where the server adds them (llama-server does).
 //!
 //! Log-probabilities are `logit − logsumexp(logits)`: per position they differ from the logits
 //! by one constant, so differences (margins, top-2 gaps) are logit differences up to the
@@ -354,8 +355,9 @@ pub fn parse_openai_completion(v: &Value, echo_len: Option<usize>) -> Result<Com
         top_k,
         token_logprobs,
         prompt_tokens: usize_at(v, &["usage", "prompt_tokens"]),
-        drafted: None,
-        accepted: None,
+        // llama-server's OpenAI-compatible endpoint reports its drafts as /completion does
+        drafted: usize_at(v, &["timings", "draft_n"]),
+        accepted: usize_at(v, &["timings", "draft_n_accepted"]),
         prompt_top_k,
     })
 }
@@ -579,6 +581,13 @@ mod tests {
         assert_eq!(c.tokens, vec![11]);
         assert_eq!(c.prompt_top_k.unwrap(), vec![vec![(12, -0.7), (10, -1.0)]]);
         assert_eq!(c.prompt_tokens, Some(2));
+        // no timings (a server that does not say): no drafts known
+        assert_eq!((c.drafted, c.accepted), (None, None));
+        // llama-server's OpenAI-compatible endpoint adds its timings, drafts included
+        let mut t = v.clone();
+        t["timings"] = json!({"draft_n": 6, "draft_n_accepted": 4});
+        let c = parse_openai_completion(&t, Some(2)).unwrap();
+        assert_eq!((c.drafted, c.accepted), (Some(6), Some(4)));
         let strings = json!({"choices": [{"logprobs": {"tokens": ["Hello"], "top_logprobs": [{"Hello": -0.1}]}}]});
         let e = parse_openai_completion(&strings, None).unwrap_err();
         assert!(e.contains("return_tokens_as_token_ids"), "{e}");
