@@ -647,6 +647,44 @@ mod tests {
         );
         // the key in range: passes
         run(&args(copy("ok.gguf", Some(2)), true)).unwrap();
+        // 100 more tokens than token_embd.weight has rows (a bos id among them): ids the
+        // tokenizer gives that the model cannot embed (score and conformance then failed at
+        // the first such id, conformance with exit 1) fail --strict, as every verb's load
+        let mut w = reference::gguf::GgufWriter::new();
+        for (k, v) in src.metadata() {
+            let grown = match (k, v) {
+                ("tokenizer.ggml.tokens", Value::Array(Array::String(t))) => {
+                    let mut t = t.clone();
+                    t.extend((0..100).map(|i| format!("<extra_{i}>")));
+                    Value::Array(Array::String(t))
+                }
+                ("tokenizer.ggml.scores", Value::Array(Array::F32(x))) => {
+                    Value::Array(Array::F32([x.as_slice(), &[0.0; 100]].concat()))
+                }
+                ("tokenizer.ggml.token_type", Value::Array(Array::I32(x))) => {
+                    Value::Array(Array::I32([x.as_slice(), &[1; 100]].concat()))
+                }
+                (BOS, _) => Value::U32(vocab as u32 + 16),
+                _ => v.clone(),
+            };
+            w.set(k, grown);
+        }
+        for t in src.tensors() {
+            w.add_tensor(&t.name, &t.dims, t.ggml_type, src.tensor_data(t).to_vec())
+                .unwrap();
+        }
+        let grown = dir.join("grown.gguf");
+        w.write_file(&grown).unwrap();
+        run(&args(grown.clone(), false)).unwrap();
+        assert_eq!(
+            run(&args(grown.clone(), true)).unwrap_err().to_string(),
+            format!(
+                "{}: tokenizer: tokenizer.ggml.tokens has {} tokens but token_embd.weight has \
+                 {vocab} rows: ids from {vocab} on have no embedding",
+                grown.display(),
+                vocab + 100
+            )
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

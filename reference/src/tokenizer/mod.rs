@@ -59,6 +59,18 @@ pub enum TokenizerError {
         /// Number of tokens.
         vocab_size: usize,
     },
+    /// The tokenizer has more tokens than the model has embedding rows: the ids from `rows` on,
+    /// which the tokenizer may produce, would index past `token_embd.weight`.
+    #[error(
+        "tokenizer.ggml.tokens has {tokens} tokens but token_embd.weight has {rows} rows: ids \
+         from {rows} on have no embedding"
+    )]
+    TokensWithoutEmbedding {
+        /// Number of tokens.
+        tokens: usize,
+        /// Rows of `token_embd.weight` (its GGUF `ne[1]`).
+        rows: u64,
+    },
     /// A token of `tokenizer.ggml.tokens` is the empty string (no real Gemma-4 vocabulary has
     /// one; a token without text can never be produced by the BPE).
     #[error("tokenizer.ggml.tokens[{id}] is the empty string: every token needs text")]
@@ -250,8 +262,9 @@ impl GemmaTokenizer {
     /// (`spec/gemma4-chat.md` §3; gives {1, 50, 106} for Gemma 4).
     ///
     /// Errors: a missing or mistyped key ([`TokenizerError::Gguf`]), a model other than `gemma4`,
-    /// arrays of the wrong length, an empty token string, ids out of range, malformed merges, a
-    /// template that does not compile. The full 262 144-token / 514 906-merge vocabulary loads
+    /// arrays of the wrong length, more tokens than `token_embd.weight` has rows (when the file
+    /// has that tensor), an empty token string, ids out of range, malformed merges, a template
+    /// that does not compile. The full 262 144-token / 514 906-merge vocabulary loads
     /// in well under a second with optimised dependencies.
     pub fn from_gguf(file: &GgufFile) -> Result<GemmaTokenizer, TokenizerError> {
         let model = file.get_str("tokenizer.ggml.model")?;
@@ -262,6 +275,13 @@ impl GemmaTokenizer {
         }
         let mut vocab = build::VocabData::from_gguf(file)?;
         let n = vocab.pieces.len();
+        // a model file (not a tokenizer-only one): every id the tokenizer can give has a row
+        if let Ok(t) = file.tensor("token_embd.weight") {
+            let rows = t.dims.get(1).copied().unwrap_or(1);
+            if n as u64 > rows {
+                return Err(TokenizerError::TokensWithoutEmbedding { tokens: n, rows });
+            }
+        }
         let id_key = |key: &'static str| -> Result<u32, TokenizerError> {
             let id = file.get_u32(key)?;
             if id as usize >= n {
