@@ -94,6 +94,14 @@ impl Golden {
                     "output {i}: top-k logits not finite and descending"
                 ));
             }
+            // the oracle's rows list exact ties lower id first, as greedy takes the lower id
+            if let Some(w) = row.windows(2).find(|w| w[1].1 == w[0].1 && w[1].0 < w[0].0) {
+                return Some(format!(
+                    "output {i}: ids {} and {} tie exactly but the higher is listed first \
+                     (greedy takes the lower id)",
+                    w[0].0, w[1].0
+                ));
+            }
             if top != tok {
                 return Some(format!(
                     "output {i}: token {tok} is not the top of its row (id {top} is)"

@@ -369,6 +369,31 @@ fn impossible_goldens_are_refused_naming_file_and_problem() {
         )
     );
 
+    // an exact tie listed higher id first (the row's last two: its margin stays the
+    // snapshot's): no greedy run lists it so — the oracle takes, and lists, the lower id first
+    let mut s = side.clone();
+    let row = s["top_k"][6].as_array_mut().unwrap();
+    let last = row.len() - 1;
+    assert!(last >= 2, "{row:?}");
+    let (a, b) = (
+        row[last - 1][0].as_u64().unwrap(),
+        row[last][0].as_u64().unwrap(),
+    );
+    let (hi, lo) = (a.max(b), a.min(b));
+    row[last][1] = row[last - 1][1].clone();
+    row[last - 1][0] = serde_json::json!(hi);
+    row[last][0] = serde_json::json!(lo);
+    let e = load(&dir, "tie", &suite, &s, &snap, &sha).unwrap_err();
+    assert_eq!(
+        e,
+        format!(
+            "{}: prompt \"story\": impossible golden: output 6: ids {hi} and {lo} tie exactly \
+             but the higher is listed first (greedy takes the lower id); re-bless it (`cargo \
+             xtask bless --prompts story`)",
+            side_path("tie").display()
+        )
+    );
+
     // a top-k id outside the model's vocabulary (the row's last, so the row stays sorted and
     // its margin the snapshot's)
     let mut s = side.clone();
