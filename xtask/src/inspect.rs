@@ -604,13 +604,12 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("inspect-bos-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         const BOS: &str = "tokenizer.ggml.bos_token_id";
-        let copy = |name: &str, bos: Option<u32>| {
+        // the fixture with each metadata value mapped by `edit` (None: the key left out)
+        let copy_with = |name: &str, edit: &dyn Fn(&str, &Value) -> Option<Value>| {
             let mut w = reference::gguf::GgufWriter::new();
             for (k, v) in src.metadata() {
-                match (k, bos) {
-                    (BOS, Some(id)) => w.set(k, Value::U32(id)),
-                    (BOS, None) => {}
-                    _ => w.set(k, v.clone()),
+                if let Some(v) = edit(k, v) {
+                    w.set(k, v);
                 }
             }
             for t in src.tensors() {
@@ -620,6 +619,12 @@ mod tests {
             let p = dir.join(name);
             w.write_file(&p).unwrap();
             p
+        };
+        let copy = |name: &str, bos: Option<u32>| {
+            copy_with(name, &|k, v| match k {
+                BOS => bos.map(Value::U32),
+                _ => Some(v.clone()),
+            })
         };
         let args = |file: PathBuf, strict: bool| Args {
             file,
@@ -650,9 +655,8 @@ mod tests {
         // 100 more tokens than token_embd.weight has rows (a bos id among them): ids the
         // tokenizer gives that the model cannot embed (score and conformance then failed at
         // the first such id, conformance with exit 1) fail --strict, as every verb's load
-        let mut w = reference::gguf::GgufWriter::new();
-        for (k, v) in src.metadata() {
-            let grown = match (k, v) {
+        let grown = copy_with("grown.gguf", &|k, v| {
+            Some(match (k, v) {
                 ("tokenizer.ggml.tokens", Value::Array(Array::String(t))) => {
                     let mut t = t.clone();
                     t.extend((0..100).map(|i| format!("<extra_{i}>")));
@@ -666,15 +670,8 @@ mod tests {
                 }
                 (BOS, _) => Value::U32(vocab as u32 + 16),
                 _ => v.clone(),
-            };
-            w.set(k, grown);
-        }
-        for t in src.tensors() {
-            w.add_tensor(&t.name, &t.dims, t.ggml_type, src.tensor_data(t).to_vec())
-                .unwrap();
-        }
-        let grown = dir.join("grown.gguf");
-        w.write_file(&grown).unwrap();
+            })
+        });
         run(&args(grown.clone(), false)).unwrap();
         assert_eq!(
             run(&args(grown.clone(), true)).unwrap_err().to_string(),

@@ -1034,8 +1034,9 @@ pub fn run(a: &Args) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::{
-        free_port, judge_spec, own_file, resolve_url, serve_foreground, sweep_stale_pid_files,
-        wait_healthy, Ended, ServerGuard, StartError, StopFlag, SIGINT, SIGTERM,
+        free_port, judge_spec, own_file, process_runs, resolve_url, serve_foreground,
+        sweep_stale_pid_files, wait_healthy, Ended, ServerGuard, StartError, StopFlag, SIGINT,
+        SIGTERM,
     };
     use std::process::{Child, Command};
     use std::time::{Duration, Instant};
@@ -1147,16 +1148,10 @@ mod tests {
         Command::new("sleep").arg("600").spawn().unwrap()
     }
 
-    /// Whether process `pid` runs: `/proc/PID` exists (a reaped process leaves none) and is
-    /// not a zombie (a released child killed here is never reaped by this process).
+    /// Whether process `pid` runs (the sweep's [`process_runs`]: a zombie does not — a released
+    /// child killed here is never reaped by this process).
     fn alive(pid: u32) -> bool {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-            // "PID (COMM) STATE …": the state follows the last ')'
-            stat.rsplit(')')
-                .next()
-                .and_then(|r| r.split_whitespace().next())
-                != Some("Z")
-        })
+        process_runs(pid)
     }
 
     /// A server that dies at start (here a shell exiting with status 3, nothing listening) is
