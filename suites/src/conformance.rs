@@ -410,14 +410,6 @@ pub(crate) fn check_drafter(target: &Config, model: &Path, draft: &Path) -> Resu
     })
 }
 
-fn model_ref(path: &Path, sha256: &str) -> ModelRef {
-    ModelRef {
-        path: path.display().to_string(),
-        stem: golden::model_stem(path),
-        sha256: sha256.to_string(),
-    }
-}
-
 /// The output folder `dir` of a run, checked before anything runs: created if missing, and a
 /// probe file written in it and removed. A read-only or otherwise unwritable folder was found
 /// only after the whole run (one `plot not written` warning per prompt, then the report's
@@ -531,12 +523,12 @@ fn run_models(
                     .unwrap_or_else(|| suite.settings.modes.clone()),
                 tau,
                 tau_source,
-                model: model_ref(&m.path, &sha),
+                model: ModelRef::new(&m.path, &sha),
                 draft: m
                     .draft
                     .as_ref()
                     .zip(drafter.as_ref())
-                    .map(|(d, r)| model_ref(d, &r.sha256)),
+                    .map(|(d, r)| ModelRef::new(d, &r.sha256)),
                 goldens_dir: goldens.as_ref().map(|_| gdir.display().to_string()),
                 progress: opts.progress,
             };
@@ -1057,6 +1049,67 @@ mod tests {
         let e = open_model(&not_gguf).err().unwrap().0;
         std::fs::remove_file(&not_gguf).unwrap();
         assert!(e.contains(&not_gguf.display().to_string()), "{e}");
+    }
+
+    /// Two models whose file names are not UTF-8 and read the same lossily (`caf\xE9.gguf`,
+    /// `caf\xE8.gguf`, both `caf\u{FFFD}.gguf`): report.json names each exactly (its path read
+    /// back is the file, where the lossy path named no file), and each has its own plot folder
+    /// (`caf%E9`, `caf%E8`; both were `caf\u{FFFD}`, the second run's plot over the first's).
+    #[cfg(unix)]
+    #[test]
+    fn non_utf8_model_paths_round_trip_through_the_report() {
+        use std::os::unix::ffi::OsStrExt;
+        let Some(src) = crate::test_fixture_model("dense-target.Q4_K_M.gguf") else {
+            return;
+        };
+        let dir = std::env::temp_dir().join(format!("gemma4-non-utf8-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let paths: Vec<PathBuf> = [b"caf\xE9.gguf", b"caf\xE8.gguf"]
+            .iter()
+            .map(|name| dir.join(std::ffi::OsStr::from_bytes(*name)))
+            .collect();
+        assert_eq!(
+            paths[0].display().to_string(),
+            paths[1].display().to_string()
+        );
+        let mut o = smoke_options(&["story"]);
+        o.models.clear();
+        for p in &paths {
+            std::fs::copy(&src, p).unwrap();
+            o.models.push(ModelSpec {
+                path: p.clone(),
+                draft: None,
+                suites: None,
+            });
+        }
+        o.modes = Some(vec![Mode::Plain]);
+        o.goldens_root = dir.join("goldens");
+        o.out_dir = dir.join("out");
+        o.cache_dir = dir.join("cache");
+        let report = conformance(&o).unwrap();
+        let json = std::fs::read_to_string(o.out_dir.join("report.json")).unwrap();
+        let read: Report = serde_json::from_str(&json).unwrap();
+        assert_eq!(read, report);
+        assert_eq!(read.runs.len(), 2);
+        for (run, path) in read.runs.iter().zip(&paths) {
+            assert_eq!(run.model.path, path.display().to_string());
+            assert_eq!(run.model.file_path().unwrap(), *path);
+            assert!(!Path::new(&run.model.path).exists());
+        }
+        let stems: Vec<&str> = read.runs.iter().map(|r| r.model.stem.as_str()).collect();
+        assert_eq!(stems, ["caf%E9", "caf%E8"]);
+        let plots = crate::plot::report_plots(&o.out_dir, &read);
+        assert_eq!(
+            plots.into_iter().collect::<Vec<_>>(),
+            [
+                o.out_dir.join("plots/caf%E8/story.svg"),
+                o.out_dir.join("plots/caf%E9/story.svg"),
+            ]
+        );
+        for p in crate::plot::report_plots(&o.out_dir, &read) {
+            assert!(p.is_file(), "{}", p.display());
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// [`check_prompt_ids`] on the options' suites, read as the run reads them.

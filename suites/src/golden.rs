@@ -298,18 +298,34 @@ pub fn golden_dir(goldens_root: &Path, model_stem: &str, suite: &str) -> PathBuf
     goldens_root.join(model_stem).join(suite)
 }
 
-/// The model's file stem used for golden folders (`dense-target.Q4_K_M.gguf` →
-/// `dense-target.Q4_K_M`; split files drop the `-00001-of-0000N` suffix).
+/// The model's file stem used for golden folders and plot folders (`dense-target.Q4_K_M.gguf`
+/// → `dense-target.Q4_K_M`; split files drop the `-00001-of-0000N` suffix).
+///
+/// A file name that is not UTF-8 is percent-encoded: each byte of an invalid sequence as `%XX`
+/// and each `%` as `%25` (`caf\xE9.gguf` → `caf%E9`), so two such names stay two stems (their
+/// lossy forms, `caf\u{FFFD}`, were one: one golden and plot folder for two models).
 pub fn model_stem(model: &Path) -> String {
-    let name = model
-        .file_name()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let name = model.file_name().map(stem_text).unwrap_or_default();
     let stem = name.strip_suffix(".gguf").unwrap_or(&name);
     match stem.rfind("-00001-of-") {
         Some(i) => stem[..i].to_string(),
         None => stem.to_string(),
     }
+}
+
+/// A file name as [`model_stem`] writes it: itself when UTF-8, else percent-encoded.
+fn stem_text(name: &std::ffi::OsStr) -> String {
+    if let Some(s) = name.to_str() {
+        return s.to_string();
+    }
+    let mut out = String::new();
+    for chunk in name.as_encoded_bytes().utf8_chunks() {
+        out.push_str(&chunk.valid().replace('%', "%25"));
+        for b in chunk.invalid() {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// Reads the `model_sha256:` line of a snapshot's header (`info` map).
@@ -886,6 +902,23 @@ mod tests {
             "dense-target.Q4_K_M"
         );
         assert_eq!(model_stem(Path::new("big-00001-of-00003.gguf")), "big");
+    }
+
+    /// A file name that is not UTF-8 gets a stem that names its bytes (`%XX` for each invalid
+    /// byte, `%25` for `%`): two such names that read the same lossily (they both had the stem
+    /// `caf\u{FFFD}`, one golden and plot folder) stay apart; UTF-8 names keep their stem.
+    #[cfg(unix)]
+    #[test]
+    fn non_utf8_file_names_keep_distinct_stems() {
+        use std::os::unix::ffi::OsStrExt;
+        let stem = |b: &[u8]| model_stem(Path::new(std::ffi::OsStr::from_bytes(b)));
+        assert_eq!(stem(b"/m/caf\xE9.gguf"), "caf%E9");
+        assert_eq!(stem(b"/m/caf\xE8.gguf"), "caf%E8");
+        assert_eq!(stem(b"/m/\xFF%FE.gguf"), "%FF%25FE");
+        assert_eq!(stem(b"/m/%FF\xFE.gguf"), "%25FF%FE");
+        assert_eq!(stem(b"big\xE9-00001-of-00003.gguf"), "big%E9");
+        assert_eq!(stem(b"/m/50%.gguf"), "50%");
+        assert_eq!(stem("/m/café.gguf".as_bytes()), "café");
     }
 
     #[test]

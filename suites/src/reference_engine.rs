@@ -711,6 +711,7 @@ mod nonfinite_tests {
             tau_source: "test".into(),
             model: crate::report::ModelRef {
                 path: path.display().to_string(),
+                path_bytes: None,
                 stem: "nanrow".into(),
                 sha256: oracle.model_sha256().to_string(),
             },

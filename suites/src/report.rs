@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -129,12 +129,94 @@ pub struct ForkReport {
 /// The model a run judged.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelRef {
-    /// Path as given.
+    /// Path as given, for people to read: a path that is not UTF-8 is written lossily (each
+    /// invalid byte sequence as U+FFFD), and `path_bytes` then holds it exactly.
     pub path: String,
-    /// File stem (golden folder name).
+    /// The path's bytes (Unix `OsStr` bytes) in lowercase hex, only where the path is not
+    /// UTF-8 (`path` is then not the file's name): [`ModelRef::file_path`] reads the path back
+    /// from it. Absent from every report of a UTF-8 path, and from reports written before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_bytes: Option<String>,
+    /// File stem (golden folder name, [`crate::golden::model_stem`]).
     pub stem: String,
     /// SHA-256.
     pub sha256: String,
+}
+
+/// A report's model path that cannot be read back: its `path_bytes` are not the hex of a
+/// path's bytes (a report edited by hand), or they are and this platform has no byte paths.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("model path {path:?}: path_bytes {bytes:?} cannot be read back: {why}")]
+pub struct ModelPathError {
+    /// The recorded human-readable path.
+    pub path: String,
+    /// The recorded `path_bytes`.
+    pub bytes: String,
+    /// What is wrong.
+    pub why: String,
+}
+
+impl ModelRef {
+    /// The reference to the model file at `path` (as given) with its SHA-256: the stem is
+    /// [`crate::golden::model_stem`]'s, and a path that is not UTF-8 keeps its exact bytes in
+    /// `path_bytes` (on Unix), so that [`ModelRef::file_path`] names the same file.
+    pub fn new(path: &Path, sha256: &str) -> ModelRef {
+        ModelRef {
+            path: path.display().to_string(),
+            path_bytes: path_bytes(path),
+            stem: crate::golden::model_stem(path),
+            sha256: sha256.to_string(),
+        }
+    }
+
+    /// The model file's path as the run was given it: from `path_bytes` when present (a path
+    /// that is not UTF-8), else `path`.
+    ///
+    /// Errors: [`ModelPathError`] when `path_bytes` are not an even number of hex digits, or
+    /// (not on Unix) are present at all.
+    pub fn file_path(&self) -> Result<PathBuf, ModelPathError> {
+        let Some(hex) = &self.path_bytes else {
+            return Ok(PathBuf::from(&self.path));
+        };
+        let err = |why: String| ModelPathError {
+            path: self.path.clone(),
+            bytes: hex.clone(),
+            why,
+        };
+        let bytes = hex::decode(hex).map_err(|e| err(e.to_string()))?;
+        path_from_bytes(bytes).ok_or_else(|| err("this platform has no byte paths".into()))
+    }
+}
+
+/// `path`'s bytes in lowercase hex when it is not UTF-8 ([`ModelRef::path_bytes`]); `None` for
+/// a UTF-8 path, and off Unix.
+fn path_bytes(path: &Path) -> Option<String> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        path.to_str()
+            .is_none()
+            .then(|| hex::encode(path.as_os_str().as_bytes()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
+}
+
+/// The path of `bytes` (Unix); `None` off Unix.
+fn path_from_bytes(bytes: Vec<u8>) -> Option<PathBuf> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStringExt;
+        Some(PathBuf::from(std::ffi::OsString::from_vec(bytes)))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = bytes;
+        None
+    }
 }
 
 /// One (model, suite, engine) run.

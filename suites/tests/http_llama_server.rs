@@ -119,6 +119,7 @@ fn judge(engine: &mut dyn Engine, model: &Path, modes: &[Mode]) -> Run {
         tau_source: "suite default".into(),
         model: ModelRef {
             path: model.display().to_string(),
+            path_bytes: None,
             stem: "test".into(),
             sha256: String::new(),
         },

@@ -117,6 +117,7 @@ fn cfg(s: &Setup, modes: &[Mode], tau: f64) -> RunConfig {
         tau_source: "test".into(),
         model: ModelRef {
             path: s.model.display().to_string(),
+            path_bytes: None,
             stem: "dense-target.Q4_K_M".into(),
             sha256: s.oracle.model_sha256().into(),
         },

@@ -84,6 +84,7 @@ fn cfg(modes: &[Mode]) -> RunConfig {
         tau_source: "test".into(),
         model: ModelRef {
             path: "toy.gguf".into(),
+            path_bytes: None,
             stem: "toy".into(),
             sha256: "toy-model".into(),
         },

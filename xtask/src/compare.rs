@@ -315,8 +315,9 @@ fn load(run: &OsStr) -> Result<(PathBuf, Report), CompareError> {
 /// The values of `report` (read from `path`) that compare relies on, checked before anything
 /// is judged: each run's τ is a usable tie budget (`suites::budgets::tau_problem`, the rule
 /// of `budgets.toml` and the suite files: a τ of −1 would call the oracle's own argmax wrong),
-/// each entry's mode is one [`suites::engine::Mode::parse`] reads, and no (prompt, mode)
-/// appears twice in a run (its rows would be counted twice).
+/// each entry's mode is one [`suites::engine::Mode::parse`] reads, no (prompt, mode)
+/// appears twice in a run (its rows would be counted twice), and the model path reads back
+/// (`path_bytes`, [`suites::report::ModelRef::file_path`]).
 ///
 /// Errors: [`CompareError::BadReport`], the first found.
 fn check_report(path: &Path, report: &Report) -> Result<(), CompareError> {
@@ -329,6 +330,9 @@ fn check_report(path: &Path, report: &Report) -> Result<(), CompareError> {
         let at_run = format!("{} / {}", run.model.stem, run.suite);
         if let Some(why) = suites::budgets::tau_problem(run.tau) {
             return Err(bad(at_run, format!("tau = {why}")));
+        }
+        if let Err(e) = run.model.file_path() {
+            return Err(bad(at_run, e.to_string()));
         }
         let mut seen = std::collections::BTreeSet::new();
         for e in &run.entries {
@@ -531,10 +535,15 @@ impl ModelCtx {
     }
 }
 
-/// Where a run's model file may be: the recorded path, that path under the workspace root when
+/// Where a run's model file may be: the recorded path (exact, from `path_bytes`, when it is not
+/// UTF-8: [`suites::report::ModelRef::file_path`]), that path under the workspace root when
 /// relative, then the `--model` files.
 fn model_candidates(run: &Run, extra: &[PathBuf]) -> Vec<PathBuf> {
-    let recorded = PathBuf::from(&run.model.path);
+    // readable: check_report refused the report otherwise
+    let recorded = run
+        .model
+        .file_path()
+        .unwrap_or_else(|_| PathBuf::from(&run.model.path));
     let mut c = vec![recorded.clone()];
     if recorded.is_relative() {
         c.push(workspace_root().join(&recorded));
@@ -880,7 +889,10 @@ pub fn run(a: &Args) -> i32 {
 
 #[cfg(test)]
 mod tests {
-    use super::{check_vocab, first_fork, fork_of, read_report, CompareError};
+    use super::{
+        check_report, check_vocab, first_fork, fork_of, model_candidates, read_report, CompareError,
+    };
+    use std::path::{Path, PathBuf};
     use suites::report::{Entry, Report, Run};
     use suites::rule::{judge_position, ForkClass, OracleRow, RuleParams, Verdict};
 
@@ -993,6 +1005,55 @@ mod tests {
         .unwrap();
         r.entries = entries;
         r
+    }
+
+    /// A run whose model path is not UTF-8 (`m\xE9.gguf`, written as `m\u{FFFD}.gguf` with
+    /// `path_bytes` beside it) is looked up at that exact file, which exists (the lossy path
+    /// was looked up, and named no file); a report without `path_bytes` reads as before, and
+    /// one whose `path_bytes` are not hex is refused naming the report, the run and the field.
+    #[cfg(unix)]
+    #[test]
+    fn a_non_utf8_model_path_is_looked_up_exactly() {
+        use std::os::unix::ffi::OsStrExt;
+        let d = std::env::temp_dir().join(format!("xtask-compare-bytes-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let model = d.join(std::ffi::OsStr::from_bytes(b"m\xE9.gguf"));
+        std::fs::write(&model, b"model").unwrap();
+        let mut r = run(vec![]);
+        r.model = suites::report::ModelRef::new(&model, "00");
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            v["model"]["path"],
+            format!("{}/m\u{FFFD}.gguf", d.display())
+        );
+        assert_eq!(v["model"]["stem"], "m%E9");
+        let bytes = model.as_os_str().as_bytes();
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(v["model"]["path_bytes"], hex);
+        let back: Run = serde_json::from_value(v.clone()).unwrap();
+        let c = model_candidates(&back, &[]);
+        assert_eq!(c[0], model);
+        assert!(c[0].is_file());
+        // a UTF-8 path: no path_bytes written, the path as it is
+        let plain = run(vec![]);
+        assert!(serde_json::to_value(&plain).unwrap()["model"]
+            .get("path_bytes")
+            .is_none());
+        assert_eq!(model_candidates(&plain, &[])[0], PathBuf::from("m.gguf"));
+        let mut bad = v;
+        bad["model"]["path_bytes"] = serde_json::json!("6d0");
+        let report = Report::new(vec![serde_json::from_value(bad).unwrap()]);
+        let e = check_report(Path::new("/r/a.json"), &report).unwrap_err();
+        assert!(matches!(e, CompareError::BadReport { .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "/r/a.json: m%E9 / smoke: model path \"{}/m\u{FFFD}.gguf\": path_bytes \"6d0\" \
+                 cannot be read back: Odd number of digits",
+                d.display()
+            )
+        );
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     /// A token id ≥ V in a compared entry is an error naming the report, the entry and the
