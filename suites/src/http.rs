@@ -16,7 +16,8 @@
 //! without it), `sha256=HEX` (the served model file's SHA-256), `spec=K` (the server was
 //! started with an MTP drafter drafting K tokens; the engine then declares only `spec:K`, and
 //! a server without a draft model — its `/slots` say so, or a probe drafts nothing — is
-//! refused when the engine connects, [`HttpError::NoDrafter`]),
+//! refused when the engine connects, [`HttpError::NoDrafter`], and so is one whose probes stop
+//! too early to show drafting, [`HttpError::DrafterProbeInconclusive`]),
 //! `timeout=SECONDS` (per request, default 600, at most [`MAX_TIMEOUT`], a week; the first
 //! requests, `/props` and `/v1/models`, give up after at most [`PROBE_TIMEOUT`], 30 s; a
 //! request still waiting after 30 s says so on stderr), `retries=N` (connection errors only,
@@ -144,6 +145,27 @@ pub enum HttpError {
         k: usize,
         /// How it was found out: the server's `/slots`, or a probe that drafted nothing.
         evidence: String,
+    },
+    /// `spec=K` was asked, the server does not say whether it drafts (no `/slots`), and both
+    /// drafter probes stopped within 2 tokens without drafting: too few tokens to show drafting
+    /// either way, so the run is refused rather than taken as speculating.
+    #[error(
+        "{url}: engine option spec={k}: the drafter probe was inconclusive: asked for {asked} \
+         tokens, the server stopped after {first} and, with a second prompt, after {second}, \
+         drafting none (a probe shows drafting only past 2 tokens); let the server say whether \
+         it drafts (llama-server: leave /slots on, no --no-slots), or judge it without spec={k}"
+    )]
+    DrafterProbeInconclusive {
+        /// The server's URL.
+        url: String,
+        /// The `spec=K` option.
+        k: usize,
+        /// Tokens each probe asked for (K + 2).
+        asked: usize,
+        /// Tokens the first probe returned.
+        first: usize,
+        /// Tokens the second probe (another prompt) returned.
+        second: usize,
     },
 }
 
@@ -436,7 +458,11 @@ impl HttpEngine {
             });
         }
         // probe: our tokenizer's ids for a short text, BOS included
-        let (probe, suppressed) = probe_prompt(model)?;
+        let ProbePrompts {
+            probe,
+            counting,
+            suppressed,
+        } = probe_prompts(model)?;
         engine.suppressed = suppressed;
         let req = Request {
             id: "probe".into(),
@@ -464,7 +490,7 @@ impl HttpEngine {
             c.top_k.first().map_or(0, Vec::len)
         ));
         if let Some(k) = engine.spec.spec_k {
-            engine.check_drafter(k, slots_speculate, &probe)?;
+            engine.check_drafter(k, slots_speculate, [&probe, &counting])?;
         }
         let max_n = engine
             .spec
@@ -509,16 +535,20 @@ impl HttpEngine {
     }
 
     /// Refuses `spec=K` on a server without a draft model ([`HttpError::NoDrafter`]): its own
-    /// word when it gives one (`slots_speculate`, from `/slots`), else a probe of `prompt` asking
-    /// for `K + 2` tokens — room for one draft of K after the first token (llama-server drafts at
-    /// most the tokens still to come less one) — that reports no drafted token
+    /// word when it gives one (`slots_speculate`, from `/slots`), else a probe of `prompts[0]`
+    /// asking for `K + 2` tokens — room for one draft of K after the first token (llama-server
+    /// drafts at most the tokens still to come less one) — that reports no drafted token
     /// (`timings.draft_n`) over more than 2 tokens, as a `spec:K` entry that drafts nothing
-    /// fails. A probe that stops within 2 tokens proves nothing: the entries then tell.
+    /// fails. A probe that stops within 2 tokens without drafting shows nothing either way: the
+    /// probe is asked again with `prompts[1]` (a counting prompt, which a model continues), and
+    /// if that one also stops within 2 tokens without drafting the run is refused
+    /// ([`HttpError::DrafterProbeInconclusive`], naming both token counts) — it was taken as a
+    /// server that drafts.
     fn check_drafter(
         &mut self,
         k: usize,
         slots_speculate: Option<bool>,
-        prompt: &[u32],
+        prompts: [&[u32]; 2],
     ) -> Result<(), HttpError> {
         let no_drafter = |evidence: String| HttpError::NoDrafter {
             url: self.spec.url.clone(),
@@ -529,42 +559,60 @@ impl HttpEngine {
             Some(true) => {
                 self.notes
                     .push("drafter: /slots says the server speculates".into());
-                Ok(())
+                return Ok(());
             }
-            Some(false) => Err(no_drafter("its /slots say no slot speculates".into())),
-            None => {
-                let req = Request {
-                    id: "drafter probe".into(),
-                    prompt: prompt.to_vec(),
-                    max_tokens: k.saturating_add(2),
-                    stop: Vec::new(),
-                };
-                let c = self.complete(&req, false).map_err(|e| match e {
-                    RequestError::Http(h) => h,
-                    other => HttpError::Response {
-                        url: self.spec.url.clone(),
-                        message: format!("the drafter probe request: {other}"),
-                    },
-                })?;
-                match c.drafted.unwrap_or(0) {
-                    0 if c.tokens.len() > 2 => Err(no_drafter(format!(
-                        "a probe of {} tokens drafted none: {}",
+            Some(false) => return Err(no_drafter("its /slots say no slot speculates".into())),
+            None => {}
+        }
+        let asked = k.saturating_add(2);
+        let mut counts = Vec::with_capacity(2);
+        for (i, prompt) in prompts.into_iter().enumerate() {
+            let c = self.drafter_probe(prompt, asked)?;
+            let which = if i == 0 { "a probe" } else { "a second probe" };
+            match c.drafted.unwrap_or(0) {
+                0 if c.tokens.len() > 2 => {
+                    return Err(no_drafter(format!(
+                        "{which} of {} tokens drafted none: {}",
                         c.tokens.len(),
                         if c.drafted.is_some() {
                             "timings.draft_n = 0"
                         } else {
                             "no timings.draft_n in its answer"
                         }
-                    ))),
-                    0 => Ok(()),
-                    d => {
-                        self.notes
-                            .push(format!("drafter: a probe drafted {d} tokens"));
-                        Ok(())
-                    }
+                    )))
+                }
+                0 => counts.push(c.tokens.len()),
+                d => {
+                    self.notes
+                        .push(format!("drafter: {which} drafted {d} tokens"));
+                    return Ok(());
                 }
             }
         }
+        Err(HttpError::DrafterProbeInconclusive {
+            url: self.spec.url.clone(),
+            k,
+            asked,
+            first: counts[0],
+            second: counts[1],
+        })
+    }
+
+    /// One drafter probe: `prompt`, `asked` tokens, greedy ([`HttpEngine::check_drafter`]).
+    fn drafter_probe(&self, prompt: &[u32], asked: usize) -> Result<Completion, HttpError> {
+        let req = Request {
+            id: "drafter probe".into(),
+            prompt: prompt.to_vec(),
+            max_tokens: asked,
+            stop: Vec::new(),
+        };
+        self.complete(&req, false).map_err(|e| match e {
+            RequestError::Http(h) => h,
+            other => HttpError::Response {
+                url: self.spec.url.clone(),
+                message: format!("the drafter probe request: {other}"),
+            },
+        })
     }
 
     /// The wire API.
@@ -889,17 +937,33 @@ fn check_model(
     Ok(())
 }
 
-/// Our tokenizer's ids (BOS included) of the probe text for `model`, and the model's
-/// suppressed ids.
-fn probe_prompt(model: &Path) -> Result<(Vec<u32>, Vec<u32>), HttpError> {
+/// The probe prompts of [`HttpEngine::connect`], our tokenizer's ids (BOS included), and the
+/// model's suppressed ids.
+struct ProbePrompts {
+    /// A short sentence: the prompt-count probe, and the first drafter probe.
+    probe: Vec<u32>,
+    /// A counting sequence, which a model continues: the second drafter probe, asked when the
+    /// first stopped too early to show drafting ([`HttpEngine::check_drafter`]).
+    counting: Vec<u32>,
+    /// The model's suppressed ids (`tokenizer.ggml.suppress_tokens`).
+    suppressed: Vec<u32>,
+}
+
+/// The probe prompts ([`ProbePrompts`]) for `model`.
+fn probe_prompts(model: &Path) -> Result<ProbePrompts, HttpError> {
     let f = reference::gguf::GgufFile::open(model)
         .map_err(|e| HttpError::Model(format!("{}: {e}", model.display())))?;
     let tok = reference::tokenizer::GemmaTokenizer::from_gguf(&f)
         .map_err(|e| HttpError::Model(format!("{}: tokenizer: {e}", model.display())))?;
-    let ids = tok
-        .encode("The quick brown fox jumps over the lazy dog.", true)
-        .map_err(|e| HttpError::Model(format!("{}: tokenizer: {e}", model.display())))?;
-    Ok((ids, tok.suppressed_ids()))
+    let encode = |text: &str| {
+        tok.encode(text, true)
+            .map_err(|e| HttpError::Model(format!("{}: tokenizer: {e}", model.display())))
+    };
+    Ok(ProbePrompts {
+        probe: encode("The quick brown fox jumps over the lazy dog.")?,
+        counting: encode("1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,")?,
+        suppressed: tok.suppressed_ids(),
+    })
 }
 
 /// Whether llama-server at `root` speculates, by its `GET /slots` (on by default; each slot's
@@ -1421,6 +1485,100 @@ mod tests {
         )
         .unwrap();
         assert!(e.modes().contains(&Mode::Plain));
+    }
+
+    /// A drafter probe that stops within 2 tokens without drafting shows nothing (it was taken
+    /// as a server that drafts): the probe is asked again with a counting prompt, and that one
+    /// decides — drafted tokens take the server, more than 2 tokens without a draft refuse it
+    /// (NoDrafter) — or, stopping within 2 tokens again, the run is refused as inconclusive,
+    /// naming both token counts.
+    #[test]
+    fn a_drafter_probe_that_stops_early_is_not_taken_as_drafting() {
+        let Some(model) = crate::test_fixture_model("dense-target.Q4_K_M.gguf") else {
+            return;
+        };
+        let counting = probe_prompts(&model).unwrap().counting;
+        // no /slots (404); the first probe stops after 2 tokens without drafting; the counting
+        // probe answers `tokens` tokens with `timings.draft_n` = `drafted` (None: absent)
+        let server = |tokens: u64, drafted: Option<u64>| {
+            let (m, counting) = (model.display().to_string(), json!(counting));
+            fake::serve(std::sync::Arc::new(
+                move |_: &str, path: &str, body: &Value| match path {
+                    "/props" => (200, json!({"model_path": m, "total_slots": 1})),
+                    "/completion" => {
+                        let second = body["prompt"] == counting;
+                        let mut b = body.clone();
+                        b["n_predict"] = json!(if second { tokens } else { 2 });
+                        let mut c = fake::completion(&b, 236, &[(236, -0.1), (237, -2.5)]);
+                        if let (true, Some(d)) = (second, drafted) {
+                            c["timings"] = json!({"draft_n": d, "draft_n_accepted": 0});
+                        }
+                        (200, c)
+                    }
+                    _ => (404, json!({})),
+                },
+            ))
+        };
+        let connect = |url: &str| {
+            HttpEngine::connect(
+                HttpSpec::parse(&format!("llama-server={url},spec=3")).unwrap(),
+                &model,
+            )
+        };
+        let url = server(2, None);
+        let e = connect(&url).err().unwrap();
+        assert!(
+            matches!(
+                e,
+                HttpError::DrafterProbeInconclusive {
+                    k: 3,
+                    asked: 5,
+                    first: 2,
+                    second: 2,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{url}: engine option spec=3: the drafter probe was inconclusive: asked for 5 \
+                 tokens, the server stopped after 2 and, with a second prompt, after 2, drafting \
+                 none (a probe shows drafting only past 2 tokens); let the server say whether it \
+                 drafts (llama-server: leave /slots on, no --no-slots), or judge it without \
+                 spec=3"
+            )
+        );
+        let e = connect(&server(1, Some(0))).err().unwrap();
+        assert!(
+            matches!(
+                e,
+                HttpError::DrafterProbeInconclusive {
+                    first: 2,
+                    second: 1,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let e = connect(&server(5, Some(3))).unwrap();
+        assert_eq!(e.modes(), [Mode::Spec { k: 3 }]);
+        assert!(
+            e.notes
+                .contains(&"drafter: a second probe drafted 3 tokens".to_string()),
+            "{:?}",
+            e.notes
+        );
+        let url = server(5, None);
+        let e = connect(&url).err().unwrap();
+        assert!(matches!(e, HttpError::NoDrafter { k: 3, .. }), "{e:?}");
+        assert!(
+            e.to_string().contains(
+                "(a second probe of 5 tokens drafted none: no timings.draft_n in its answer)"
+            ),
+            "{e}"
+        );
     }
 
     /// The greedy check on hand-made completions: a top-k id strictly above the emitted token

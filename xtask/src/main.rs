@@ -72,7 +72,8 @@ const HTTP_ENGINE_HELP: &str = "\
 HTTP engine options (--engine llama-server=URL,OPTION,… or openai=URL,OPTION,…):
   top-k=K          log-probabilities asked per token (default 16; at least 2)
   spec=K           the server runs MTP speculative decoding drafting K tokens: only spec:K is judged
-                   (a server without a draft model is refused before judging, exit 2)
+                   (a server without a draft model is refused before judging, exit 2, and so is
+                   one whose /slots are off and whose drafter probes stop within 2 tokens)
   sha256=HEX       SHA-256 of the model file the server serves (when /props names no file, or one
                    not readable here)
   timeout=SECONDS  per request (default 600, at most 604800: a week; the first request, /props,
