@@ -19,8 +19,10 @@
 //! refused when the engine connects, [`HttpError::NoDrafter`], and so is one whose probes stop
 //! too early to show drafting, [`HttpError::DrafterProbeInconclusive`]),
 //! `timeout=SECONDS` (per request, default 600, at most [`MAX_TIMEOUT`], a week; the first
-//! requests, `/props` and `/v1/models`, give up after at most [`PROBE_TIMEOUT`], 30 s; a
-//! request still waiting after 30 s says so on stderr), `retries=N` (connection errors only,
+//! requests, `/props`, `/v1/models` and, with `spec=K`, llama-server's `/slots`, give up after
+//! at most [`PROBE_TIMEOUT`], 30 s, saying on stderr after [`PROBE_NOTICE_AFTER`], 5 s, that
+//! they still wait — a `/slots` that gives up is an error, not passed over; a later request
+//! still waiting after 30 s says so on stderr), `retries=N` (connection errors only,
 //! default 4), `concurrency=N` (largest `batch:N`, at most [`MAX_CONCURRENCY`]; default: the
 //! server's slots, else 16, and never more than [`MAX_CONCURRENCY`]), `top-k=K` (default 16,
 //! at least 2 as a suite's `top_k`), `model=NAME` (OpenAI `model` field, not empty; default:
@@ -359,6 +361,19 @@ fn probe_timeout(spec: &HttpSpec) -> Duration {
     spec.timeout.min(PROBE_TIMEOUT)
 }
 
+/// How long a metadata request ([`PROBE_TIMEOUT`]) waits before it says on stderr that it is
+/// still waiting: with the request notice time ([`client::NOTICE_AFTER`], 30 s), a request that
+/// gives up at 30 s never said so, and a `/slots` that hung cost 30 s in silence.
+pub const PROBE_NOTICE_AFTER: Duration = Duration::from_secs(5);
+
+/// The client of the metadata requests (`/props`, `/v1/models`, `/slots`): limit
+/// [`probe_timeout`], saying it is still waiting after [`PROBE_NOTICE_AFTER`] (or half the
+/// limit, if shorter), naming the URL and the limit.
+fn probe_client(spec: &HttpSpec, backoff: Duration) -> Client {
+    let limit = probe_timeout(spec);
+    Client::new(limit, spec.retries, backoff).with_notice_after(PROBE_NOTICE_AFTER.min(limit / 2))
+}
+
 /// An external engine behind HTTP (see the module docs).
 pub struct HttpEngine {
     spec: HttpSpec,
@@ -399,7 +414,7 @@ impl HttpEngine {
         let backoff = Duration::from_millis(500);
         let client = Client::new(spec.timeout, spec.retries, backoff);
         // the metadata GETs answer at once on a working server: a shorter limit
-        let probe = Client::new(probe_timeout(&spec), spec.retries, backoff);
+        let probe = probe_client(&spec, backoff);
         let name = match spec.api {
             Api::LlamaServer => "llama-server",
             Api::OpenAi => "openai",
@@ -431,7 +446,7 @@ impl HttpEngine {
         check_model(&spec, model, served_path.as_deref(), &mut notes)?;
         // whether the server drafts, where it says so itself (llama-server's `/slots`)
         let slots_speculate = match (spec.api, spec.spec_k) {
-            (Api::LlamaServer, Some(_)) => slots_speculate(&probe, spec.root()),
+            (Api::LlamaServer, Some(_)) => slots_speculate(&probe, spec.root(), &mut notes)?,
             _ => None,
         };
         let slots = props
@@ -969,15 +984,49 @@ fn probe_prompts(model: &Path) -> Result<ProbePrompts, HttpError> {
 /// Whether llama-server at `root` speculates, by its `GET /slots` (on by default; each slot's
 /// `speculative` is whether it has a draft model): `Some(true)` when a slot does,
 /// `Some(false)` when every slot says it does not, `None` when the server does not say (the
-/// endpoint off — `--no-slots` —, missing, or an answer without the field).
-fn slots_speculate(client: &Client, root: &str) -> Option<bool> {
-    let slots = client.get_json(&format!("{root}/slots")).ok()??;
-    let flags: Vec<bool> = slots
-        .as_array()?
-        .iter()
-        .map(|s| s.get("speculative").and_then(Value::as_bool))
-        .collect::<Option<_>>()?;
-    (!flags.is_empty()).then(|| flags.contains(&true))
+/// endpoint off — `--no-slots` —, missing, failing, or an answer without the field; a note in
+/// `notes` says which, before the drafter probe is asked instead).
+///
+/// Errors: a `/slots` that does not answer within the client's limit is not passed over (it
+/// cost the limit, 30 s, in silence, then the probe asked the same stuck server):
+/// [`HttpError::Response`] naming the URL and the limit.
+fn slots_speculate(
+    client: &Client,
+    root: &str,
+    notes: &mut Vec<String>,
+) -> Result<Option<bool>, HttpError> {
+    let url = format!("{root}/slots");
+    let unsaid = |notes: &mut Vec<String>, why: String| {
+        notes.push(format!(
+            "drafter: {url} does not say whether the server drafts ({why}): a probe asks"
+        ));
+        Ok(None)
+    };
+    let slots = match client.get_json(&url) {
+        Ok(Some(v)) => v,
+        Ok(None) => return unsaid(notes, "HTTP 404".into()),
+        Err(HttpError::Timeout { url, secs }) => {
+            return Err(HttpError::Response {
+                url,
+                message: format!(
+                    "no answer within {secs} s (asked because of engine option spec=K, to learn \
+                     whether the server drafts): the server accepts connections but does not \
+                     respond (stuck?)"
+                ),
+            })
+        }
+        Err(HttpError::Status { status, .. }) => return unsaid(notes, format!("HTTP {status}")),
+        Err(e) => return unsaid(notes, e.to_string()),
+    };
+    let flags: Option<Vec<bool>> = slots.as_array().and_then(|a| {
+        a.iter()
+            .map(|s| s.get("speculative").and_then(Value::as_bool))
+            .collect()
+    });
+    match flags {
+        Some(f) if !f.is_empty() => Ok(Some(f.contains(&true))),
+        _ => unsaid(notes, "no slot list with `speculative` flags".into()),
+    }
 }
 
 /// Why the completion `c`, asked for greedily, is not a greedy output of the log-probabilities
@@ -1263,6 +1312,81 @@ mod tests {
                 "{api}"
             );
         }
+    }
+
+    /// A `/slots` that never answers (asked for spec=K) says it is still waiting before the
+    /// limit — half of it here, 5 s of the default 30 s (it waited 30 s without a word) —
+    /// naming the URL and the limit, and its timeout stops the engine naming both (it was
+    /// passed over in silence, and a drafter probe asked instead).
+    #[test]
+    fn a_hanging_slots_request_is_reported_not_passed_over() {
+        let d = HttpSpec::parse("llama-server=http://127.0.0.1:1").unwrap();
+        assert_eq!(
+            probe_client(&d, Duration::ZERO).notice_after(),
+            Duration::from_secs(5)
+        );
+        let root = client::tests::silent_server();
+        let spec = HttpSpec::parse(&format!("llama-server={root},spec=2,timeout=1")).unwrap();
+        let sink = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let probe = probe_client(&spec, Duration::ZERO).notices_kept(sink.clone());
+        let mut notes = Vec::new();
+        let t0 = Instant::now();
+        let e = slots_speculate(&probe, &root, &mut notes).unwrap_err();
+        assert!(t0.elapsed() < Duration::from_secs(5));
+        let want = format!(
+            "{root}/slots: no answer within 1 s (asked because of engine option spec=K, to \
+             learn whether the server drafts): the server accepts connections but does not \
+             respond (stuck?)"
+        );
+        assert_eq!(e.to_string(), want);
+        assert_eq!(
+            *sink.lock().unwrap(),
+            [format!(
+                "{root}/slots: no response after 0.5 s, still waiting (gives up after 1 s: \
+                 engine option timeout=SECONDS)"
+            )]
+        );
+        assert!(notes.is_empty(), "{notes:?}");
+        // through connect: /props answers, /slots hangs, the completions would draft
+        let Some(model) = crate::test_fixture_model("dense-target.Q4_K_M.gguf") else {
+            return;
+        };
+        let m = model.display().to_string();
+        let url = fake::serve(std::sync::Arc::new(
+            move |_: &str, path: &str, body: &Value| match path {
+                "/props" => (200, json!({"model_path": m, "total_slots": 1})),
+                "/slots" => {
+                    std::thread::sleep(Duration::from_secs(3));
+                    (200, json!([{"id": 0, "speculative": true}]))
+                }
+                "/completion" => {
+                    let mut c = fake::completion(body, 236, &[(236, -0.1), (237, -2.5)]);
+                    c["timings"] = json!({"draft_n": 2, "draft_n_accepted": 1});
+                    (200, c)
+                }
+                _ => (404, json!({})),
+            },
+        ));
+        let spec = HttpSpec::parse(&format!("llama-server={url},spec=2,timeout=1")).unwrap();
+        let e = HttpEngine::connect(spec, &model).err().unwrap();
+        assert!(
+            matches!(&e, HttpError::Response { url: u, .. } if *u == format!("{url}/slots")),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("no answer within 1 s"), "{e}");
+        // a /slots that is off (404, --no-slots) is said, and the probe asks
+        let mut notes = Vec::new();
+        let off = fake::serve(std::sync::Arc::new(|_: &str, _: &str, _: &Value| {
+            (404, json!({}))
+        }));
+        assert_eq!(slots_speculate(&probe, &off, &mut notes).unwrap(), None);
+        assert_eq!(
+            notes,
+            [format!(
+                "drafter: {off}/slots does not say whether the server drafts (HTTP 404): a probe \
+                 asks"
+            )]
+        );
     }
 
     /// A llama-server fake serving `model` with `/props` `total_slots` = `slots` and greedy

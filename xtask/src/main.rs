@@ -76,8 +76,10 @@ HTTP engine options (--engine llama-server=URL,OPTION,â€¦ or openai=URL,OPTION,â
                    one whose /slots are off and whose drafter probes stop within 2 tokens)
   sha256=HEX       SHA-256 of the model file the server serves (when /props names no file, or one
                    not readable here)
-  timeout=SECONDS  per request (default 600, at most 604800: a week; the first request, /props,
-                   gives up after 30 s at most; a request still waiting after 30 s says so)
+  timeout=SECONDS  per request (default 600, at most 604800: a week; the first requests, /props,
+                   /v1/models and /slots, give up after 30 s at most and say so after 5 s, a
+                   /slots that gives up stopping the run; a request still waiting after 30 s
+                   says so)
   retries=N        retries on connection errors (default 4)
   concurrency=N    largest batch:N, at most 256 (default: the server's slot count up to 256,
                    else 16)

@@ -63,18 +63,37 @@ impl Client {
         }
     }
 
+    /// This client saying a request is still waiting after `after` (then twice that, …)
+    /// instead of after [`NOTICE_AFTER`]: a request with a short limit (the first requests of
+    /// an HTTP engine, 30 s at most) says so before it gives up, not never.
+    pub fn with_notice_after(mut self, after: Duration) -> Client {
+        self.notice_after = after;
+        self
+    }
+
     /// This client with its waiting notices after `after` kept in `sink` instead of printed.
     #[cfg(test)]
-    fn keeping_notices(mut self, after: Duration, sink: Arc<Mutex<Vec<String>>>) -> Client {
-        self.notice_after = after;
+    fn keeping_notices(self, after: Duration, sink: Arc<Mutex<Vec<String>>>) -> Client {
+        self.with_notice_after(after).notices_kept(sink)
+    }
+
+    /// How long a request waits before it says so.
+    #[cfg(test)]
+    pub(crate) fn notice_after(&self) -> Duration {
+        self.notice_after
+    }
+
+    /// This client with its waiting notices kept in `sink` instead of printed.
+    #[cfg(test)]
+    pub(crate) fn notices_kept(mut self, sink: Arc<Mutex<Vec<String>>>) -> Client {
         self.notices = Notices::Kept(sink);
         self
     }
 
     /// Runs `f` (one request to `url`), saying on stderr when it has been waiting
     /// `notice_after`, then twice that, and so on, until it returns — never at or after the
-    /// timeout, when the request gives up instead (the `/props` request, whose limit is the
-    /// notice time, said "still waiting" the moment it gave up).
+    /// timeout, when the request gives up instead (a request whose limit is the notice time
+    /// said "still waiting" the moment it gave up).
     fn waiting<T>(&self, url: &str, f: impl FnOnce() -> T) -> T {
         let (done, wait) = mpsc::channel::<()>();
         std::thread::scope(|s| {
