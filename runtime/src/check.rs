@@ -267,6 +267,7 @@ pub fn run(opts: &CheckOptions) -> Result<bool> {
     report["rmsnorm"] = check_rmsnorm(&gpu, &mut rng, &mut log, &mut all_ok)?;
     report["rope"] = check_rope(&gpu, &mut rng, &mut log, &mut all_ok)?;
     report["qkv_post"] = check_qkv_post(&gpu, &mut rng, &mut log, &mut all_ok)?;
+    report["attention"] = check_attention(&gpu, &mut rng, &mut log, &mut all_ok)?;
     report["geglu_softcap"] = check_activation(&gpu, &mut rng, &mut log, &mut all_ok)?;
     report["prep_producers"] = check_prep_producers(&gpu, &mut rng, &mut log, &mut all_ok)?;
     report["argmax"] = check_argmax(&gpu, &mut rng, &mut log, &mut all_ok)?;
@@ -647,6 +648,230 @@ fn check_qkv_post(gpu: &Gpu, rng: &mut Rng, log: &mut Log, ok: &mut bool) -> Res
             if pass { "PASS" } else { "FAIL" }
         ));
         out.push(json!({"kind": kind, "pass": pass, "q_bitwise": q_ok, "kv_bitwise": kv_ok, "untouched": untouched}));
+    }
+    Ok(Value::Array(out))
+}
+
+/// One query head's attention in f64 over `keys` and `vals` (each a head-dim row; at least one
+/// key): o = Σ_u softmax(q·k)_u · v_u, scaling 1.0 (spec/gemma4-text.md §4.5), and
+/// [`check_attention`]'s tolerance for the f32 kernel's output, V·U·(4(d/32 + 5)·S₁ + 4R + 2n +
+/// 100) (derived there). Returns (o, tolerance).
+fn attention_f64(q: &[f32], keys: &[Vec<f64>], vals: &[Vec<f64>]) -> (Vec<f64>, f64) {
+    let d = q.len();
+    let (mut sc, mut s1) = (Vec::with_capacity(keys.len()), 0.0f64);
+    for kr in keys {
+        let dot: f64 = q.iter().zip(kr).map(|(&a, b)| f64::from(a) * b).sum();
+        let abs: f64 = q
+            .iter()
+            .zip(kr)
+            .map(|(&a, b)| (f64::from(a) * b).abs())
+            .sum();
+        sc.push(dot);
+        s1 = s1.max(abs);
+    }
+    let m = sc.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let e: Vec<f64> = sc.iter().map(|s| (s - m).exp()).collect();
+    let l: f64 = e.iter().sum();
+    let range = sc.iter().map(|s| m - s).fold(0.0f64, f64::max);
+    let (mut o, mut vmax) = (vec![0.0f64; d], 0.0f64);
+    for (vr, ei) in vals.iter().zip(&e) {
+        for (oj, vj) in o.iter_mut().zip(vr) {
+            *oj += ei / l * vj;
+            vmax = vmax.max(vj.abs());
+        }
+    }
+    let n = keys.len() as f64;
+    let tol = vmax * U * (4.0 * ((d / 32) as f64 + 5.0) * s1 + 4.0 * range + 2.0 * n + 100.0);
+    (o, tol)
+}
+
+/// One `check_attention` case.
+struct AttCase {
+    kind: &'static str,
+    /// Head dim, query heads, KV heads.
+    d: usize,
+    nh: usize,
+    nkv: usize,
+    /// Cache rows per slot, window (0 = full causal), cache slots.
+    rows: usize,
+    window: usize,
+    n_slots: usize,
+    /// Each query row's slot and position.
+    slots: Vec<i32>,
+    pos: Vec<i32>,
+}
+
+/// `attention_f32` against an f64 reference on random q, K and V (spec/gemma4-text.md §4.5–§4.6):
+/// head dims 64 and 128 (the fixture models') and 256 and 512 (Gemma-4's, which no fixture model
+/// has), GQA, a sliding window over a ring that wraps, one split, many splits with an empty last
+/// one, and chunks of more than 32 keys. Every cache row no query row may see is a NaN, so a key
+/// read outside its row's window fails the check; outputs and partials are poisoned before each
+/// launch.
+///
+/// Tolerance per output (first-order bound, U = 2⁻²⁴): each score is d/32 fmas + a 5-level
+/// butterfly, |Δs| ≤ (d/32 + 5)·U·S₁ with S₁ = max over keys of Σ|q_j·k_j|; e = exp(s − m)
+/// then carries 2|Δs| + (R + 4)·U relative error (R = max |s − m|, expf ≤ 2 ulp); the sums l
+/// and Σ e·v over n keys (n + 5)·U each, the split combine's weights (R + 4)·U and its sums
+/// ≤ 34·U, the division U. With |o| ≤ Σ p·|v| ≤ V = max |v| over the row's keys:
+/// |o − o_ref| ≤ V·U·(4(d/32 + 5)·S₁ + 4R + 2n + 100).
+/// Also: each row launched alone gives the batched launch's bits (a row's splits depend on its
+/// own key count only), and the split counters are zero after every launch.
+fn check_attention(gpu: &Gpu, rng: &mut Rng, log: &mut Log, ok: &mut bool) -> Result<Value> {
+    let case = |kind, (d, nh, nkv), (rows, window, n_slots), slots, pos| AttCase {
+        kind,
+        d,
+        nh,
+        nkv,
+        rows,
+        window,
+        n_slots,
+        slots,
+        pos,
+    };
+    let cases = [
+        // pos 63 and 1019: the 40-key window wraps the 48-row ring
+        case(
+            "sliding d=256 ring",
+            (256, 16, 8),
+            (48, 40, 2),
+            vec![0, 1, 1, 0],
+            vec![5, 63, 1019, 30],
+        ),
+        // 1 key (one split), 524 keys (32 splits of 17, the last empty), 1100 (chunks of 35)
+        case(
+            "full d=512 nkv=1",
+            (512, 16, 1),
+            (1200, 0, 2),
+            vec![0, 1, 0],
+            vec![0, 523, 1099],
+        ),
+        case(
+            "full d=128 GQA",
+            (128, 4, 2),
+            (64, 0, 2),
+            vec![0, 0, 1],
+            vec![16, 17, 40],
+        ),
+        case(
+            "sliding d=64 ring",
+            (64, 2, 1),
+            (24, 16, 1),
+            vec![0, 0, 0],
+            vec![3, 30, 100],
+        ),
+    ];
+    let mut out = Vec::new();
+    for c in cases {
+        let AttCase {
+            kind,
+            d,
+            nh,
+            nkv,
+            rows,
+            window,
+            n_slots,
+            slots,
+            pos,
+        } = c;
+        let t = slots.len();
+        let lo_of = |p: i32| -> usize {
+            let p = p as usize;
+            if window > 0 {
+                (p + 1).saturating_sub(window)
+            } else {
+                0
+            }
+        };
+        let w = nkv * d;
+        let mut visible = vec![false; n_slots * rows];
+        for (&s, &p) in slots.iter().zip(&pos) {
+            for u in lo_of(p)..=p as usize {
+                visible[s as usize * rows + u % rows] = true;
+            }
+        }
+        let mut cache = |lo: f64, hi: f64| -> Vec<f32> {
+            let mut c = rand_f32(rng, n_slots * rows * w, lo, hi);
+            for (r, vis) in visible.iter().enumerate() {
+                if !vis {
+                    c[r * w..(r + 1) * w].fill(f32::from_bits(POISON));
+                }
+            }
+            c
+        };
+        let (k, v) = (cache(-1.0, 1.0), cache(-3.0, 3.0));
+        let q = rand_f32(rng, t * nh * d, -1.0, 1.0);
+        let (qd, kd, vd) = (
+            gpu.stream.clone_htod(&q)?,
+            gpu.stream.clone_htod(&k)?,
+            gpu.stream.clone_htod(&v)?,
+        );
+        let split = kernels::ATT_SPLIT_MAX * (d + 2);
+        let mut cnt = gpu.stream.alloc_zeros::<u32>(t * nh)?;
+        // Launches rows r0..r1 into a fresh poisoned output; returns it and whether the
+        // counters came back zero.
+        let mut run = |r0: usize, r1: usize| -> Result<(Vec<f32>, bool)> {
+            let n = r1 - r0;
+            let qv = qd.slice(r0 * nh * d..r1 * nh * d);
+            let mut o = poisoned(gpu, n * nh * d)?;
+            let mut part = poisoned(gpu, n * nh * split)?;
+            gpu.attention(
+                &qv,
+                (&kd.as_view(), &vd.as_view()),
+                (&slots[r0..r1], &pos[r0..r1]),
+                &mut o.as_view_mut(),
+                (&mut part.as_view_mut(), &mut cnt.as_view_mut()),
+                (n, nh, nkv, d),
+                (rows, window),
+            )?;
+            let cz = gpu.stream.clone_dtoh(&cnt)?.iter().all(|&c| c == 0);
+            Ok((gpu.stream.clone_dtoh(&o)?, cz))
+        };
+        let (got, mut counts_zero) = run(0, t)?;
+        let mut alone_same = true;
+        for r in 0..t {
+            let (one, cz) = run(r, r + 1)?;
+            counts_zero &= cz;
+            alone_same &= one
+                .iter()
+                .zip(&got[r * nh * d..(r + 1) * nh * d])
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+        }
+        // f64 reference and the bound, per (row, head).
+        let (mut worst_ratio, mut max_err, mut all_in) = (0.0f64, 0.0f64, true);
+        for r in 0..t {
+            let (s0, p) = (slots[r] as usize, pos[r] as usize);
+            let keys: Vec<usize> = (lo_of(pos[r])..=p).map(|u| s0 * rows + u % rows).collect();
+            for h in 0..nh {
+                let g = h / (nh / nkv);
+                let qh = &q[(r * nh + h) * d..(r * nh + h + 1) * d];
+                let kv_row = |c: &[f32], row: usize| -> Vec<f64> {
+                    c[row * w + g * d..row * w + (g + 1) * d]
+                        .iter()
+                        .map(|&x| f64::from(x))
+                        .collect()
+                };
+                let ks: Vec<Vec<f64>> = keys.iter().map(|&row| kv_row(&k, row)).collect();
+                let vs: Vec<Vec<f64>> = keys.iter().map(|&row| kv_row(&v, row)).collect();
+                let (want, tol) = attention_f64(qh, &ks, &vs);
+                let gh = &got[(r * nh + h) * d..(r * nh + h + 1) * d];
+                for (gj, wj) in gh.iter().zip(&want) {
+                    let err = (f64::from(*gj) - wj).abs();
+                    let err = if err.is_nan() { f64::INFINITY } else { err };
+                    all_in &= within(err, tol);
+                    max_err = max_err.max(err);
+                    worst_ratio = worst_ratio.max(err / tol);
+                }
+            }
+        }
+        let pass = all_in && alone_same && counts_zero;
+        *ok &= pass;
+        log.line(&format!(
+            "{} attention {kind} (T {t}, keys {}): max |err| {max_err:.3e}, worst err/tol {worst_ratio:.3}, each row alone bitwise {alone_same}, counters zero {counts_zero}",
+            if pass { "PASS" } else { "FAIL" },
+            pos.iter().map(|&p| (p as usize + 1 - lo_of(p)).to_string()).collect::<Vec<_>>().join("/"),
+        ));
+        out.push(json!({"kind": kind, "pass": pass, "max_err": max_err, "worst_err_over_tol": worst_ratio,
+            "alone_bitwise": alone_same, "counters_zero": counts_zero}));
     }
     Ok(Value::Array(out))
 }
@@ -1215,6 +1440,32 @@ mod tests {
     /// w = [2, 1] → mean squares 12.5 and 12.5, r = 12.5^(−1/2), y = [6r, 4r] and [0, 5r]; each
     /// row normalised alone. And `units_rel`: U·2 off a value of 2 is one unit; NaN and an error
     /// off 0 are infinite.
+    #[test]
+    fn attention_reference_by_hand() {
+        // d = 32, q = (1, 0, …), keys with q·k = ln 3 and 0 (first dims ln 3 and 0): softmax
+        // weights 3/4 and 1/4; values 8·e_1 and 4·e_1 + 2·e_2 → o = (6 + 1, 0.5) in dims 0, 1.
+        let mut q = vec![0.0f32; 32];
+        q[0] = 1.0;
+        let key = |x: f64| {
+            let mut k = vec![0.0f64; 32];
+            k[0] = x;
+            k
+        };
+        let (mut v1, mut v2) = (vec![0.0f64; 32], vec![0.0f64; 32]);
+        v1[0] = 8.0;
+        v2[0] = 4.0;
+        v2[1] = 2.0;
+        let (o, tol) = attention_f64(&q, &[key(3f64.ln()), key(0.0)], &[v1, v2]);
+        assert!(
+            (o[0] - 7.0).abs() < 1e-12 && (o[1] - 0.5).abs() < 1e-12,
+            "{o:?}"
+        );
+        assert!(o[2..].iter().all(|&x| x == 0.0));
+        // V = 8, S₁ = ln 3, R = ln 3, n = 2: 8·U·(4·6·ln 3 + 4 ln 3 + 4 + 100)
+        let want = 8.0 * U * (28.0 * 3f64.ln() + 104.0);
+        assert!((tol - want).abs() < 1e-18, "{tol} vs {want}");
+    }
+
     #[test]
     fn rmsnorm_reference_and_units_by_hand() {
         let y = rmsnorm_f64(&[3.0, 4.0, 0.0, 5.0], 2, Some(&[2.0, 1.0]), 0.0);

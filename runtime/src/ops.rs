@@ -342,6 +342,118 @@ impl Gpu {
         Ok(())
     }
 
+    /// Causal / sliding GQA attention of `t` query rows over a KV cache (`attention_f32`,
+    /// `attention.cu`; spec/gemma4-text.md §4.5–§4.6): for row `i`, query head `h` reads KV
+    /// head `h / (nh / nkv)` at the visible positions `lo … pos[i]` of slot `slot[i]`
+    /// (`lo = pos[i] + 1 − window` when that is positive and `window > 0`, else 0), position
+    /// `u` at cache row `slot[i]·rows + u mod rows`.
+    ///
+    /// Shapes: `q` f32 `[t, nh, d]`; `kc`, `vc` f32 `[n_slots, rows, nkv, d]` (`n_slots` =
+    /// their length ÷ `rows·nkv·d`); `out` f32 `[t, nh, d]`; `part` f32 scratch
+    /// `[t, nh, ATT_SPLIT_MAX, d + 2]`; `cnt` u32 `[t, nh]`, zero before and left zero after.
+    /// `slot`, `pos` are host values (uploaded here, so they are checked): each slot below
+    /// `n_slots`, each position ≥ 0 with at most `rows` visible keys (a ring of `rows` rows
+    /// holds them all). `1 ≤ d ≤ ATTENTION_MAX_HEAD_DIM`, `nkv ≥ 1` dividing `nh`,
+    /// `1 ≤ t ≤ 65535`. Errors: [`RuntimeError::Shape`] naming the bad extent or row; driver
+    /// errors. The o projection's prep buffers are not written (`prep_rows` 0).
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention(
+        &self,
+        q: &CudaView<'_, f32>,
+        (kc, vc): (&CudaView<'_, f32>, &CudaView<'_, f32>),
+        (slot, pos): (&[i32], &[i32]),
+        out: &mut CudaViewMut<'_, f32>,
+        (part, cnt): (&mut CudaViewMut<'_, f32>, &mut CudaViewMut<'_, u32>),
+        (t, nh, nkv, d): (usize, usize, usize, usize),
+        (rows, window): (usize, usize),
+    ) -> Result<(), RuntimeError> {
+        let what = "attention_f32";
+        if !(1..=65535).contains(&t)
+            || !(1..=kernels::ATTENTION_MAX_HEAD_DIM).contains(&d)
+            || nkv == 0
+            || nh == 0
+            || !nh.is_multiple_of(nkv)
+            || nh > 65535
+            || !(1..=I32_MAX).contains(&rows)
+            || slot.len() != t
+            || pos.len() != t
+        {
+            return Err(shape(
+                what,
+                format!("T {t} (1 … 65535) × nh {nh} (a multiple of nkv {nkv}) × d {d} (1 … {}), rows {rows} (≥ 1), {} slots and {} positions for T rows", kernels::ATTENTION_MAX_HEAD_DIM, slot.len(), pos.len()),
+            ));
+        }
+        let slot_len = checked_len(what, &[rows, nkv, d], isize::MAX as usize)?;
+        let n_slots = kc.len().min(vc.len()) / slot_len;
+        let q_len = checked_len(what, &[t, nh, d], isize::MAX as usize)?;
+        let part_len = checked_len(
+            what,
+            &[t, nh, kernels::ATT_SPLIT_MAX, d + 2],
+            isize::MAX as usize,
+        )?;
+        if q.len() < q_len || out.len() < q_len || part.len() < part_len || cnt.len() < t * nh {
+            return Err(shape(
+                what,
+                format!(
+                    "buffers short of T {t} × nh {nh} × d {d} (q, out), its partials or counts"
+                ),
+            ));
+        }
+        let mut span = 1usize;
+        for (i, (&s, &p)) in slot.iter().zip(pos).enumerate() {
+            let lo = if window > 0 {
+                (i64::from(p) + 1 - window as i64).max(0)
+            } else {
+                0
+            };
+            let n = i64::from(p) + 1 - lo;
+            if s < 0 || s as usize >= n_slots || p < 0 || n > rows as i64 {
+                return Err(shape(
+                    what,
+                    format!("row {i}: slot {s} (the caches hold {n_slots}), position {p} ({n} visible keys, the cache holds {rows} rows per slot)"),
+                ));
+            }
+            span = span.max(n as usize);
+        }
+        let f = self.func(Family::Attention, what)?;
+        let sd = self.stream.clone_htod(slot).map_err(drv(what))?;
+        let pd = self.stream.clone_htod(pos).map_err(drv(what))?;
+        let (nh_i, nkv_i, d_i, rows_i) = (nh as i32, nkv as i32, d as i32, rows as i32);
+        let window_i = window.min(I32_MAX) as i32;
+        let (null, zero): (u64, i32) = (0, 0);
+        let cfg = LaunchConfig {
+            grid_dim: (nh as u32, t as u32, kernels::att_splits(span) as u32),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: kernels::attention_smem_bytes(kernels::att_chunk_bound(span)),
+        };
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(q)
+            .arg(kc)
+            .arg(vc)
+            .arg(&sd)
+            .arg(&pd)
+            .arg(out)
+            .arg(&nh_i)
+            .arg(&nkv_i)
+            .arg(&d_i)
+            .arg(&rows_i)
+            .arg(&window_i)
+            .arg(part)
+            .arg(cnt)
+            .arg(&null)
+            .arg(&null)
+            .arg(&zero)
+            .arg(&zero);
+        // SAFETY: matches `attention_f32(const float*, const float*, const float*, const int*,
+        // const int*, float*, int, int, int, int, int, float*, unsigned*, uint32_t*, float*, int,
+        // int)`; q, out, part and cnt hold the checked shapes; every slot and position was
+        // checked to address rows inside the caches with no visible key overwritten; the prep
+        // pointers are null with prep_rows 0 (never read); dynamic shared memory for the widest
+        // row's chunk as the forward pass sizes it.
+        unsafe { b.launch(cfg) }.map_err(drv(what))?;
+        Ok(())
+    }
+
     /// Tensor-core matvec (`mvtc_prep` + `mvtc_<fmt>_<NG>`, `matvec.cu`): the same product as
     /// [`Gpu::matvec`] for a format of [`kernels::TC_FORMATS`] with `k % 256 == 0`, `k ≤`
     /// [`crate::device::TC_MAX_K`]; weights as exact bf16 integers times their group scale,
