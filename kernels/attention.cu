@@ -222,6 +222,19 @@ static __device__ __forceinline__ void attend_block(const float* __restrict__ qh
 // stall samples long scoreboard 26 %, barrier 23 %, wait 23 %. So the split's time is its
 // instruction chain at one warp per scheduler — fewer instructions per key (whole dims per
 // thread, no dead dims, the row address once per key) is what would shorten it.
+// Measured and not kept (H100, 2026-12-06, one binary, the committed kernel through
+// GEMMA4_KERNEL_SRC): that change — key_scores, weighted_values and this kernel's body given the
+// head dim and block size at compile time for d = 256 and 512 (each thread d / 128 contiguous
+// output dims, one vector load and one 32×32 → 64-bit address multiply-add per key), chosen by a
+// branch on d inside this one kernel, generic body for other d; the same sums (gpu-check's
+// attention cases and every `run.sh all` check passed). The d = 256 launch above executed 900
+// warp instructions per warp against 1820, yet ran slower: its stall samples were 54 % "no
+// instruction" (3.6 % here; 354 samples against 306) — the kernel was 9504 SASS instructions,
+// the d = 256 body starting 5.7k instructions in and run once per warp, so its warps waited on
+// instruction fetch. 12B decode at batch 1 275.7 / 276.2 against 288.1 / 288.2 tok/s, batch 8
+// 1654.7 / 1637.3 against 1704.8 / 1704.2; the graph attribution's attention cost at batch 1
+// 617 / 612 against 438 / 440 µs per step. Separate entry points per head dim (79 and 96
+// registers, 2944 and 3016 SASS instructions) are the next thing to time.
 #define ATT_SPLIT_KEYS 16
 #define ATT_MAX_D 512  // head_dim bound (kernels::ATTENTION_MAX_HEAD_DIM)
 #define ATT_SPLIT_MAX 32
