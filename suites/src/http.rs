@@ -1389,6 +1389,14 @@ mod tests {
         );
     }
 
+    /// A llama-server engine at `url` with engine option spec=3, judging `model`.
+    fn connect_spec3(url: &str, model: &Path) -> Result<HttpEngine, HttpError> {
+        HttpEngine::connect(
+            HttpSpec::parse(&format!("llama-server={url},spec=3")).unwrap(),
+            model,
+        )
+    }
+
     /// A llama-server fake serving `model` with `/props` `total_slots` = `slots` and greedy
     /// completions of token 236 (top-2: 236, 237); its URL.
     fn slots_server(model: &Path, slots: u64) -> String {
@@ -1554,12 +1562,7 @@ mod tests {
                 },
             ))
         };
-        let connect = |url: &str| {
-            HttpEngine::connect(
-                HttpSpec::parse(&format!("llama-server={url},spec=3")).unwrap(),
-                &model,
-            )
-        };
+        let connect = |url: &str| connect_spec3(url, &model);
         let refusal = |url: &str, evidence: &str| {
             format!(
                 "{url}: engine option spec=3, but the server has no draft model ({evidence}): \
@@ -1643,12 +1646,7 @@ mod tests {
                 },
             ))
         };
-        let connect = |url: &str| {
-            HttpEngine::connect(
-                HttpSpec::parse(&format!("llama-server={url},spec=3")).unwrap(),
-                &model,
-            )
-        };
+        let connect = |url: &str| connect_spec3(url, &model);
         let url = server(2, None);
         let e = connect(&url).err().unwrap();
         assert!(
