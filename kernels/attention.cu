@@ -49,6 +49,11 @@
 // Arithmetic (f32): each score is a warp dot product (lane-strided fma chain + butterfly, the
 // same whatever the split); block max and sums through fixed-shape reductions; the ring's wrap
 // point changes only where a key is read. d ≤ 512 (4 output dims per thread).
+// attention_d256_f32, attention_d512_f32: attention_f32 for d = 256 and d = 512 (Gemma-4's
+// sliding and full head dims; same arguments, d must equal it) with the head dim and the block
+// size as constants — each thread then holds d / 128 contiguous output dims, one vector load per
+// key (weighted_values_vec). The same sums as attention_f32 (only which thread holds which output
+// dim differs). Host: kernels::attention_kernel(d).
 
 static __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
@@ -80,12 +85,16 @@ static __device__ __forceinline__ int key_row(int i, int r0, int n1) { return i 
 // score is one lane-strided fma chain (dims lane, lane + 32, … in order) + butterfly, whatever
 // the batch. The loads of 8 dims of q and of the 4 keys are issued together before their fmas
 // (one memory round trip per 256 dims, not one per 32).
+// DC: the head dim when known at compile time (0: d), BT: the block size likewise (0:
+// blockDim.x) — the same sums, with the bounds checks of the dims folded away.
 #define ATT_DU 8
+template <int DC = 0, int BT = 0>
 static __device__ __forceinline__ void key_scores(const float* __restrict__ qh,
                                                   const float* __restrict__ kc, uint64_t sbase,
-                                                  int r0, int n1, int nkv, int g, int d, int k0,
+                                                  int r0, int n1, int nkv, int g, int d_, int k0,
                                                   int k1, float* sc) {
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int d = DC ? DC : d_;
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = (BT ? BT : blockDim.x) >> 5;
     for (int i0 = k0 + 4 * wid; i0 < k1; i0 += 4 * nw) {
         float s[4];
         const float* kr[4];
@@ -121,10 +130,12 @@ static __device__ __forceinline__ void key_scores(const float* __restrict__ qh,
 // acc[q] = Σ_i w_i · v_i[j] over keys k0 … k1 − 1 in key order, w_i = sc[i − k0], for the output
 // dims j = threadIdx.x + blockDim.x·q (q < 4: d ≤ 4·blockDim.x); one fma chain per dim. The
 // value loads of 8 keys are issued together before their fmas.
+template <int DC = 0, int BT = 0>
 static __device__ __forceinline__ void weighted_values(const float* __restrict__ vc, uint64_t sbase,
-                                                       int r0, int n1, int nkv, int d, int g,
+                                                       int r0, int n1, int nkv, int d_, int g,
                                                        int k0, int k1, const float* sc,
                                                        float (&acc)[4]) {
+    const int d = DC ? DC : d_, bt = BT ? BT : blockDim.x;
     const uint64_t stride = (uint64_t)nkv * d;
     const float* vb = vc + (sbase * nkv + g) * d;
 #pragma unroll
@@ -136,7 +147,7 @@ static __device__ __forceinline__ void weighted_values(const float* __restrict__
             const float* vr = vb + (uint64_t)key_row(min(i0 + u, k1 - 1), r0, n1) * stride;
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
-                const int j = threadIdx.x + q * blockDim.x;
+                const int j = threadIdx.x + q * bt;
                 v[u][q] = j < d ? vr[j] : 0.0f;
             }
         }
@@ -146,9 +157,50 @@ static __device__ __forceinline__ void weighted_values(const float* __restrict__
                 const float w = sc[i0 + u - k0];
 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
-                    const int j = threadIdx.x + q * blockDim.x;
+                    const int j = threadIdx.x + q * bt;
                     if (j < d) acc[q] = fmaf(w, v[u][q], acc[q]);
                 }
+            }
+        }
+    }
+}
+
+// weighted_values for a head dim known at compile time (DC, blocks of BT threads, VPT = DC / BT
+// dims per thread, 1 … 4): thread t owns the contiguous dims VPT·t … VPT·t + VPT − 1, so each key
+// is one vector load per thread and no dim is dead; the key's row address is one 32×32 → 64-bit
+// multiply-add on the slot's base. The same sums: per dim one fma chain over the keys in order
+// from +0 (only which thread holds which dim changes). acc[c] is dim VPT·threadIdx.x + c.
+template <int N> struct VecF;
+template <> struct VecF<1> { typedef float T; };
+template <> struct VecF<2> { typedef float2 T; };
+template <> struct VecF<4> { typedef float4 T; };
+template <int DC, int BT>
+static __device__ __forceinline__ void weighted_values_vec(const float* __restrict__ vc,
+                                                           uint64_t sbase, int r0, int n1,
+                                                           int nkv, int g, int k0, int k1,
+                                                           const float* sc,
+                                                           float (&acc)[DC / BT]) {
+    constexpr int VPT = DC / BT;
+    static_assert(VPT == 1 || VPT == 2 || VPT == 4, "one vector load per key");
+    typedef typename VecF<VPT>::T V;
+    const uint32_t stride_bytes = (uint32_t)nkv * DC * 4u;
+    const char* vb = (const char*)(vc + (sbase * nkv + g) * DC + VPT * threadIdx.x);
+#pragma unroll
+    for (int c = 0; c < VPT; ++c) acc[c] = 0.0f;
+    for (int i0 = k0; i0 < k1; i0 += 8) {
+        V v[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            const uint32_t row = (uint32_t)key_row(min(i0 + u, k1 - 1), r0, n1);
+            v[u] = *(const V*)(vb + (uint64_t)row * stride_bytes);
+        }
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            if (i0 + u < k1) {
+                const float w = sc[i0 + u - k0];
+                const float* vf = (const float*)&v[u];
+#pragma unroll
+                for (int c = 0; c < VPT; ++c) acc[c] = fmaf(w, vf[c], acc[c]);
             }
         }
     }
@@ -233,8 +285,7 @@ static __device__ __forceinline__ void attend_block(const float* __restrict__ qh
 // the d = 256 body starting 5.7k instructions in and run once per warp, so its warps waited on
 // instruction fetch. 12B decode at batch 1 275.7 / 276.2 against 288.1 / 288.2 tok/s, batch 8
 // 1654.7 / 1637.3 against 1704.8 / 1704.2; the graph attribution's attention cost at batch 1
-// 617 / 612 against 438 / 440 µs per step. Separate entry points per head dim (79 and 96
-// registers, 2944 and 3016 SASS instructions) are the next thing to time.
+// 617 / 612 against 438 / 440 µs per step. Separate entry points per head dim instead (below).
 #define ATT_SPLIT_KEYS 16
 #define ATT_MAX_D 512  // head_dim bound (kernels::ATTENTION_MAX_HEAD_DIM)
 #define ATT_SPLIT_MAX 32
@@ -242,13 +293,15 @@ static __device__ __forceinline__ int att_splits(int n) {
     return min((n + ATT_SPLIT_KEYS - 1) / ATT_SPLIT_KEYS, ATT_SPLIT_MAX);
 }
 
-extern "C" __global__ void attention_f32(const float* __restrict__ q, const float* __restrict__ kc,
-                                         const float* __restrict__ vc, const int* __restrict__ slot,
-                                         const int* __restrict__ pos, float* __restrict__ out,
-                                         int nh, int nkv, int d, int rows, int window,
-                                         float* __restrict__ part, unsigned* __restrict__ cnt,
-                                         uint32_t* __restrict__ xp, float* __restrict__ xs,
-                                         int prep_rows, int prep_kinds) {
+// attention_f32's body for head dim DC (0: any d ≤ 512), blocks of 128 threads.
+template <int DC>
+static __device__ __forceinline__ void attention_body(
+    const float* __restrict__ q, const float* __restrict__ kc, const float* __restrict__ vc,
+    const int* __restrict__ slot, const int* __restrict__ pos, float* __restrict__ out, int nh,
+    int nkv, int d_, int rows, int window, float* __restrict__ part, unsigned* __restrict__ cnt,
+    uint32_t* __restrict__ xp, float* __restrict__ xs, int prep_rows, int prep_kinds) {
+    constexpr int BT = 128;
+    const int d = DC ? DC : d_;
     extern __shared__ float sc[];
     __shared__ float red[32];
     __shared__ int last;
@@ -271,7 +324,7 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
     const int k0 = z * CH, k1 = min(n, k0 + CH);
     {
         const int lines = d >> 5;  // 128-byte lines of one key's row of this KV head
-        for (int c = threadIdx.x; c < 2 * (k1 - k0) * lines; c += blockDim.x) {
+        for (int c = threadIdx.x; c < 2 * (k1 - k0) * lines; c += BT) {
             const int i = k0 + c / (2 * lines), rest = c % (2 * lines);
             const float* base = (rest < lines) ? kc : vc;
             const float* r = base + ((sbase + key_row(i, r0, n1)) * nkv + g) * d + 32 * (rest % lines);
@@ -281,7 +334,7 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
     GRIDDEP_ENTRY();
     const float* qh = q + ((uint64_t)t * nh + h) * d;
     // This split: scores, m = max, e_i = exp(s_i − m), l = Σ e_i, o_z = Σ e_i · v_i.
-    key_scores(qh, kc, sbase, r0, n1, nkv, g, d, k0, k1, sc);
+    key_scores<DC, BT>(qh, kc, sbase, r0, n1, nkv, g, d, k0, k1, sc);
     __syncthreads();
     float m = -__int_as_float(0x7f800000);
     float l = 0.0f;
@@ -304,17 +357,26 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
         m = red[0];
         l = red[1];
     } else {
-        for (int i = threadIdx.x; i < k1 - k0; i += blockDim.x) m = fmaxf(m, sc[i]);
+        for (int i = threadIdx.x; i < k1 - k0; i += BT) m = fmaxf(m, sc[i]);
         m = block_reduce(m, true, red);
-        for (int i = threadIdx.x; i < k1 - k0; i += blockDim.x) {
+        for (int i = threadIdx.x; i < k1 - k0; i += BT) {
             const float e = expf(sc[i] - m);
             sc[i] = e;
             l += e;
         }
         l = block_reduce(l, false, red);
     }
-    float acc[4];
-    weighted_values(vc, sbase, r0, n1, nkv, d, g, k0, k1, sc, acc);
+    // acc[c]: output dim dim_of(c) of this thread (weighted_values_vec's contiguous dims when
+    // the head dim is known, else weighted_values' dims threadIdx.x + c·BT).
+    constexpr int NA = DC ? DC / BT : 4;
+    float acc[NA];
+    if constexpr (DC != 0)
+        weighted_values_vec<DC, BT>(vc, sbase, r0, n1, nkv, g, k0, k1, sc, acc);
+    else
+        weighted_values<DC, BT>(vc, sbase, r0, n1, nkv, d, g, k0, k1, sc, acc);
+    auto dim_of = [](int c) {
+        return DC ? NA * (int)threadIdx.x + c : (int)threadIdx.x + c * BT;
+    };
     float* o = out + ((uint64_t)t * nh + h) * d;
     __shared__ float ov[ATT_MAX_D];
     if (Z == 1) {
@@ -322,10 +384,10 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
         // and o = fma(1, o_z, 0) / L = (o_z + 0) / l, so the block writes that directly (the
         // same bits, +0 for a −0 sum included) without the partials, the count or a second pass.
 #pragma unroll
-        for (int qq = 0; qq < 4; ++qq) {
-            const int j = threadIdx.x + qq * blockDim.x;
-            if (j < d) {
-                const float r = (acc[qq] + 0.0f) / l;
+        for (int c = 0; c < NA; ++c) {
+            const int j = dim_of(c);
+            if (DC || j < d) {
+                const float r = (acc[c] + 0.0f) / l;
                 o[j] = r;
                 ov[j] = r;
             }
@@ -334,9 +396,9 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
         const uint64_t ps = (uint64_t)d + 2;
         float* pb = part + ((uint64_t)t * nh + h) * ATT_SPLIT_MAX * ps;
 #pragma unroll
-        for (int qq = 0; qq < 4; ++qq) {
-            const int j = threadIdx.x + qq * blockDim.x;
-            if (j < d) pb[z * ps + j] = acc[qq];
+        for (int c = 0; c < NA; ++c) {
+            const int j = dim_of(c);
+            if (DC || j < d) pb[z * ps + j] = acc[c];
         }
         if (threadIdx.x == 0) {
             pb[z * ps + d] = m;
@@ -364,7 +426,7 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
         float pv[4][8];
 #pragma unroll
         for (int qq = 0; qq < 4; ++qq) {
-            const int j = threadIdx.x + qq * blockDim.x;
+            const int j = threadIdx.x + qq * BT;
 #pragma unroll
             for (int u = 0; u < 8; ++u) pv[qq][u] = (j < d && u < Z) ? __ldcg(pb + u * ps + j) : 0.0f;
         }
@@ -377,13 +439,13 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
         for (int zz = 0; zz < Z; ++zz) M = fmaxf(M, mz[zz]);
         float L = 0.0f;
         for (int zz = 0; zz < Z; ++zz) L = fmaf(expf(mz[zz] - M), lz[zz], L);
-        // Σ_z w_z · o_z[j] in split order, per output dim j = threadIdx.x + qq·blockDim.x.
+        // Σ_z w_z · o_z[j] in split order, per output dim j = threadIdx.x + qq·BT.
         float sacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (int z0 = 0; z0 < Z; z0 += 8) {
             if (z0 > 0) {
 #pragma unroll
                 for (int qq = 0; qq < 4; ++qq) {
-                    const int j = threadIdx.x + qq * blockDim.x;
+                    const int j = threadIdx.x + qq * BT;
 #pragma unroll
                     for (int u = 0; u < 8; ++u)
                         pv[qq][u] = (j < d && z0 + u < Z) ? __ldcg(pb + (z0 + u) * ps + j) : 0.0f;
@@ -400,7 +462,7 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
         }
 #pragma unroll
         for (int qq = 0; qq < 4; ++qq) {
-            const int j = threadIdx.x + qq * blockDim.x;
+            const int j = threadIdx.x + qq * BT;
             if (j < d) {
                 const float r = sacc[qq] / L;
                 o[j] = r;
@@ -417,8 +479,8 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
         // both changes against 218.2 / 217.8 with the combine's alone, the same within noise,
         // and a shorter chain).
         __syncthreads();
-        // Quad qd = threadIdx.x + k·blockDim.x (4 consecutive lanes per 16-group).
-        for (int qd0 = 0; qd0 < (d >> 2); qd0 += blockDim.x) {
+        // Quad qd = threadIdx.x + k·BT (4 consecutive lanes per 16-group).
+        for (int qd0 = 0; qd0 < (d >> 2); qd0 += BT) {
             const int qd = qd0 + threadIdx.x;
             const bool live = qd < (d >> 2);
             float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -431,6 +493,41 @@ extern "C" __global__ void attention_f32(const float* __restrict__ q, const floa
         }
     }
 }
+
+// Three entry points with one body: attention_d256_f32 and attention_d512_f32 for Gemma-4's
+// sliding and full head dims (the head dim a compile-time constant: the same sums, the bounds
+// checks folded away and the values read as vectors), attention_f32 for any other d ≤ 512
+// (host: kernels::attention_kernel). Separate functions, not one kernel branching on d: that one
+// (the same code, 9504 SASS instructions with the d = 256 body 5.7k instructions in) executed
+// 900 warp instructions per warp against 1820 but ran slower, its warps stalled on instruction
+// fetch (Nsight Compute, H100, 2026-12-06: "no instruction" 54 % of the stall samples against
+// 3.6 %; 12B decode at batch 1 276 against 288 tok/s, attention's graph cost 615 against 439 µs).
+// The d256 / d512 kernels at most 128 registers (4 blocks of 128 threads per SM; 79 and 96, no
+// spill, 2944 and 3016 SASS instructions, `scripts/gpu/run.sh sass`); attention_f32 without a
+// bound, as before. Measured (H100, 2026-12-06, `scripts/gpu/run.sh ab`, one binary, the
+// committed attention_f32 for every d through GEMMA4_KERNEL_SRC + GEMMA4_ATT_GENERIC=1 against
+// these entry points, two runs each): 12B decode at batch 1 287.1 / 288.9 → 303.4 / 305.0 tok/s,
+// batch 8 1701.3 / 1713.9 → 1768.7 / 1783.6; the graph attribution's attention cost per step
+// 370 / 441 → 228 / 256 µs at batch 1, 502 / 492 → 288 / 275 at batch 8. Nsight Compute, the
+// same decode launch as above (33 keys, grid (16, 1, 3)): 892 warp instructions per warp
+// against 1820, 180 stall samples against 306, "no instruction" 7.8 % (barrier 26.7 %, wait
+// 20.0 %, long scoreboard 18.3 %). gpu-check: each entry point gives attention_f32's bits.
+#define ATT_ENTRY(NAME, DC, BOUNDS)                                                                \
+    extern "C" __global__ void BOUNDS                                                              \
+        NAME(const float* __restrict__ q, const float* __restrict__ kc,                            \
+             const float* __restrict__ vc, const int* __restrict__ slot,                           \
+             const int* __restrict__ pos, float* __restrict__ out, int nh, int nkv, int d,         \
+             int rows, int window, float* __restrict__ part, unsigned* __restrict__ cnt,           \
+             uint32_t* __restrict__ xp, float* __restrict__ xs, int prep_rows, int prep_kinds) {   \
+        attention_body<DC>(q, kc, vc, slot, pos, out, nh, nkv, d, rows, window, part, cnt, xp, xs, \
+                           prep_rows, prep_kinds);                                                 \
+    }
+#define ATT_BOUNDS_4 __launch_bounds__(128, 4)
+ATT_ENTRY(attention_f32, 0, )
+ATT_ENTRY(attention_d256_f32, 256, ATT_BOUNDS_4)
+ATT_ENTRY(attention_d512_f32, 512, ATT_BOUNDS_4)
+#undef ATT_BOUNDS_4
+#undef ATT_ENTRY
 
 extern "C" __global__ void attention_rows_f32(const float* __restrict__ q,
                                               const float* __restrict__ kc,

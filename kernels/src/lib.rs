@@ -246,6 +246,17 @@ pub fn mvtc_wide(fmt: &str, nc: usize, tiles: usize, sms: usize) -> bool {
 /// output dims per thread (`attention.cu`).
 pub const ATTENTION_MAX_HEAD_DIM: usize = 512;
 
+/// The `attention.cu` kernel for head dim `d`: `attention_d256_f32` and `attention_d512_f32`
+/// (the head dim a compile-time constant: the same sums, fewer instructions) for Gemma-4's
+/// sliding and full head dims, `attention_f32` for any other `d` (all take the same arguments).
+pub fn attention_kernel(d: usize) -> &'static str {
+    match d {
+        256 => "attention_d256_f32",
+        512 => "attention_d512_f32",
+        _ => "attention_f32",
+    }
+}
+
 /// Most key splits of one query row in `attention_f32` (flash-decoding; `attention.cu`).
 pub const ATT_SPLIT_MAX: usize = 32;
 
@@ -416,7 +427,12 @@ impl Family {
                 .chain(std::iter::once("mvtc_prep".to_string()))
                 .collect(),
             Family::Embed => FORMATS.iter().map(|f| format!("embed_{f}")).collect(),
-            Family::Attention => vec!["attention_f32".into(), "attention_rows_f32".into()],
+            Family::Attention => vec![
+                "attention_f32".into(),
+                "attention_d256_f32".into(),
+                "attention_d512_f32".into(),
+                "attention_rows_f32".into(),
+            ],
             Family::Layer => [
                 "rmsnorm_add_f32",
                 "add_norm_prep_f32",

@@ -571,7 +571,11 @@ fn kernel_profile(eng: &mut CudaEngine, batch: usize) -> Result<serde_json::Valu
 /// Kernel families of [`graph_attribution`]: a label, the kernel-name prefixes, and whether the
 /// family is every launch *but* those (`true`).
 pub const ATTRIBUTION_FAMILIES: [(&str, &[&str], bool); 10] = [
-    ("attention", &["attention_f32"], false),
+    (
+        "attention",
+        &["attention_f32", "attention_d256_f32", "attention_d512_f32"],
+        false,
+    ),
     ("qkv_post", &["qkv_post_f32"], false),
     ("add_norm_prep", &["add_norm_prep_f32"], false),
     ("geglu_prep", &["geglu_prep_f32"], false),

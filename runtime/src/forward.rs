@@ -804,6 +804,19 @@ fn tc_wide(fmt: &str, nc: usize, tiles: usize, sms: u32) -> bool {
     forced.unwrap_or_else(|| kernels::mvtc_wide(fmt, nc, tiles, sms as usize))
 }
 
+/// The decode / prefill attention kernel for head dim `d`: [`kernels::attention_kernel`] (the
+/// d = 256 / 512 entry points), unless `GEMMA4_ATT_GENERIC` (read once per process) is `1`: then
+/// the generic `attention_f32` for every `d` — the same bits, for A/B timing (and for kernel
+/// sources from before the entry points, `GEMMA4_KERNEL_SRC`).
+pub fn attention_kernel(d: usize) -> &'static str {
+    static G: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *G.get_or_init(|| std::env::var("GEMMA4_ATT_GENERIC").as_deref() == Ok("1")) {
+        "attention_f32"
+    } else {
+        kernels::attention_kernel(d)
+    }
+}
+
 /// Whether tensor-core launches are spread ([`tc_spread_smem`]): `GEMMA4_TC_SPREAD` (read once
 /// per process) `0` turns it off, for A/B timing; anything else or unset leaves it on.
 fn tc_spread_on() -> bool {
@@ -1061,7 +1074,8 @@ pub struct Forward<'a> {
 impl Forward<'_> {
     fn fl(&self, name: &str) -> Result<CudaFunction, RuntimeError> {
         let fam = match name {
-            "attention_f32" | "attention_rows_f32" => Family::Attention,
+            "attention_f32" | "attention_d256_f32" | "attention_d512_f32"
+            | "attention_rows_f32" => Family::Attention,
             "add_norm_prep_f32" | "geglu_prep_f32" => Family::Layer,
             "rmsnorm_f32" => Family::Norm,
             "rope_neox_f32" => Family::Rope,
@@ -1850,7 +1864,7 @@ impl Forward<'_> {
                 && self.tc_ok(&l.attn_output);
             let prep_rows = if o_prep { t } else { 0 };
             self.call(
-                "attention_f32",
+                attention_kernel(d),
                 (nh as u32, t as u32, kernels::att_splits(span) as u32),
                 128,
                 kernels::attention_smem_bytes(kernels::att_chunk_bound(span)),

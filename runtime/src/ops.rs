@@ -342,8 +342,10 @@ impl Gpu {
         Ok(())
     }
 
-    /// Causal / sliding GQA attention of `t` query rows over a KV cache (`attention_f32`,
-    /// `attention.cu`; spec/gemma4-text.md §4.5–§4.6): for row `i`, query head `h` reads KV
+    /// Causal / sliding GQA attention of `t` query rows over a KV cache (`attention.cu`;
+    /// spec/gemma4-text.md §4.5–§4.6) through `kernel`: the forward pass's choice
+    /// [`kernels::attention_kernel`]`(d)` (`attention_d256_f32` / `attention_d512_f32` for head
+    /// dims 256 / 512) or the generic `attention_f32` (any `d`; the same sums): for row `i`, query head `h` reads KV
     /// head `h / (nh / nkv)` at the visible positions `lo … pos[i]` of slot `slot[i]`
     /// (`lo = pos[i] + 1 − window` when that is positive and `window > 0`, else 0), position
     /// `u` at cache row `slot[i]·rows + u mod rows`.
@@ -354,11 +356,13 @@ impl Gpu {
     /// `slot`, `pos` are host values (uploaded here, so they are checked): each slot below
     /// `n_slots`, each position ≥ 0 with at most `rows` visible keys (a ring of `rows` rows
     /// holds them all). `1 ≤ d ≤ ATTENTION_MAX_HEAD_DIM`, `nkv ≥ 1` dividing `nh`,
-    /// `1 ≤ t ≤ 65535`. Errors: [`RuntimeError::Shape`] naming the bad extent or row; driver
-    /// errors. The o projection's prep buffers are not written (`prep_rows` 0).
+    /// `1 ≤ t ≤ 65535`. Errors: [`RuntimeError::Shape`] naming the bad extent or row, or a
+    /// `kernel` that is neither of the two for `d`; driver errors. The o projection's prep
+    /// buffers are not written (`prep_rows` 0).
     #[allow(clippy::too_many_arguments)]
     pub fn attention(
         &self,
+        kernel: &str,
         q: &CudaView<'_, f32>,
         (kc, vc): (&CudaView<'_, f32>, &CudaView<'_, f32>),
         (slot, pos): (&[i32], &[i32]),
@@ -367,7 +371,16 @@ impl Gpu {
         (t, nh, nkv, d): (usize, usize, usize, usize),
         (rows, window): (usize, usize),
     ) -> Result<(), RuntimeError> {
-        let what = "attention_f32";
+        let what = "attention";
+        if kernel != "attention_f32" && kernel != kernels::attention_kernel(d) {
+            return Err(shape(
+                what,
+                format!(
+                    "kernel {kernel} for head dim {d} (attention_f32 or {})",
+                    kernels::attention_kernel(d)
+                ),
+            ));
+        }
         if !(1..=65535).contains(&t)
             || !(1..=kernels::ATTENTION_MAX_HEAD_DIM).contains(&d)
             || nkv == 0
@@ -415,7 +428,7 @@ impl Gpu {
             }
             span = span.max(n as usize);
         }
-        let f = self.func(Family::Attention, what)?;
+        let f = self.func(Family::Attention, kernel)?;
         let sd = self.stream.clone_htod(slot).map_err(drv(what))?;
         let pd = self.stream.clone_htod(pos).map_err(drv(what))?;
         let (nh_i, nkv_i, d_i, rows_i) = (nh as i32, nkv as i32, d as i32, rows as i32);
@@ -446,7 +459,8 @@ impl Gpu {
             .arg(&zero);
         // SAFETY: matches `attention_f32(const float*, const float*, const float*, const int*,
         // const int*, float*, int, int, int, int, int, float*, unsigned*, uint32_t*, float*, int,
-        // int)`; q, out, part and cnt hold the checked shapes; every slot and position was
+        // int)`, the signature of all three entry points (the d256 / d512 ones only for their d,
+        // checked above); q, out, part and cnt hold the checked shapes; every slot and position was
         // checked to address rows inside the caches with no visible key overwritten; the prep
         // pointers are null with prep_rows 0 (never read); dynamic shared memory for the widest
         // row's chunk as the forward pass sizes it.

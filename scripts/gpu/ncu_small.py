@@ -3,7 +3,7 @@
 with the metric gpu__time_duration.sum), for `scripts/gpu/run.sh ncu`:
     ncu_small.py FILE.csv
 Lines that are not CSV rows of ncu (the profiled program's own output) are skipped. A launch is
-decode-shaped when it works on one token: grid y = 1 for attention_f32, qkv_post_f32 and
+decode-shaped when it works on one token: grid y = 1 for attention_f32 (and its d256 / d512 kernels), qkv_post_f32 and
 geglu_prep_f32 (their grid is (heads or pieces, tokens, splits)), grid x = 1 for add_norm_prep_f32
 (one block per token); any other kernel's launches are all counted. Prints, per kernel, the decode-shaped
 launch count and their mean, median, min and max duration in µs, then the same for all launches.
@@ -22,7 +22,7 @@ def grid(text):
 
 
 def decode_shaped(name, g):
-    if name in ("attention_f32", "qkv_post_f32", "geglu_prep_f32"):
+    if name in ("attention_f32", "attention_d256_f32", "attention_d512_f32", "qkv_post_f32", "geglu_prep_f32"):
         return g[1] == 1
     if name == "add_norm_prep_f32":
         return g[0] == 1

@@ -14,7 +14,7 @@
 #
 # `ncu` (GPU machine): Nsight Compute stall reasons of the ffn matvecs and the durations of the
 # decode step's small kernels, see the mode's comment. `ncu-src`: the same per SASS instruction
-# for one decode launch of a kernel (default attention_f32).
+# for one decode launch of a kernel (default attention_d256_f32).
 #
 # `ab` (GPU machine): kernel source variants (GEMMA4_KERNEL_SRC) timed against each other with
 # the same binary, mv-bench and bench alternating, output hashes compared; see the mode's comment.
@@ -430,7 +430,7 @@ ncu)
         local/gpu/runtime mv-bench --iters 2 --case "${NCU_CASE:-ffn}" \
         > "$o/ncu-matvec.txt" 2>&1 || echo "ncu matvec exit $?" | tee -a "$o/status.txt"
     timeout "${NCU_TIMEOUT:-150}" "$ncu" --metrics gpu__time_duration.sum \
-        --csv --page raw -k regex:'^(attention_f32|add_norm_prep_f32|qkv_post_f32|geglu_prep_f32)$' \
+        --csv --page raw -k regex:'^(attention(_d256|_d512)?_f32|add_norm_prep_f32|qkv_post_f32|geglu_prep_f32)$' \
         -c "${NCU_COUNT:-1500}" local/gpu/runtime bench --draft-format none --prompt 32 --decode 4 \
         --out /tmp/ncu-bench > "$o/ncu-small.csv" 2> "$o/ncu-small.err" || echo "ncu small exit $?" | tee -a "$o/status.txt"
     python3 scripts/gpu/ncu_small.py "$o/ncu-small.csv" > "$o/summary.txt" 2>&1 || true
@@ -444,15 +444,16 @@ ncu-src)
     # On the GPU machine (binaries from `build` or `build-engine`, carry ["local/gpu"]): where one
     # decode-shaped launch's time goes, per SASS instruction — Nsight Compute's source counters
     # (executed instructions and warp-stall samples) of the NCU_SRC_SKIP-th launch (default 50:
-    # past the 32-token prompt's 48 layers) of kernel NCU_SRC_KERNEL (default attention_f32) in a
+    # past the 32-token prompt's 40 sliding layers) of kernel NCU_SRC_KERNEL (default
+    # attention_d256_f32, the 12B sliding layers' attention; attention_f32 before) in a
     # short `runtime bench`, summarised by ncu_src.py into $OUT/ncu-src-summary.txt (totals, stall
     # reasons, regions between block barriers, the top instructions); the CSV in $OUT/ncu-src.csv.gz.
     # With GEMMA4_KERNEL_SRC set, of that variant. NCU_SRC_WARPS: the launch's warps, for the
-    # per-warp figures (default 192: attention_f32's 16 heads × 3 splits × 4 warps at 33 keys).
+    # per-warp figures (default 192: the attention's 16 heads × 3 splits × 4 warps at 33 keys).
     unpack_bins
     : "${OUT:?OUT must name the output folder}"
     export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-    k="${NCU_SRC_KERNEL:-attention_f32}"
+    k="${NCU_SRC_KERNEL:-attention_d256_f32}"
     timeout "${NCU_TIMEOUT:-150}" "${NCU:-/usr/local/cuda/bin/ncu}" --section SourceCounters \
         --section WarpStateStats --import-source no -k regex:"^${k}\$" \
         --launch-skip "${NCU_SRC_SKIP:-50}" -c 1 --page source --print-source sass --csv \
