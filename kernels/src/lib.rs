@@ -827,6 +827,33 @@ mod tests {
         }
     }
 
+    /// Gemma-4's head dims (256 sliding, 512 full; spec/gemma4-text.md §13.3) get their own
+    /// entry points, every other head dim the generic kernel; each name the host may launch is
+    /// one the Attention family lists (so the NVRTC compile test checks it is a PTX entry), and
+    /// attention.cu declares each with the generic kernel's argument list.
+    #[test]
+    fn attention_kernel_names() {
+        use super::{attention_kernel, Family};
+        let cases = [
+            (256, "attention_d256_f32"),
+            (512, "attention_d512_f32"),
+            (32, "attention_f32"),
+            (128, "attention_f32"),
+            (320, "attention_f32"),
+        ];
+        let listed = Family::Attention.kernel_names();
+        let src = include_str!("../attention.cu");
+        for (d, want) in cases {
+            assert_eq!(attention_kernel(d), want, "head dim {d}");
+            assert!(listed.iter().any(|n| n == want), "{want} not in the family");
+            let entry = format!(
+                "ATT_ENTRY({want}, {}",
+                if want == "attention_f32" { 0 } else { d }
+            );
+            assert!(src.contains(&entry), "attention.cu lacks {entry:?}");
+        }
+    }
+
     /// A library that opens but lacks the entry point cudarc needs (a stub `libcuda.so`) is
     /// refused by name instead of letting cudarc panic; one that exports it is accepted; a
     /// missing one lists the names tried. The stubs are real shared objects built with the
