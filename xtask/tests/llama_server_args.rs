@@ -386,6 +386,15 @@ fn wait_bounded(child: &mut Child, what: &str) -> std::process::ExitStatus {
     }
 }
 
+/// Serialises the tests that start a server: every start sweeps `target/ext/` of the stale pid
+/// files of every port, so a start in one test may remove (with its note) the pid file of a
+/// server another test has just stopped — `a_stale_pid_file_is_replaced_with_a_note` then saw no
+/// note in CI (the file was gone before its second start).
+fn servers_one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Starts `cargo xtask llama-server --server-bin BIN --model MODEL EXTRA…` with piped output
 /// and SIGINT at its default action ([`children_get_default_sigint`]).
 fn start(bin: &Path, model: &Path, extra: &[&str]) -> Child {
@@ -432,6 +441,7 @@ fn served_pid(xtask: &mut Child) -> (u32, PathBuf) {
 /// xtask ended and left llama-server running, reparented to init.
 #[test]
 fn a_signal_to_xtask_stops_its_foreground_server() {
+    let _one = servers_one_at_a_time();
     let Some(model) = fixture("dense-target.F32.gguf") else {
         return;
     };
@@ -457,6 +467,7 @@ fn a_signal_to_xtask_stops_its_foreground_server() {
 /// SIGTERM then stops both.
 #[test]
 fn a_signal_ignored_at_start_stays_ignored() {
+    let _one = servers_one_at_a_time();
     let Some(model) = fixture("dense-target.F32.gguf") else {
         return;
     };
@@ -496,6 +507,7 @@ fn a_signal_ignored_at_start_stays_ignored() {
 /// A signal while the server is still starting (not yet answering) stops it too.
 #[test]
 fn a_signal_while_starting_stops_the_server() {
+    let _one = servers_one_at_a_time();
     let Some(model) = fixture("dense-target.F32.gguf") else {
         return;
     };
@@ -533,6 +545,7 @@ fn a_signal_while_starting_stops_the_server() {
 /// and the kill command that stops it.
 #[test]
 fn detach_leaves_the_server_running() {
+    let _one = servers_one_at_a_time();
     let Some(model) = fixture("dense-target.F32.gguf") else {
         return;
     };
@@ -585,6 +598,7 @@ fn detach_leaves_the_server_running() {
 /// served it); `--allow-nonfinite` serves it anyway (the stand-in starts, detached).
 #[test]
 fn a_model_with_nan_weights_is_refused_unless_allowed() {
+    let _one = servers_one_at_a_time();
     use reference::gguf::{GgufFile, GgufWriter};
     use reference::quant::GgmlType;
     let Some(model) = fixture("dense-target.F32.gguf") else {
@@ -650,6 +664,7 @@ fn a_model_with_nan_weights_is_refused_unless_allowed() {
 /// without a word, and files of other ports were left for ever).
 #[test]
 fn a_stale_pid_file_is_replaced_with_a_note() {
+    let _one = servers_one_at_a_time();
     let Some(model) = fixture("dense-target.F32.gguf") else {
         return;
     };
