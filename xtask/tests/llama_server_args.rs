@@ -307,15 +307,23 @@ fn fake_server_bin(dir: &Path, healthy: bool) -> PathBuf {
     bin
 }
 
-/// Whether process `pid` runs: `/proc/PID` exists and is not a zombie (a detached server
-/// killed by the test is reaped by init, which in a container may never happen).
+/// Whether process `pid` runs: one of its threads (`/proc/PID/task/TID`) exists and is not a
+/// zombie (a detached server killed by the test is reaped by init, which in a container may
+/// never happen). The leader's state alone is not enough: a killed stand-in's leader is a
+/// zombie while its test thread is still exiting with the listening socket open, and the next
+/// start on that port was refused (`a_stale_pid_file_is_replaced_with_a_note`: `--port P:
+/// cannot listen on 127.0.0.1:P: Address already in use`).
 fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        // "PID (COMM) STATE …": the state follows the last ')'
-        stat.rsplit(')')
-            .next()
-            .and_then(|r| r.split_whitespace().next())
-            != Some("Z")
+    std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|tasks| {
+        tasks.filter_map(Result::ok).any(|task| {
+            std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+                // "TID (COMM) STATE …": the state follows the last ')'
+                stat.rsplit(')')
+                    .next()
+                    .and_then(|r| r.split_whitespace().next())
+                    != Some("Z")
+            })
+        })
     })
 }
 
@@ -679,7 +687,12 @@ fn a_stale_pid_file_is_replaced_with_a_note() {
             .wait_with_output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert_eq!(out.status.code(), Some(0), "{text}");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let pid: u32 = text
             .lines()
             .find_map(|l| l.strip_prefix("llama-server (pid "))
