@@ -252,6 +252,15 @@ static __device__ __forceinline__ void attend_block(const float* __restrict__ qh
 //                248.3 / 1018; 32 keys 249.8 / 1096 (914 / 2568); at most 16 splits 243.7 / 991
 //                (past 512 keys its chunks of 33–34 keys take the block-wide softmax below).
 //   prompt 2048: 16 keys 225.0 / 785 (attention 1377 / 5487); at most 16 splits 205.9 / 673.
+// Again (H100, 2026-12-06, one binary per variant, same call; the two-heads rule of
+// runtime::forward::attention_pairs on; batch 1 / 4 / 8 tok/s): at most 64 splits is slower,
+// prompt 2048 248.3 / 672.3 / 1011.0 → 229.9 / 602.6 / 934.6 (attention 924 → 1270 µs per step at
+// batch 1); at most 16 splits: prompt 2048 248.9 / 663.4 / 1000.8 and 247.9 / 666.8 / 1004.9 →
+// 249.0 / 708.6 / 1015.3 and 247.9 / 707.5 / 1029.8, prompt 1024 252.7 / 696.2 / 1049.3 → 254.0 /
+// 733.8 / 1067.4, prompt 4096 235.6 / 620.6 / 915.8 → 235.7 / 647.9 / 916.8; at most 24 splits
+// 249.8 / 664.4 / 991.9 at prompt 2048. At most 16 is faster at batch 4 there, but it changes
+// the sums of every row past 256 keys, was slower on the H200 above, and was not run through
+// the conformance and model checks: not taken.
 // At long contexts attention is the largest cost at batch 8; each query head's block reads its
 // KV head's rows itself (2 query heads per KV head on the 12B shapes).
 // Measured and not kept (H100, 2026-12-06, `scripts/gpu/run.sh ab`, one binary, two rounds):
@@ -493,6 +502,314 @@ static __device__ __forceinline__ void attention_body(
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// attention_d256_h2_f32, attention_d512_h2_f32: QH = 2 query heads of one KV head per block (the
+// heads h0 = QH·blockIdx.x … h0 + QH − 1, all reading KV head h0 / (nh / nkv); needs
+// (nh / nkv) % QH == 0). Each key and value row is loaded once for the QH heads; every head's
+// arithmetic is attention_f32's (its scores the same lane-strided chains and butterflies, its
+// softmax the same reductions, its weighted sums the same per-dim chains in key order, its
+// combine the same), so the bits are those of the one-head kernels. Split counters: the group's
+// first head's cnt entry (the others stay zero). Launch: grid (nh / QH, T, att_splits(span)),
+// block (128,1,1), dynamic shared memory QH · ATT_SMEM_BYTES(att_chunk(span)) (head qh's scores
+// at sc + qh · CHP, CHP = round_up(CH, 4) + 4 for the row's chunk CH).
+// Host: runtime::forward::attention_launch takes them for chunks of ≥ 4 rows whose latest row
+// sees ≥ 1024 keys (attention_pairs), where sharing the K/V loads pays for the halved grid: 12B
+// decode at prompt 2048, batch 8, 922.0 → 1017.9 tok/s (attention 4452 → 3714 µs per step);
+// with fewer rows or keys the one-head kernels are faster (batch 1 at prompt 2048 249.9 →
+// 233.6 tok/s; batch 8 at prompt 32 1760.2 → 1726.9) (H100, 2026-12-06, `runtime bench`,
+// GEMMA4_ATT_HEADS 1 against 2, one binary).
+
+// key_scores for QH heads whose queries are contiguous (head qh at qh0 + qh·DC): each key row
+// loaded once, then head qh's chain over it exactly as key_scores<DC, BT>'s.
+template <int DC, int BT, int QH>
+static __device__ __forceinline__ void key_scores_heads(const float* __restrict__ qh0,
+                                                        const float* __restrict__ kc,
+                                                        uint64_t sbase, int r0, int n1, int nkv,
+                                                        int g, int k0, int k1, float* sc,
+                                                        int chp) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = BT >> 5;
+    for (int i0 = k0 + 4 * wid; i0 < k1; i0 += 4 * nw) {
+        float s[QH][4];
+        const float* kr[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const int i = min(i0 + u, k1 - 1);  // keys past k1: a valid row, never summed
+            kr[u] = kc + ((sbase + key_row(i, r0, n1)) * nkv + g) * DC;
+#pragma unroll
+            for (int qh = 0; qh < QH; ++qh) s[qh][u] = 0.0f;
+        }
+#pragma unroll
+        for (int j0 = 0; j0 < DC; j0 += 32 * ATT_DU) {
+            float kv[4][ATT_DU];
+#pragma unroll
+            for (int e = 0; e < ATT_DU; ++e)
+#pragma unroll
+                for (int u = 0; u < 4; ++u) kv[u][e] = kr[u][j0 + lane + 32 * e];
+#pragma unroll
+            for (int qh = 0; qh < QH; ++qh) {
+                float qv[ATT_DU];
+#pragma unroll
+                for (int e = 0; e < ATT_DU; ++e) qv[e] = qh0[qh * DC + j0 + lane + 32 * e];
+#pragma unroll
+                for (int u = 0; u < 4; ++u)
+#pragma unroll
+                    for (int e = 0; e < ATT_DU; ++e)
+                        if (i0 + u < k1) s[qh][u] = fmaf(qv[e], kv[u][e], s[qh][u]);
+            }
+        }
+#pragma unroll
+        for (int qh = 0; qh < QH; ++qh)
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const float v = warp_sum(s[qh][u]);
+                if (lane == 0 && i0 + u < k1) sc[qh * chp + i0 + u - k0] = v;
+            }
+    }
+}
+
+// weighted_values_vec for QH heads: each value row loaded once, head qh's weights from
+// sc + qh·chp; acc[qh][c] is head qh's dim VPT·threadIdx.x + c, the same chain per dim.
+template <int DC, int BT, int QH>
+static __device__ __forceinline__ void weighted_values_heads(const float* __restrict__ vc,
+                                                             uint64_t sbase, int r0, int n1,
+                                                             int nkv, int g, int k0, int k1,
+                                                             const float* sc, int chp,
+                                                             float (&acc)[QH][DC / BT]) {
+    constexpr int VPT = DC / BT;
+    static_assert(VPT == 1 || VPT == 2 || VPT == 4, "one vector load per key");
+    typedef typename VecF<VPT>::T V;
+    const uint32_t stride_bytes = (uint32_t)nkv * DC * 4u;
+    const char* vb = (const char*)(vc + (sbase * nkv + g) * DC + VPT * threadIdx.x);
+#pragma unroll
+    for (int qh = 0; qh < QH; ++qh)
+#pragma unroll
+        for (int c = 0; c < VPT; ++c) acc[qh][c] = 0.0f;
+    for (int i0 = k0; i0 < k1; i0 += 8) {
+        V v[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            const uint32_t row = (uint32_t)key_row(min(i0 + u, k1 - 1), r0, n1);
+            v[u] = *(const V*)(vb + (uint64_t)row * stride_bytes);
+        }
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            if (i0 + u < k1) {
+                const float* vf = (const float*)&v[u];
+#pragma unroll
+                for (int qh = 0; qh < QH; ++qh) {
+                    const float w = sc[qh * chp + i0 + u - k0];
+#pragma unroll
+                    for (int c = 0; c < VPT; ++c) acc[qh][c] = fmaf(w, vf[c], acc[qh][c]);
+                }
+            }
+        }
+    }
+}
+
+template <int DC, int QH>
+static __device__ __forceinline__ void attention_heads_body(
+    const float* __restrict__ q, const float* __restrict__ kc, const float* __restrict__ vc,
+    const int* __restrict__ slot, const int* __restrict__ pos, float* __restrict__ out, int nh,
+    int nkv, int window, int rows, float* __restrict__ part, unsigned* __restrict__ cnt,
+    uint32_t* __restrict__ xp, float* __restrict__ xs, int prep_rows, int prep_kinds) {
+    constexpr int BT = 128, VPT = DC / BT;
+    static_assert(QH >= 1 && QH <= 4, "the softmax of head qh is warp qh's");
+    extern __shared__ float sc[];
+    __shared__ float red[32];
+    __shared__ int last;
+    const int h0 = blockIdx.x * QH, t = blockIdx.y, z = blockIdx.z;
+    const int p = pos[t];
+    const int lo = (window > 0 && p + 1 > window) ? p + 1 - window : 0;
+    const int n = p + 1 - lo;
+    const int Z = att_splits(n), CH = (n + Z - 1) / Z;
+    if (z >= Z) return;
+    const int chp = ((CH + 3) & ~3) + 4;
+    const int g = h0 / (nh / nkv);
+    const uint64_t sbase = (uint64_t)slot[t] * rows;
+    const int r0 = lo % rows, n1 = min(n, rows - r0);
+    const int k0 = z * CH, k1 = min(n, k0 + CH);
+    {
+        constexpr int lines = DC >> 5;  // 128-byte lines of one key's row of this KV head
+        for (int c = threadIdx.x; c < 2 * (k1 - k0) * lines; c += BT) {
+            const int i = k0 + c / (2 * lines), rest = c % (2 * lines);
+            const float* base = (rest < lines) ? kc : vc;
+            const float* r = base + ((sbase + key_row(i, r0, n1)) * nkv + g) * DC + 32 * (rest % lines);
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(r));
+        }
+    }
+    GRIDDEP_ENTRY();
+    key_scores_heads<DC, BT, QH>(q + ((uint64_t)t * nh + h0) * DC, kc, sbase, r0, n1, nkv, g, k0,
+                                 k1, sc, chp);
+    __syncthreads();
+    float m[QH], l[QH];
+    if (k1 - k0 <= 32) {
+        // ≤ 32 keys: head qh's softmax in warp qh alone, the bits of attention_f32's warp 0.
+        const int wq = threadIdx.x >> 5, ln = threadIdx.x & 31;
+        if (wq < QH) {
+            float* s = sc + wq * chp;
+            const bool live = ln < k1 - k0;
+            const float mm = warp_max(live ? fmaxf(-__int_as_float(0x7f800000), s[ln])
+                                           : -__int_as_float(0x7f800000));
+            const float e = live ? expf(s[ln] - mm) : 0.0f;
+            if (live) s[ln] = e;
+            const float ll = warp_sum(e);
+            if (ln == 0) {
+                red[2 * wq] = mm;
+                red[2 * wq + 1] = ll;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int qh = 0; qh < QH; ++qh) {
+            m[qh] = red[2 * qh];
+            l[qh] = red[2 * qh + 1];
+        }
+    } else {
+#pragma unroll
+        for (int qh = 0; qh < QH; ++qh) {
+            float* s = sc + qh * chp;
+            float mm = -__int_as_float(0x7f800000), ll = 0.0f;
+            for (int i = threadIdx.x; i < k1 - k0; i += BT) mm = fmaxf(mm, s[i]);
+            mm = block_reduce(mm, true, red);
+            for (int i = threadIdx.x; i < k1 - k0; i += BT) {
+                const float e = expf(s[i] - mm);
+                s[i] = e;
+                ll += e;
+            }
+            ll = block_reduce(ll, false, red);
+            m[qh] = mm;
+            l[qh] = ll;
+        }
+    }
+    float acc[QH][VPT];
+    weighted_values_heads<DC, BT, QH>(vc, sbase, r0, n1, nkv, g, k0, k1, sc, chp, acc);
+    __shared__ float ov[QH][DC];
+    if (Z == 1) {
+        // As attention_f32: (o_1 + 0) / l_1 per head.
+#pragma unroll
+        for (int qh = 0; qh < QH; ++qh) {
+            float* o = out + ((uint64_t)t * nh + h0 + qh) * DC;
+#pragma unroll
+            for (int c = 0; c < VPT; ++c) {
+                const int j = VPT * (int)threadIdx.x + c;
+                const float r = (acc[qh][c] + 0.0f) / l[qh];
+                o[j] = r;
+                ov[qh][j] = r;
+            }
+        }
+    } else {
+        const uint64_t ps = (uint64_t)DC + 2;
+#pragma unroll
+        for (int qh = 0; qh < QH; ++qh) {
+            float* pb = part + ((uint64_t)t * nh + h0 + qh) * ATT_SPLIT_MAX * ps;
+#pragma unroll
+            for (int c = 0; c < VPT; ++c) pb[z * ps + VPT * threadIdx.x + c] = acc[qh][c];
+            if (threadIdx.x == 0) {
+                pb[z * ps + DC] = m[qh];
+                pb[z * ps + DC + 1] = l[qh];
+            }
+        }
+        // The last split of the head group to finish combines every head (attention_f32's
+        // release / acquire, on the group's first head's count).
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            asm volatile("fence.acq_rel.gpu;" ::: "memory");
+            last = atomicAdd(&cnt[(uint64_t)t * nh + h0], 1u) == (unsigned)(Z - 1);
+            if (last) asm volatile("fence.acq_rel.gpu;" ::: "memory");
+        }
+        __syncthreads();
+        if (!last) return;
+        __shared__ float mz[ATT_SPLIT_MAX], lz[ATT_SPLIT_MAX];
+#pragma unroll 1
+        for (int qh = 0; qh < QH; ++qh) {
+            const float* pb = part + ((uint64_t)t * nh + h0 + qh) * ATT_SPLIT_MAX * ps;
+            // attention_f32's combine for output dims j = threadIdx.x + qq·BT (the same bits:
+            // each dim's sum over the splits in split order with the same weights).
+            float pv[4][8];
+#pragma unroll
+            for (int qq = 0; qq < 4; ++qq) {
+                const int j = threadIdx.x + qq * BT;
+#pragma unroll
+                for (int u = 0; u < 8; ++u) pv[qq][u] = (j < DC && u < Z) ? __ldcg(pb + u * ps + j) : 0.0f;
+            }
+            if (qh > 0) __syncthreads();  // mz, lz free: every thread has used the previous head's
+            if ((int)threadIdx.x < Z) {
+                mz[threadIdx.x] = __ldcg(pb + threadIdx.x * ps + DC);
+                lz[threadIdx.x] = __ldcg(pb + threadIdx.x * ps + DC + 1);
+            }
+            __syncthreads();
+            float M = -__int_as_float(0x7f800000);
+            for (int zz = 0; zz < Z; ++zz) M = fmaxf(M, mz[zz]);
+            float L = 0.0f;
+            for (int zz = 0; zz < Z; ++zz) L = fmaf(expf(mz[zz] - M), lz[zz], L);
+            float sacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (int z0 = 0; z0 < Z; z0 += 8) {
+                if (z0 > 0) {
+#pragma unroll
+                    for (int qq = 0; qq < 4; ++qq) {
+                        const int j = threadIdx.x + qq * BT;
+#pragma unroll
+                        for (int u = 0; u < 8; ++u)
+                            pv[qq][u] = (j < DC && z0 + u < Z) ? __ldcg(pb + (z0 + u) * ps + j) : 0.0f;
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < 8; ++u) {
+                    if (z0 + u < Z) {
+                        const float w = expf(mz[z0 + u] - M);
+#pragma unroll
+                        for (int qq = 0; qq < 4; ++qq) sacc[qq] = fmaf(w, pv[qq][u], sacc[qq]);
+                    }
+                }
+            }
+            float* o = out + ((uint64_t)t * nh + h0 + qh) * DC;
+#pragma unroll
+            for (int qq = 0; qq < 4; ++qq) {
+                const int j = threadIdx.x + qq * BT;
+                if (j < DC) {
+                    const float r = sacc[qq] / L;
+                    o[j] = r;
+                    ov[qh][j] = r;
+                }
+            }
+        }
+        if (threadIdx.x == 0) cnt[(uint64_t)t * nh + h0] = 0u;  // ready for the next launch
+    }
+    if (t < prep_rows) {
+        // Each head's 16-groups of row t into the o projection's prep buffers, as attention_f32.
+        __syncthreads();
+#pragma unroll 1
+        for (int qh = 0; qh < QH; ++qh) {
+            const int h = h0 + qh;
+            for (int qd0 = 0; qd0 < (DC >> 2); qd0 += BT) {
+                const int qd = qd0 + threadIdx.x;
+                const bool live = qd < (DC >> 2);
+                float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                if (live) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) v[e] = ov[qh][4 * qd + e];
+                }
+                tc_prep_quad_lanes(v, t, ((h * DC) >> 4) + (qd >> 2), (nh * DC) >> 4, xp, xs, live,
+                                   prep_kinds);
+            }
+        }
+    }
+}
+
+#define ATT_HEADS_ENTRY(NAME, DC, QH)                                                              \
+    extern "C" __global__ void __launch_bounds__(128, 4)                                           \
+        NAME(const float* __restrict__ q, const float* __restrict__ kc,                            \
+             const float* __restrict__ vc, const int* __restrict__ slot,                           \
+             const int* __restrict__ pos, float* __restrict__ out, int nh, int nkv, int d,         \
+             int rows, int window, float* __restrict__ part, unsigned* __restrict__ cnt,           \
+             uint32_t* __restrict__ xp, float* __restrict__ xs, int prep_rows, int prep_kinds) {   \
+        attention_heads_body<DC, QH>(q, kc, vc, slot, pos, out, nh, nkv, window, rows, part, cnt,  \
+                                     xp, xs, prep_rows, prep_kinds);                               \
+    }
+ATT_HEADS_ENTRY(attention_d256_h2_f32, 256, 2)
+ATT_HEADS_ENTRY(attention_d512_h2_f32, 512, 2)
+#undef ATT_HEADS_ENTRY
 
 // Three entry points with one body: attention_d256_f32 and attention_d512_f32 for Gemma-4's
 // sliding and full head dims (the head dim a compile-time constant: the same sums, the bounds

@@ -257,6 +257,22 @@ pub fn attention_kernel(d: usize) -> &'static str {
     }
 }
 
+/// The `attention.cu` kernel for head dim `d` that serves `QH = 2` query heads of one KV head
+/// per block (`attention_d256_h2_f32` / `attention_d512_h2_f32`: each key and value row loaded
+/// once for both heads; the same bits as [`attention_kernel`]'s), or `None` where there is none
+/// (other head dims). Launch: grid x = nh / 2 (`(nh / nkv) % 2 == 0`), dynamic shared memory
+/// twice [`attention_smem_bytes`].
+pub fn attention_heads_kernel(d: usize) -> Option<&'static str> {
+    match d {
+        256 => Some("attention_d256_h2_f32"),
+        512 => Some("attention_d512_h2_f32"),
+        _ => None,
+    }
+}
+
+/// Query heads per block of the [`attention_heads_kernel`] kernels.
+pub const ATT_HEADS_PER_BLOCK: usize = 2;
+
 /// Most key splits of one query row in `attention_f32` (flash-decoding; `attention.cu`).
 pub const ATT_SPLIT_MAX: usize = 32;
 
@@ -431,6 +447,8 @@ impl Family {
                 "attention_f32".into(),
                 "attention_d256_f32".into(),
                 "attention_d512_f32".into(),
+                "attention_d256_h2_f32".into(),
+                "attention_d512_h2_f32".into(),
                 "attention_rows_f32".into(),
             ],
             Family::Layer => [
@@ -851,6 +869,22 @@ mod tests {
                 if want == "attention_f32" { 0 } else { d }
             );
             assert!(src.contains(&entry), "attention.cu lacks {entry:?}");
+        }
+        // the two-heads-per-block kernels: d = 256 / 512 only, declared with QH = 2
+        for (d, want) in [
+            (256, Some("attention_d256_h2_f32")),
+            (512, Some("attention_d512_h2_f32")),
+            (128, None),
+        ] {
+            assert_eq!(super::attention_heads_kernel(d), want, "head dim {d}");
+            if let Some(want) = want {
+                assert!(listed.iter().any(|n| n == want), "{want} not in the family");
+                let entry = format!(
+                    "ATT_HEADS_ENTRY({want}, {d}, {})",
+                    super::ATT_HEADS_PER_BLOCK
+                );
+                assert!(src.contains(&entry), "attention.cu lacks {entry:?}");
+            }
         }
     }
 

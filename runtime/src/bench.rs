@@ -573,7 +573,13 @@ fn kernel_profile(eng: &mut CudaEngine, batch: usize) -> Result<serde_json::Valu
 pub const ATTRIBUTION_FAMILIES: [(&str, &[&str], bool); 10] = [
     (
         "attention",
-        &["attention_f32", "attention_d256_f32", "attention_d512_f32"],
+        &[
+            "attention_f32",
+            "attention_d256_f32",
+            "attention_d512_f32",
+            "attention_d256_h2_f32",
+            "attention_d512_h2_f32",
+        ],
         false,
     ),
     ("qkv_post", &["qkv_post_f32"], false),

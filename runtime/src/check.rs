@@ -842,6 +842,15 @@ fn check_attention(gpu: &Gpu, rng: &mut Rng, log: &mut Log, ok: &mut bool) -> Re
             counts_zero &= cz;
             Some(same_bits(&generic, &got))
         };
+        // The two-head kernel where the shapes allow it: the same bits as the forward's kernel.
+        let heads_same = match kernels::attention_heads_kernel(d) {
+            Some(k) if (nh / nkv).is_multiple_of(kernels::ATT_HEADS_PER_BLOCK) => {
+                let (two, cz) = run(k, 0, t)?;
+                counts_zero &= cz;
+                Some(same_bits(&two, &got))
+            }
+            _ => None,
+        };
         let mut alone_same = true;
         for r in 0..t {
             let (one, cz) = run(kernel, r, r + 1)?;
@@ -875,16 +884,22 @@ fn check_attention(gpu: &Gpu, rng: &mut Rng, log: &mut Log, ok: &mut bool) -> Re
                 }
             }
         }
-        let pass = all_in && alone_same && counts_zero && generic_same != Some(false);
+        let pass = all_in
+            && alone_same
+            && counts_zero
+            && generic_same != Some(false)
+            && heads_same != Some(false);
         *ok &= pass;
         log.line(&format!(
-            "{} attention {kind} ({kernel}, T {t}, keys {}): max |err| {max_err:.3e}, worst err/tol {worst_ratio:.3}, each row alone bitwise {alone_same}, counters zero {counts_zero}{}",
+            "{} attention {kind} ({kernel}, T {t}, keys {}): max |err| {max_err:.3e}, worst err/tol {worst_ratio:.3}, each row alone bitwise {alone_same}, counters zero {counts_zero}{}{}",
             if pass { "PASS" } else { "FAIL" },
             pos.iter().map(|&p| (p as usize + 1 - lo_of(p)).to_string()).collect::<Vec<_>>().join("/"),
             generic_same.map_or(String::new(), |g| format!(", attention_f32 bitwise {g}")),
+            heads_same.map_or(String::new(), |g| format!(", two heads per block bitwise {g}")),
         ));
         out.push(json!({"kind": kind, "kernel": kernel, "pass": pass, "max_err": max_err, "worst_err_over_tol": worst_ratio,
-            "alone_bitwise": alone_same, "counters_zero": counts_zero, "generic_bitwise": generic_same}));
+            "alone_bitwise": alone_same, "counters_zero": counts_zero, "generic_bitwise": generic_same,
+            "heads_bitwise": heads_same}));
     }
     Ok(Value::Array(out))
 }

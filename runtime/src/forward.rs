@@ -540,10 +540,10 @@ pub struct Workspace {
     att_part: CudaSlice<f32>,
     /// Attention split counters u32 `[CHUNK_ROWS, max n_head]`, zero between launches.
     att_cnt: CudaSlice<u32>,
-    /// Captured decode/verify forwards by `(rows, k)`.
-    graphs: HashMap<(usize, usize), Graph>,
+    /// Captured decode/verify forwards by `(rows, k, two-heads attention)`.
+    graphs: HashMap<(usize, usize, bool), Graph>,
     /// Shapes run once eagerly (kernels compiled): captured on their next use.
-    seen: HashSet<(usize, usize)>,
+    seen: HashSet<(usize, usize, bool)>,
 }
 
 impl Workspace {
@@ -817,6 +817,88 @@ pub fn attention_kernel(d: usize) -> &'static str {
     }
 }
 
+/// Fewest query rows of a chunk for which [`attention_launch`]'s automatic rule takes the
+/// two-heads kernels: with fewer, their grid of `nh / 2` blocks per row and split leaves SMs
+/// idle. Measured (H100, 2026-12-06, `runtime bench --draft-format none`, one binary,
+/// `GEMMA4_ATT_HEADS` 1 against 2, 12B Q2_K-mix decode, tok/s): prompt 2048 batch 1 249.9 → 233.6,
+/// batch 2 439.1 → 442.5, batch 4 651.0 → 675.1, batch 8 922.0 → 1017.9.
+pub const ATT_PAIRS_MIN_ROWS: usize = 4;
+
+/// Fewest visible keys (of the chunk's latest row) for which [`attention_launch`]'s automatic
+/// rule takes the two-heads kernels: with fewer, a split holds so few keys that the halved grid
+/// costs more than the shared K/V loads save. Measured as above: prompt 32 (≤ 65 keys) batch 8
+/// 1760.2 → 1726.9 / 1734.7 tok/s, attention 279 → 413 / 419 µs per step (graph attribution);
+/// prompt 512 with the rule at 512 keys, batch 4 796.6 → 776.3 (batch 8 1239.4 → 1236.1);
+/// prompt 1024 with the rule at 1024 keys, batch 8 1001.1 / 1004.0 → 1045.9 / 1048.0, batch 4
+/// 687.9 / 689.9 → 696.7 / 695.1, verify of 9 rows 11183 / 11158 → 10461 / 10419 µs.
+pub const ATT_PAIRS_MIN_KEYS: usize = 1024;
+
+/// Most dynamic shared memory (bytes) of a two-heads attention launch: 40 KiB, leaving the
+/// kernel's static arrays (two heads' outputs at d = 512, 4 KiB, and the split sums) within the
+/// 48 KiB a block gets without an opt-in.
+pub const ATT_PAIRS_SMEM_MAX: u64 = 40 * 1024;
+
+/// Whether a chunk of `t` query rows whose latest position is `max_pos` takes the two-heads
+/// attention kernels where they exist ([`attention_launch`]): `GEMMA4_ATT_HEADS` (read once per
+/// process) `1` never, `2` always, otherwise (the default) when `t ≥` [`ATT_PAIRS_MIN_ROWS`]
+/// and `max_pos + 1 ≥` [`ATT_PAIRS_MIN_KEYS`]. Every choice gives the same bits (each head's
+/// sums are the one-head kernel's), so the rule changes only the speed.
+pub fn attention_pairs(t: usize, max_pos: usize) -> bool {
+    att_heads_forced().unwrap_or(t >= ATT_PAIRS_MIN_ROWS && max_pos + 1 >= ATT_PAIRS_MIN_KEYS)
+}
+
+/// [`attention_pairs`] of a chunk with positions `pos` (its rows and latest position).
+fn chunk_pairs(pos: &[i32]) -> bool {
+    let max_pos = pos.iter().map(|&p| p.max(0) as usize).max().unwrap_or(0);
+    attention_pairs(pos.len(), max_pos)
+}
+
+/// `GEMMA4_ATT_HEADS` (read once per process): `1` → `Some(false)`, `2` → `Some(true)`,
+/// anything else or unset → `None` (the automatic rule of [`attention_pairs`]).
+fn att_heads_forced() -> Option<bool> {
+    static H: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    *H.get_or_init(|| match std::env::var("GEMMA4_ATT_HEADS").as_deref() {
+        Ok("1") => Some(false),
+        Ok("2") => Some(true),
+        _ => None,
+    })
+}
+
+/// The attention launch for head dim `d` with `nh` query and `nkv` KV heads on a layer with
+/// sliding window `window` (0 = full): the kernel and its query heads per block. With `pairs`
+/// ([`attention_pairs`] of the chunk) it takes [`kernels::attention_heads_kernel`] (two query
+/// heads of one KV head per block, each key and value row loaded once for both; the same bits)
+/// where that exists, `(nh / nkv) % 2 == 0` and the layer's rows can see
+/// [`ATT_PAIRS_MIN_KEYS`] keys (`window` 0 or at least that); otherwise [`attention_kernel`]
+/// with one head per block.
+pub fn attention_launch(
+    d: usize,
+    (nh, nkv): (usize, usize),
+    window: usize,
+    span: usize,
+    pairs: bool,
+) -> (&'static str, usize) {
+    let qh = kernels::ATT_HEADS_PER_BLOCK;
+    let long = window == 0 || window >= ATT_PAIRS_MIN_KEYS || att_heads_forced() == Some(true);
+    // the pair kernels' scores take twice the dynamic shared memory: kept within the default
+    // 48 KiB per block with room for their static arrays (spans up to ~160 K keys)
+    let smem_ok = qh as u64 * kernels::attention_smem_bytes(kernels::att_chunk_bound(span)) as u64
+        <= ATT_PAIRS_SMEM_MAX;
+    match kernels::attention_heads_kernel(d) {
+        Some(k)
+            if pairs
+                && long
+                && smem_ok
+                && nkv > 0
+                && nh.is_multiple_of(nkv)
+                && (nh / nkv).is_multiple_of(qh) =>
+        {
+            (k, qh)
+        }
+        _ => (attention_kernel(d), 1),
+    }
+}
+
 /// Whether tensor-core launches are spread ([`tc_spread_smem`]): `GEMMA4_TC_SPREAD` (read once
 /// per process) `0` turns it off, for A/B timing; anything else or unset leaves it on.
 fn tc_spread_on() -> bool {
@@ -1074,7 +1156,11 @@ pub struct Forward<'a> {
 impl Forward<'_> {
     fn fl(&self, name: &str) -> Result<CudaFunction, RuntimeError> {
         let fam = match name {
-            "attention_f32" | "attention_d256_f32" | "attention_d512_f32"
+            "attention_f32"
+            | "attention_d256_f32"
+            | "attention_d512_f32"
+            | "attention_d256_h2_f32"
+            | "attention_d512_h2_f32"
             | "attention_rows_f32" => Family::Attention,
             "add_norm_prep_f32" | "geglu_prep_f32" => Family::Layer,
             "rmsnorm_f32" => Family::Norm,
@@ -1607,7 +1693,14 @@ impl Forward<'_> {
         sel: &[i32],
     ) -> Result<Vec<f32>, RuntimeError> {
         self.upload(ws, ids, slots, pos, sel)?;
-        self.launch_chunk(ws, cache, ids.len(), Some(pos), sel.len(), None)?;
+        self.launch_chunk(
+            ws,
+            cache,
+            ids.len(),
+            Some(pos),
+            (sel.len(), None),
+            chunk_pairs(pos),
+        )?;
         if sel.is_empty() {
             return Ok(Vec::new());
         }
@@ -1636,11 +1729,13 @@ impl Forward<'_> {
         let t = ids.len();
         let r = sel.len();
         self.upload(ws, ids, slots, pos, sel)?;
+        let pairs = chunk_pairs(pos);
         if r == 0 {
-            self.launch_chunk(ws, cache, t, Some(pos), 0, None)?;
+            self.launch_chunk(ws, cache, t, Some(pos), (0, None), pairs)?;
             return Ok(Vec::new());
         }
-        let key = (t, k);
+        // the attention kernels' choice is fixed in a captured graph: one graph per choice
+        let key = (t, k, pairs);
         let graphable = r == t && t <= GRAPH_MAX_ROWS;
         if graphable && ws.graphs.contains_key(&key) {
             if let Some(g) = ws.graphs.get(&key) {
@@ -1652,7 +1747,7 @@ impl Forward<'_> {
                 cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
             )
             .map_err(drv("begin capture"))?;
-            let res = self.launch_chunk(ws, cache, t, None, r, Some(k));
+            let res = self.launch_chunk(ws, cache, t, None, (r, Some(k)), pairs);
             let g = s
                 .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))
                 .map_err(drv("end capture"))?;
@@ -1661,7 +1756,7 @@ impl Forward<'_> {
             g.launch().map_err(drv("graph launch"))?;
             ws.graphs.insert(key, Graph(g));
         } else {
-            self.launch_chunk(ws, cache, t, Some(pos), r, Some(k))?;
+            self.launch_chunk(ws, cache, t, Some(pos), (r, Some(k)), pairs)?;
             ws.seen.insert(key);
         }
         let raw = self
@@ -1714,8 +1809,8 @@ impl Forward<'_> {
         cache: &KvCache,
         t: usize,
         pos: Option<&[i32]>,
-        r: usize,
-        topk: Option<usize>,
+        (r, topk): (usize, Option<usize>),
+        pairs: bool,
     ) -> Result<(), RuntimeError> {
         let gpu = self.gpu;
         let m = self.model;
@@ -1863,11 +1958,16 @@ impl Forward<'_> {
                 && (o_kinds & kernels::TC_PREP_DIGITS == 0 || d % 256 == 0)
                 && self.tc_ok(&l.attn_output);
             let prep_rows = if o_prep { t } else { 0 };
+            let (att_kernel, att_qh) = attention_launch(d, (nh, src_kv), window, span, pairs);
             self.call(
-                attention_kernel(d),
-                (nh as u32, t as u32, kernels::att_splits(span) as u32),
+                att_kernel,
+                (
+                    (nh / att_qh) as u32,
+                    t as u32,
+                    kernels::att_splits(span) as u32,
+                ),
                 128,
-                kernels::attention_smem_bytes(kernels::att_chunk_bound(span)),
+                att_qh as u32 * kernels::attention_smem_bytes(kernels::att_chunk_bound(span)),
                 &[
                     Arg::P(q),
                     Arg::P(ptr(gpu, kc)),
@@ -2252,6 +2352,49 @@ mod tests {
         assert_eq!(spread_bytes(233_472, 1024, 232_448, 46_080, 0), None);
         // The kernel alone keeps cap + 1 out: 101 376 / 3 = 33 792 < 49 152 + 1024 (no padding).
         assert_eq!(spread_bytes(101_376, 1024, 100_352, 49_152, 2), None);
+    }
+
+    /// The automatic two-heads rule and its guards, by hand on the 12B shapes (16 query heads;
+    /// 8 KV heads at d = 256 on sliding layers of W = 1024, 1 at d = 512 on full ones): 4 rows
+    /// whose latest position is 1023 see 1024 keys (pairs), 3 rows or position 1022 do not. The
+    /// shared-memory guard: a span s has chunks of max(16, ⌈s / 32⌉) keys and the pair kernels
+    /// 2·(round_up(chunk, 4) + 4)·4 bytes, ≤ 40 960 up to chunk 5116, i.e. s = 32·5116 = 163 712;
+    /// s = 163 713 gives chunk 5117 → 2·5124·4 = 40 992 bytes (one head).
+    #[test]
+    fn attention_pairs_rule_and_guards() {
+        if att_heads_forced().is_some() {
+            eprintln!("skipped: GEMMA4_ATT_HEADS is set, which overrides the rule under test");
+            return;
+        }
+        assert!(attention_pairs(4, 1023));
+        assert!(attention_pairs(8, 5000));
+        assert!(!attention_pairs(3, 5000));
+        assert!(!attention_pairs(8, 1022));
+        assert!(!attention_pairs(1, 100_000));
+        let one = |d| (attention_kernel(d), 1);
+        // sliding d = 256 (nh / nkv = 2) and full d = 512 (16): the pair kernels
+        assert_eq!(
+            attention_launch(256, (16, 8), 1024, 1024, true),
+            ("attention_d256_h2_f32", 2)
+        );
+        assert_eq!(
+            attention_launch(512, (16, 1), 0, 2100, true),
+            ("attention_d512_h2_f32", 2)
+        );
+        // not asked for; a window below the key threshold; an odd group; no pair kernel for d
+        assert_eq!(attention_launch(256, (16, 8), 1024, 1024, false), one(256));
+        assert_eq!(attention_launch(256, (16, 8), 512, 512, true), one(256));
+        assert_eq!(attention_launch(256, (12, 4), 1024, 1024, true), one(256));
+        assert_eq!(attention_launch(256, (16, 16), 1024, 1024, true), one(256));
+        assert_eq!(attention_launch(128, (16, 8), 0, 4096, true), one(128));
+        assert_eq!(attention_launch(256, (16, 0), 1024, 1024, true), one(256));
+        // the shared-memory guard at its boundary, and the 12B's 262 144-token context
+        assert_eq!(
+            attention_launch(512, (16, 1), 0, 163_712, true),
+            ("attention_d512_h2_f32", 2)
+        );
+        assert_eq!(attention_launch(512, (16, 1), 0, 163_713, true), one(512));
+        assert_eq!(attention_launch(512, (16, 1), 0, 262_144, true), one(512));
     }
 
     fn sliding(w: usize, source: usize, owns: bool) -> KvLayerSpec {

@@ -345,7 +345,9 @@ impl Gpu {
     /// Causal / sliding GQA attention of `t` query rows over a KV cache (`attention.cu`;
     /// spec/gemma4-text.md §4.5–§4.6) through `kernel`: the forward pass's choice
     /// [`kernels::attention_kernel`]`(d)` (`attention_d256_f32` / `attention_d512_f32` for head
-    /// dims 256 / 512) or the generic `attention_f32` (any `d`; the same sums): for row `i`, query head `h` reads KV
+    /// dims 256 / 512), the generic `attention_f32` (any `d`; the same sums) or
+    /// [`kernels::attention_heads_kernel`]`(d)` (two query heads per block; `(nh / nkv) % 2 == 0`;
+    /// the same sums): for row `i`, query head `h` reads KV
     /// head `h / (nh / nkv)` at the visible positions `lo … pos[i]` of slot `slot[i]`
     /// (`lo = pos[i] + 1 − window` when that is positive and `window > 0`, else 0), position
     /// `u` at cache row `slot[i]·rows + u mod rows`.
@@ -372,12 +374,25 @@ impl Gpu {
         (rows, window): (usize, usize),
     ) -> Result<(), RuntimeError> {
         let what = "attention";
-        if kernel != "attention_f32" && kernel != kernels::attention_kernel(d) {
+        // query heads per block: 2 for the heads kernels, which need (nh / nkv) % 2 == 0
+        let heads = kernels::attention_heads_kernel(d);
+        let qh = if heads == Some(kernel) {
+            kernels::ATT_HEADS_PER_BLOCK
+        } else {
+            1
+        };
+        if (kernel != "attention_f32" && kernel != kernels::attention_kernel(d) && qh == 1)
+            || (qh > 1 && (nkv == 0 || !nh.is_multiple_of(nkv) || !(nh / nkv).is_multiple_of(qh)))
+        {
             return Err(shape(
                 what,
                 format!(
-                    "kernel {kernel} for head dim {d} (attention_f32 or {})",
-                    kernels::attention_kernel(d)
+                    "kernel {kernel} for head dim {d}, nh {nh}, nkv {nkv} (attention_f32, {}{})",
+                    kernels::attention_kernel(d),
+                    heads.map_or(String::new(), |k| format!(
+                        " or, with (nh / nkv) % {} == 0, {k}",
+                        kernels::ATT_HEADS_PER_BLOCK
+                    ))
                 ),
             ));
         }
@@ -435,9 +450,10 @@ impl Gpu {
         let window_i = window.min(I32_MAX) as i32;
         let (null, zero): (u64, i32) = (0, 0);
         let cfg = LaunchConfig {
-            grid_dim: (nh as u32, t as u32, kernels::att_splits(span) as u32),
+            grid_dim: ((nh / qh) as u32, t as u32, kernels::att_splits(span) as u32),
             block_dim: (128, 1, 1),
-            shared_mem_bytes: kernels::attention_smem_bytes(kernels::att_chunk_bound(span)),
+            shared_mem_bytes: qh as u32
+                * kernels::attention_smem_bytes(kernels::att_chunk_bound(span)),
         };
         let mut b = self.stream.launch_builder(&f);
         b.arg(q)
@@ -459,11 +475,12 @@ impl Gpu {
             .arg(&zero);
         // SAFETY: matches `attention_f32(const float*, const float*, const float*, const int*,
         // const int*, float*, int, int, int, int, int, float*, unsigned*, uint32_t*, float*, int,
-        // int)`, the signature of all three entry points (the d256 / d512 ones only for their d,
-        // checked above); q, out, part and cnt hold the checked shapes; every slot and position was
-        // checked to address rows inside the caches with no visible key overwritten; the prep
-        // pointers are null with prep_rows 0 (never read); dynamic shared memory for the widest
-        // row's chunk as the forward pass sizes it.
+        // int)`, the signature of every entry point (the d256 / d512 ones only for their d, the
+        // two-head ones with (nh / nkv) even and grid x = nh / 2, checked above); q, out, part and
+        // cnt hold the checked shapes; every slot and position was checked to address rows inside
+        // the caches with no visible key overwritten; the prep pointers are null with prep_rows 0
+        // (never read); dynamic shared memory for the widest row's chunk, per head of a block, as
+        // the forward pass sizes it.
         unsafe { b.launch(cfg) }.map_err(drv(what))?;
         Ok(())
     }

@@ -22,7 +22,8 @@ def grid(text):
 
 
 def decode_shaped(name, g):
-    if name in ("attention_f32", "attention_d256_f32", "attention_d512_f32", "qkv_post_f32", "geglu_prep_f32"):
+    if name in ("attention_f32", "attention_d256_f32", "attention_d512_f32", "attention_d256_h2_f32",
+                "attention_d512_h2_f32", "qkv_post_f32", "geglu_prep_f32"):
         return g[1] == 1
     if name == "add_norm_prep_f32":
         return g[0] == 1
