@@ -797,8 +797,17 @@ static __device__ __forceinline__ void attention_heads_body(
     }
 }
 
+// ATT_H2_MINB: resident blocks per SM the compiler must allow the two-heads entries (register
+// cap 65536 / (128·MINB)); ATT_MINB below likewise for attention_d256_f32 / attention_d512_f32.
+// A #define in a GEMMA4_KERNEL_SRC copy (scripts/gpu/run.sh variant) overrides either, to time
+// variants without a rebuild. `scripts/gpu/run.sh sass` (not timed yet): ATT_MINB 8 → 64
+// registers for both one-head entries, no spill (79 / 96 at 4); ATT_H2_MINB 6 → 80, the d256
+// entry spilling 24 B (109 / 128 at 4).
+#ifndef ATT_H2_MINB
+#define ATT_H2_MINB 4
+#endif
 #define ATT_HEADS_ENTRY(NAME, DC, QH)                                                              \
-    extern "C" __global__ void __launch_bounds__(128, 4)                                           \
+    extern "C" __global__ void __launch_bounds__(128, ATT_H2_MINB)                                 \
         NAME(const float* __restrict__ q, const float* __restrict__ kc,                            \
              const float* __restrict__ vc, const int* __restrict__ slot,                           \
              const int* __restrict__ pos, float* __restrict__ out, int nh, int nkv, int d,         \
@@ -839,11 +848,14 @@ ATT_HEADS_ENTRY(attention_d512_h2_f32, 512, 2)
         attention_body<DC>(q, kc, vc, slot, pos, out, nh, nkv, d, rows, window, part, cnt, xp, xs, \
                            prep_rows, prep_kinds);                                                 \
     }
-#define ATT_BOUNDS_4 __launch_bounds__(128, 4)
+#ifndef ATT_MINB
+#define ATT_MINB 4
+#endif
+#define ATT_BOUNDS __launch_bounds__(128, ATT_MINB)
 ATT_ENTRY(attention_f32, 0, )
-ATT_ENTRY(attention_d256_f32, 256, ATT_BOUNDS_4)
-ATT_ENTRY(attention_d512_f32, 512, ATT_BOUNDS_4)
-#undef ATT_BOUNDS_4
+ATT_ENTRY(attention_d256_f32, 256, ATT_BOUNDS)
+ATT_ENTRY(attention_d512_f32, 512, ATT_BOUNDS)
+#undef ATT_BOUNDS
 #undef ATT_ENTRY
 
 extern "C" __global__ void attention_rows_f32(const float* __restrict__ q,
