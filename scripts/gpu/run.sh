@@ -294,7 +294,9 @@ all)
     #  strict-*       `--strict-invariance` conformance in spec:4 per real-toolchain pair;
     #  memcheck-*     compute-sanitizer memcheck of gpu-check --quick, model-check (e2b, moe) and a
     #                 quick spec-check;
-    #  bench-2        the bench again (run-to-run spread).
+    #  bench-2        the bench again (run-to-run spread);
+    #  bench-long     the bench after a 2048-token prompt (the sliding layers' full window of 1024
+    #                 keys, 2048+ on the full layers: attention's share at long contexts).
     # Out (the device tool returns at most 8 files): $OUT/all.log (each step's exit status and
     # seconds), $OUT/results.json (scripts/gpu/summarize.py: the figures and verdicts of every
     # step; "ok" only if all ran and passed), $OUT/all.tgz (every step's log, JSON and report).
@@ -394,6 +396,7 @@ all)
         skipped memcheck "no compute-sanitizer on PATH"
     fi
     step bench-2 120 "$rt" bench --draft-format none --out "$w/bench-2"
+    step bench-long 120 "$rt" bench --prompt 2048 --draft-format none --out "$w/bench-long"
     # The logs and whatever summary there is reach $OUT even if the summary fails; the mode's
     # exit status is 0 only when results.json says ok.
     python3 scripts/gpu/summarize.py "$w" "$w/results.json" 2>&1 | tee -a "$w/all.log" || true

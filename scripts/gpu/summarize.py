@@ -47,6 +47,8 @@ def bench(d):
     j = json.load(open(os.path.join(d, files[0])))
     batch = {b["batch"]: b for b in j["batch"]}
     out = {
+        "step": os.path.basename(os.path.normpath(d)),
+        "prompt_tokens": j.get("prefill_tokens"),
         "b_read_gb_per_s": j["b_read_gb_per_s"],
         "weight_bytes": j["weight_bytes"],
         "decode_tok_per_s": j["decode_tok_per_s"],
