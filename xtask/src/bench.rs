@@ -11,7 +11,8 @@
 //!   4 MiB buffer (the benches' inputs are ≤ 4 MiB — 1 Mi elements — and stay in cache, so
 //!   this is what merely reading them could cost; measured here just before the benches;
 //!   `dequantize` is single-threaded). The DRAM read bandwidth (512 MiB) is reported too;
-//! - GPU decode tokens/s ÷ the read roofline (weight + KV bytes per token ÷ `B_read`), matvec
+//! - GPU decode tokens/s ÷ the read roofline (weight + KV bytes per token ÷ `B_read`), after a
+//!   32-token prompt and after a 2048-token one (`decode_long_prompt`), matvec
 //!   GB/s ÷ `B_read` (both measured inside the GPU run).
 //!
 //! No timing is asserted anywhere: these are measurements, not tests.
@@ -209,8 +210,13 @@ fn cargo_bench(root: &Path, name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The GPU part: `runtime bench` (with the default 12B-shaped drafter) and `runtime mv-bench`,
-/// or why it was skipped.
+/// Prompt tokens of the long-context decode bench (`decode_long_prompt` in the summary).
+#[cfg(feature = "cuda")]
+const LONG_PROMPT: usize = 2048;
+
+/// The GPU part: `runtime bench` (with the default 12B-shaped drafter) after a 32-token prompt,
+/// the same without the drafter after a [`LONG_PROMPT`]-token one, and `runtime mv-bench`, or
+/// why it was skipped.
 #[cfg(feature = "cuda")]
 fn gpu_summary(format: &str) -> Value {
     if let Some(why) = runtime::device::unavailable_reason() {
@@ -225,10 +231,13 @@ fn gpu_summary(format: &str) -> Value {
     };
     let decode = runtime::bench::run(mix, 32, 32, Some(&draft))
         .unwrap_or_else(|e| json!({"error": e.to_string()}));
+    // long context: the sliding layers' whole window of 1024 keys, 2048+ on the full layers
+    let decode_long = runtime::bench::run(mix, LONG_PROMPT, 32, None)
+        .unwrap_or_else(|e| json!({"error": e.to_string()}));
     let mv = runtime::Gpu::new(0)
         .and_then(|gpu| runtime::mvbench::run(&gpu, 50, None))
         .unwrap_or_else(|e| json!({"error": e.to_string()}));
-    json!({"decode": decode, "matvec": mv})
+    json!({"decode": decode, "decode_long_prompt": decode_long, "matvec": mv})
 }
 
 #[cfg(not(feature = "cuda"))]
