@@ -33,7 +33,7 @@
 //   L = Σ w_z·l_z, o = (Σ w_z·o_z) / L; with Z = 1 the one block writes (o_1 + 0) / l_1 itself (the
 //   same bits, without the partials and the count).
 //   Launch: grid (nh, T, att_splits(span)), block (128,1,1), dynamic shared memory
-//   ATT_SMEM_BYTES(att_chunk(span)) (span = visible keys of the widest row, or the window /
+//   ATT_SMEM_BYTES(att_chunk_bound(span)) (span = visible keys of the widest row, or the window /
 //   context for a launch valid at any position; blocks past a row's Z return at once).
 // attention_rows_f32(q, kc, vc, slot, lo, cnt, out, nh, nkv, d, rows): one block per (head,
 //   row) over an explicit key range per query row: keys at positions lo[t] … lo[t] + cnt[t] − 1
@@ -511,8 +511,8 @@ static __device__ __forceinline__ void attention_body(
 // softmax the same reductions, its weighted sums the same per-dim chains in key order, its
 // combine the same), so the bits are those of the one-head kernels. Split counters: the group's
 // first head's cnt entry (the others stay zero). Launch: grid (nh / QH, T, att_splits(span)),
-// block (128,1,1), dynamic shared memory QH · ATT_SMEM_BYTES(att_chunk(span)) (head qh's scores
-// at sc + qh · CHP, CHP = round_up(CH, 4) + 4 for the row's chunk CH).
+// block (128,1,1), dynamic shared memory QH · ATT_SMEM_BYTES(att_chunk_bound(span)) (head qh's
+// scores at sc + qh · CHP, CHP = round_up(CH, 4) + 4 for the row's chunk CH).
 // Host: runtime::forward::attention_launch takes them for chunks of ≥ 4 rows whose latest row
 // sees ≥ 1024 keys (attention_pairs), where sharing the K/V loads pays for the halved grid: 12B
 // decode at prompt 2048, batch 8, 922.0 → 1017.9 tok/s (attention 4452 → 3714 µs per step);

@@ -809,12 +809,18 @@ fn tc_wide(fmt: &str, nc: usize, tiles: usize, sms: u32) -> bool {
 /// the generic `attention_f32` for every `d` — the same bits, for A/B timing (and for kernel
 /// sources from before the entry points, `GEMMA4_KERNEL_SRC`).
 pub fn attention_kernel(d: usize) -> &'static str {
-    static G: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if *G.get_or_init(|| std::env::var("GEMMA4_ATT_GENERIC").as_deref() == Ok("1")) {
+    if att_generic() {
         "attention_f32"
     } else {
         kernels::attention_kernel(d)
     }
+}
+
+/// `GEMMA4_ATT_GENERIC=1` (read once per process): the generic `attention_f32`, one head per
+/// block, at every head dim ([`attention_kernel`], [`attention_launch`]).
+fn att_generic() -> bool {
+    static G: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *G.get_or_init(|| std::env::var("GEMMA4_ATT_GENERIC").as_deref() == Ok("1"))
 }
 
 /// Fewest query rows of a chunk for which [`attention_launch`]'s automatic rule takes the
@@ -865,12 +871,16 @@ fn att_heads_forced() -> Option<bool> {
 }
 
 /// The attention launch for head dim `d` with `nh` query and `nkv` KV heads on a layer with
-/// sliding window `window` (0 = full): the kernel and its query heads per block. With `pairs`
-/// ([`attention_pairs`] of the chunk) it takes [`kernels::attention_heads_kernel`] (two query
-/// heads of one KV head per block, each key and value row loaded once for both; the same bits)
-/// where that exists, `(nh / nkv) % 2 == 0` and the layer's rows can see
-/// [`ATT_PAIRS_MIN_KEYS`] keys (`window` 0 or at least that); otherwise [`attention_kernel`]
-/// with one head per block.
+/// sliding window `window` (0 = full) whose rows see at most `span` keys: the kernel and its
+/// query heads per block. With `pairs` ([`attention_pairs`] of the chunk) it takes
+/// [`kernels::attention_heads_kernel`] (two query heads of one KV head per block, each key and
+/// value row loaded once for both; the same bits) where that exists, `(nh / nkv) % 2 == 0`, two
+/// heads' scores fit [`ATT_PAIRS_SMEM_MAX`] (spans up to 163 712 keys) and the layer's rows can
+/// see [`ATT_PAIRS_MIN_KEYS`] keys (`window` 0 or at least that; `GEMMA4_ATT_HEADS=2` waives
+/// this one); otherwise, and always under `GEMMA4_ATT_GENERIC=1`, [`attention_kernel`] with one
+/// head per block. A captured graph passes the cache's context as `span` (a launch valid at any
+/// position), so past 163 712 tokens of context its full layers keep one head per block where
+/// an eager run of a shorter span takes two (the same bits either way).
 pub fn attention_launch(
     d: usize,
     (nh, nkv): (usize, usize),
@@ -879,6 +889,9 @@ pub fn attention_launch(
     pairs: bool,
 ) -> (&'static str, usize) {
     let qh = kernels::ATT_HEADS_PER_BLOCK;
+    if att_generic() {
+        return (attention_kernel(d), 1);
+    }
     let long = window == 0 || window >= ATT_PAIRS_MIN_KEYS || att_heads_forced() == Some(true);
     // the pair kernels' scores take twice the dynamic shared memory: kept within the default
     // 48 KiB per block with room for their static arrays (spans up to ~160 K keys)
@@ -2362,8 +2375,10 @@ mod tests {
     /// s = 163 713 gives chunk 5117 → 2·5124·4 = 40 992 bytes (one head).
     #[test]
     fn attention_pairs_rule_and_guards() {
-        if att_heads_forced().is_some() {
-            eprintln!("skipped: GEMMA4_ATT_HEADS is set, which overrides the rule under test");
+        if att_heads_forced().is_some() || att_generic() {
+            eprintln!(
+                "skipped: GEMMA4_ATT_HEADS / GEMMA4_ATT_GENERIC override the rule under test"
+            );
             return;
         }
         assert!(attention_pairs(4, 1023));

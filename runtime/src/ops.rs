@@ -358,9 +358,10 @@ impl Gpu {
     /// `slot`, `pos` are host values (uploaded here, so they are checked): each slot below
     /// `n_slots`, each position ≥ 0 with at most `rows` visible keys (a ring of `rows` rows
     /// holds them all). `1 ≤ d ≤ ATTENTION_MAX_HEAD_DIM`, `nkv ≥ 1` dividing `nh`,
-    /// `1 ≤ t ≤ 65535`. Errors: [`RuntimeError::Shape`] naming the bad extent or row, or a
-    /// `kernel` that is neither of the two for `d`; driver errors. The o projection's prep
-    /// buffers are not written (`prep_rows` 0).
+    /// `1 ≤ t ≤ 65535`. Errors: [`RuntimeError::Shape`] naming the bad extent or row, a
+    /// `kernel` that is none of those for `d`, a two-heads kernel with `nh / nkv` odd or with two
+    /// heads' scores over [`crate::forward::ATT_PAIRS_SMEM_MAX`] bytes of shared memory; driver
+    /// errors. The o projection's prep buffers are not written (`prep_rows` 0).
     #[allow(clippy::too_many_arguments)]
     pub fn attention(
         &self,
@@ -443,6 +444,16 @@ impl Gpu {
             }
             span = span.max(n as usize);
         }
+        let smem = qh as u64 * kernels::attention_smem_bytes(kernels::att_chunk_bound(span)) as u64;
+        if qh > 1 && smem > crate::forward::ATT_PAIRS_SMEM_MAX {
+            return Err(shape(
+                what,
+                format!(
+                    "{kernel} over {span} keys: {smem} bytes of scores, more than {} (one head per block at this span)",
+                    crate::forward::ATT_PAIRS_SMEM_MAX
+                ),
+            ));
+        }
         let f = self.func(Family::Attention, kernel)?;
         let sd = self.stream.clone_htod(slot).map_err(drv(what))?;
         let pd = self.stream.clone_htod(pos).map_err(drv(what))?;
@@ -452,8 +463,7 @@ impl Gpu {
         let cfg = LaunchConfig {
             grid_dim: ((nh / qh) as u32, t as u32, kernels::att_splits(span) as u32),
             block_dim: (128, 1, 1),
-            shared_mem_bytes: qh as u32
-                * kernels::attention_smem_bytes(kernels::att_chunk_bound(span)),
+            shared_mem_bytes: smem as u32,
         };
         let mut b = self.stream.launch_builder(&f);
         b.arg(q)
