@@ -338,8 +338,10 @@ pub enum Family {
     Reduce,
     /// `embed.cu`: `embed_<fmt>` (scaled embedding-row lookup) for every format.
     Embed,
-    /// `attention.cu`: `attention_f32` (causal / sliding GQA attention over the KV cache) and
-    /// `attention_rows_f32` (explicit key range per query row: the MTP drafter).
+    /// `attention.cu`: `attention_f32` (causal / sliding GQA attention over the KV cache), its
+    /// entry points per head dim ([`attention_kernel`]) and per two query heads
+    /// ([`attention_heads_kernel`]), and `attention_rows_f32` (explicit key range per query row:
+    /// the MTP drafter). Every kernel of this family, and no other, is named `attention_*`.
     Attention,
     /// `layer.cu`: residual RMSNorm-add, scales, PLE/MoE helpers, KV store, row gather.
     Layer,
@@ -852,6 +854,16 @@ mod tests {
     #[test]
     fn attention_kernel_names() {
         use super::{attention_kernel, Family};
+        // the runtime picks the Attention family by the name's `attention_` prefix alone
+        for f in Family::ALL {
+            for n in f.kernel_names() {
+                assert_eq!(
+                    n.starts_with("attention_"),
+                    f == Family::Attention,
+                    "{n} of {f:?}"
+                );
+            }
+        }
         let cases = [
             (256, "attention_d256_f32"),
             (512, "attention_d512_f32"),

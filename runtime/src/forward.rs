@@ -1168,13 +1168,9 @@ pub struct Forward<'a> {
 
 impl Forward<'_> {
     fn fl(&self, name: &str) -> Result<CudaFunction, RuntimeError> {
+        // every `attention.cu` kernel, and no other, is named attention_* (Family::Attention)
         let fam = match name {
-            "attention_f32"
-            | "attention_d256_f32"
-            | "attention_d512_f32"
-            | "attention_d256_h2_f32"
-            | "attention_d512_h2_f32"
-            | "attention_rows_f32" => Family::Attention,
+            _ if name.starts_with("attention_") => Family::Attention,
             "add_norm_prep_f32" | "geglu_prep_f32" => Family::Layer,
             "rmsnorm_f32" => Family::Norm,
             "rope_neox_f32" => Family::Rope,
