@@ -403,6 +403,9 @@ pub fn run(
             "tok_per_s": (b * bsteps) as f64 / bs}),
         );
     }
+    // slots 0..8 at their prompt lengths again: 8 rows at once against each alone
+    let batch_rows =
+        batch_vs_single(&mut eng, 8).unwrap_or_else(|e| json!({"error": e.to_string()}));
     let b1 = batch[0]["tok_per_s"].as_f64().unwrap_or(1.0);
     for e in batch.iter_mut() {
         let t = e["tok_per_s"].as_f64().unwrap_or(0.0);
@@ -458,6 +461,7 @@ pub fn run(
         "kernel_profile": profile,
         "graph_attribution": attribution,
         "prefill_vs_decode": consistency,
+        "batch_vs_single": batch_rows,
         "notes": "decode = CUDA graph replay per step, top-1 on the device (one id copied back); eager_full_logits = the previous path (eager launches, logits row to host); f32 activations and KV",
     }))
 }
@@ -495,6 +499,43 @@ fn prefill_vs_decode(eng: &mut CudaEngine) -> Result<serde_json::Value, RuntimeE
     eng.reset_slot(0);
     let (differing, max_abs) = crate::modelcheck::cmp(&prefill, &decode);
     Ok(json!({"rows": seq.len(), "differing": differing, "max_abs": max_abs}))
+}
+
+/// Batch rows against single rows at the bench's context: one eager forward of `batch` rows
+/// (slots `0..batch`, each fed its own token; matvecs over `batch` columns and, past
+/// [`crate::forward::ATT_PAIRS_MIN_KEYS`], the several-heads attention kernels) and the same rows
+/// one at a time (one column, one head per block), every slot rewound to its length after each.
+/// Each row's numbers are one fixed-order sum whatever the rows beside it, so the logits must be
+/// bitwise equal: `{"rows", "differing", "max_abs", "several_heads_attention"}` (the last: whether
+/// the batch took those kernels). Errors: the forward's.
+fn batch_vs_single(eng: &mut CudaEngine, batch: usize) -> Result<serde_json::Value, RuntimeError> {
+    let lens: Vec<usize> = (0..batch).map(|s| eng.slot_len(s)).collect();
+    let rows: Vec<Row> = (0..batch)
+        .map(|s| Row {
+            slot: s,
+            token: 200 + s as u32,
+            logits: true,
+        })
+        .collect();
+    let rewind = |eng: &mut CudaEngine| -> Result<(), RuntimeError> {
+        for (s, &l) in lens.iter().enumerate() {
+            eng.truncate_slot(s, l)?;
+        }
+        Ok(())
+    };
+    let together = eng.forward(&rows)?;
+    rewind(eng)?;
+    let mut alone = Vec::with_capacity(batch);
+    for r in &rows {
+        alone.extend(eng.forward(std::slice::from_ref(r))?);
+    }
+    rewind(eng)?;
+    let (differing, max_abs) = crate::modelcheck::cmp(&together, &alone);
+    let max_pos = lens.iter().copied().max().unwrap_or(0);
+    Ok(
+        json!({"rows": batch, "differing": differing, "max_abs": max_abs,
+        "several_heads_attention": crate::forward::attention_pairs(batch, max_pos)}),
+    )
 }
 
 /// One decode row per slot `0..batch`, slot `s` fed token `token0 + s`, logits wanted: the fixed

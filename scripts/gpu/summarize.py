@@ -58,6 +58,9 @@ def bench(d):
     }
     # The 12B-shape self-consistency (runtime bench: prefill rows vs one-row decode steps, bitwise)
     out["prefill_vs_decode"] = j.get("prefill_vs_decode", {"error": "not in the bench JSON"})
+    # 8 batch rows against each alone (runtime bench: bitwise, the attention's several-heads
+    # kernels in the batch past 1024 keys)
+    out["batch_vs_single"] = j.get("batch_vs_single", {"error": "not in the bench JSON"})
     for a in j.get("graph_attribution", []):
         out[f"graph_step_us_batch{a['batch']}"] = [round(s * 1e6, 1) for s in a["full_step_s"]]
         out[f"saved_us_if_free_batch{a['batch']}"] = {
@@ -131,8 +134,11 @@ def main():
                 b = bench(os.path.join(work, name))
                 res.setdefault("bench", []).append(b)
                 pvd = b.get("prefill_vs_decode", {})
+                bvs = b.get("batch_vs_single", {})
                 verdicts.append((name, "error" not in b and "error" not in pvd
-                                 and pvd.get("differing") == 0 and pvd.get("rows", 0) > 0))
+                                 and pvd.get("differing") == 0 and pvd.get("rows", 0) > 0
+                                 and "error" not in bvs and bvs.get("differing") == 0
+                                 and bvs.get("rows", 0) > 0))
             elif name == "gpu-check":
                 j = json.load(open(os.path.join(work, "gpucheck", "gpu-check.json")))
                 res["gpu_check"] = {"all_passed": j["all_passed"]}
