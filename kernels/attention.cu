@@ -519,6 +519,11 @@ static __device__ __forceinline__ void attention_body(
 // with fewer rows or keys the one-head kernels are faster (batch 1 at prompt 2048 249.9 →
 // 233.6 tok/s; batch 8 at prompt 32 1760.2 → 1726.9) (H100, 2026-12-06, `runtime bench`,
 // GEMMA4_ATT_HEADS 1 against 2, one binary).
+// Measured and not kept (H100, 2026-12-06, one binary, GEMMA4_ATT_QH_MAX 2 against 4): four heads
+// per block on the full layers (attention_d512_h4_f32, 163 registers at 2 blocks per SM, no
+// spill), 12B decode at prompt 2048: batch 8 1077.0 → 1082.1 tok/s (attention 3729 → 3528 µs per
+// step), batch 4 752.4 → 738.0, batch 1 254.6 → 258.9 — within the runs' spread, for another
+// entry point.
 
 // key_scores for QH heads whose queries are contiguous (head qh at qh0 + qh·DC): each key row
 // loaded once, then head qh's chain over it exactly as key_scores<DC, BT>'s.

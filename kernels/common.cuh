@@ -190,21 +190,36 @@ static __device__ __forceinline__ void tc_split3(float v, uint32_t& h, uint32_t&
 // xs holds [K/16][8] f32 group sums, and from word TC_XSF_OFFSET on the bf16 fragments of those
 // sums for the min-term mma of folded formats (Q2_K, matvec.cu): u32 [m][K/256][32][2]: lane
 // 4g + t, words 0, 1 = the pairs (S_{2t}, S_{2t+1}), (S_{2t+8}, S_{2t+9}) of the super-block's 16
-// groups, piece p of input c for column 8m + g = 3c + p. (Rust: runtime::device::TC_MAX_K / 16 · 8.)
+// groups, piece p < TC_DIGITS of input c for column 8m + g = TC_DIGITS·c + p (the digits'
+// packing, below). (Rust: runtime::device::TC_MAX_K / 16 · 8.)
 #define TC_XSF_OFFSET 32768
+
+// int8 digits per activation of the integer tensor-core matvecs (below): 3 (22 significant bits
+// per 256-element block; the default, kernels::TC_DIGITS_DEFAULT, which a kernels test checks
+// this line against) or 2 (14). The host puts `#define TC_DIGITS n` before this file
+// (kernels::tc_digits, $GEMMA4_TC_DIGITS), so the kernels and the host's column packing and
+// kernel choice always agree; the default here serves compiles without it.
+#ifndef TC_DIGITS
+#define TC_DIGITS 3
+#endif
+static_assert(TC_DIGITS == 2 || TC_DIGITS == 3, "TC_DIGITS: 2 or 3 int8 digits per activation");
 
 // int8 digits of the activations, for the Q2_K, Q3_K and Q6_K integer tensor-core matvecs (matvec.cu, TcI8):
 // every 256-element block b (one weight super-block) of input column c has a shared power of two
 // 2^e (e = the exponent of its largest |x|, max|x| ∈ [2^e, 2^(e+1))), and each element is the integer
-// N = rint(x · 2^(21 − e)) (|N| ≤ 2^22: the block's largest element keeps 22 significant bits,
-// every element an absolute rounding error ≤ 2^(e−22)), written as three signed base-256
-// digits N = D0·2^16 + D1·2^8 + D2 (D2, D1 ∈ [−128, 127], |D0| ≤ 65). Digit p of input c is
-// mma column cc = 3c + p, as the bf16 pieces are.
+// N = rint(x · 2^(B − 1 − e)) with B = 8·TC_DIGITS − 2 (|N| ≤ 2^B: the block's largest element
+// keeps B significant bits, every element an absolute rounding error ≤ 2^(e−B)), written as
+// TC_DIGITS signed base-256 digits, most significant first: TC_DIGITS = 3 (the default, B = 22):
+// N = D0·2^16 + D1·2^8 + D2; TC_DIGITS = 2 (B = 14): N = D0·2^8 + D1 (the lower digits in
+// [−128, 127], |D0| ≤ 65). Digit p of input c is mma column cc = TC_DIGITS·c + p (the bf16
+// pieces take 3c + p), so 8 inputs fill 2 column groups at TC_DIGITS = 2 against 3 at 3. Either
+// way digit p weighs 2^(8·(TC_DIGITS − 1 − p))·2^(e − B + 1) = 2^(e − 5 − 8p): the matvecs'
+// column factors (matvec.cu TcOut<1>) are the same for both.
 // The exponents, TC_XF_OFFSET (words of xs): f32 [K/256][4 t][8], in the order the matvec's lanes
 // read them (one 64-bit load per column group and super-block): slot 2m + i of (super-block s,
-// t) is 2^e of block s of the input of mma column cc = 8m + 2t + i (input cc / 3: each input's
-// 2^e is written in its three digit columns' slots; slots of columns past the last input are not
-// written). Until 2026-12-06 the default was f32 [K/256][8], 2^e of block b of input c at 8b + c:
+// t) is 2^e of block s of the input of mma column cc = 8m + 2t + i (input cc / TC_DIGITS: each
+// input's 2^e is written in its digit columns' slots; slots of columns past the last input are
+// not written). Until 2026-12-06 the default was f32 [K/256][8], 2^e of block b of input c at 8b + c:
 // two scalar loads per column group, from per-lane input indices that the NG = 3 kernels
 // recomputed in every super-block (matvec.cu's integer epilogue note has the measurements); and
 // until 2026-12-05 the blocks were 128 elements, each half super-block scaled by its own 2^e.
@@ -255,7 +270,7 @@ static __device__ __forceinline__ float tc_quad_absmax(const float* v) {
 // group also writes the block's 2^e.
 static __device__ __forceinline__ void tc_prep_digits(const float* v, int c, int G, int t, int ng,
                                                       float M, float* __restrict__ xs) {
-    uint32_t dw[3] = {0u, 0u, 0u};
+    uint32_t dw[TC_DIGITS] = {};
     float f;
     if (!(M <= 3.4028234663852886e38f)) {
         f = __int_as_float(0x7fc00000);  // NaN: the block held a NaN or an infinity
@@ -265,26 +280,28 @@ static __device__ __forceinline__ void tc_prep_digits(const float* v, int c, int
         // e and 2^e: the exponent field of a normal M (ilogbf / ldexpf only for a subnormal one).
         const uint32_t mb = __float_as_uint(M);
         const int e = mb >= 0x00800000u ? (int)(mb >> 23) - 127 : ilogbf(M);
-        // x · 2^(21 − e) in two exact power-of-two steps (21 − e ∈ [−106, 170]).
-        const int k = 21 - e, k1 = k / 2, k2 = k - k1;
+        // x · 2^(B − 1 − e) in two exact power-of-two steps (B − 1 − e ∈ [−114, 170]).
+        const int k = 8 * TC_DIGITS - 3 - e, k1 = k / 2, k2 = k - k1;
         const float s1 = __int_as_float((127 + k1) << 23), s2 = __int_as_float((127 + k2) << 23);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            const int n = __float2int_rn((v[j] * s1) * s2);
-            const int d2 = (n << 24) >> 24;
-            const int n1 = (n - d2) >> 8;
-            const int d1 = (n1 << 24) >> 24;
-            const int d0 = (n1 - d1) >> 8;
-            dw[0] |= ((uint32_t)d0 & 255u) << (8 * j);
-            dw[1] |= ((uint32_t)d1 & 255u) << (8 * j);
-            dw[2] |= ((uint32_t)d2 & 255u) << (8 * j);
+            int n = __float2int_rn((v[j] * s1) * s2);
+            // Signed base-256 digits from the least significant up: the low byte sign-extended,
+            // the rest exactly (n − d)/256.
+#pragma unroll
+            for (int p = TC_DIGITS - 1; p > 0; --p) {
+                const int d = (n << 24) >> 24;
+                dw[p] |= ((uint32_t)d & 255u) << (8 * j);
+                n = (n - d) >> 8;
+            }
+            dw[0] |= ((uint32_t)n & 255u) << (8 * j);
         }
         f = mb >= 0x00800000u ? __uint_as_float(mb & 0x7f800000u) : ldexpf(1.0f, e);
     }
     uint32_t* xd = (uint32_t*)xs + TC_XD_OFFSET;
 #pragma unroll
-    for (int p = 0; p < 3; ++p) {
-        const int cc = 3 * c + p;
+    for (int p = 0; p < TC_DIGITS; ++p) {
+        const int cc = TC_DIGITS * c + p;
 #if TC_XLAYOUT == 2
         const int n64 = (ng + 3) >> 2;  // 64-element blocks per column group (K % 256 == 0 when read)
         xd[(((uint64_t)(cc >> 3) * n64 + (G >> 2)) * 32 + 4 * (cc & 7) + t) * 4 + (G & 3)] = dw[p];
@@ -307,9 +324,11 @@ static __device__ __forceinline__ void tc_prep_sum(float s, int c, int G, int ng
     tc_split3(s, pc[0], pc[1], pc[2]);
     const int tt = (gl & 7) >> 1, word = gl >> 3, half = gl & 1;
     unsigned short* f = (unsigned short*)((uint32_t*)(xs + TC_XSF_OFFSET));
+    // Packed as the digits (Q2_K, their only reader, sums them in the digits' columns): at
+    // TC_DIGITS = 2 the pieces hi and mid alone, S to ~2^-17 relative (tc_split3).
 #pragma unroll
-    for (int p = 0; p < 3; ++p) {
-        const int cc = 3 * c + p;
+    for (int p = 0; p < TC_DIGITS; ++p) {
+        const int cc = TC_DIGITS * c + p;
         f[2 * ((((uint64_t)(cc >> 3) * nsb + sb) * 32 + 4 * (cc & 7) + tt) * 2 + word) + half] =
             (unsigned short)pc[p];
     }

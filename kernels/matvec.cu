@@ -261,7 +261,8 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 // `tc_split3` in common.cuh, written by `mvtc_prep` or a fused producer kernel). Each piece of
 // each input column is its own mma column ("packed columns": column cc = 8m + n of column group
 // m is piece cc % 3 of input cc / 3), so 1–2 inputs take one mma per 16-group, 3–5 two and 6–8
-// three (NG = ceil(3·nc / 8), one kernel per NG so each keeps only the registers it uses). Then
+// three (NG = ceil(3·nc / 8), one kernel per NG so each keeps only the registers it uses; the
+// integer-mma formats below pack TC_DIGITS digits per input the same way, TcCols). Then
 //   y[c, r] = (Y_hi + Y_mid) + Y_lo,   Y_p = Σ_G a_{r,G} · P_{p,r,c,G} + [p = hi] b_{r,G} · S_{c,G},
 //   P_{p,r,c,G} = Σ_{e∈G} q_{r,e} · piece_p(x_{c,e})   (mma.sync m16n8k16 bf16 → f32: every
 //               product exact, summed by the tensor core in f32),
@@ -292,8 +293,24 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 // 2^(16 − 8p)·2^(e − 21)); the offsets stay the bf16 mma of the exact group sums. Error: the
 // activations' rounding to the digit grid, |x − N·2^(e−21)| ≤ 2^(e−22) (22 significant bits at
 // the block's largest element), plus the f32 roundings above; still one fixed order per column,
-// so 1..8 columns give the same bits. Blocks whose largest |x| is below ~2^-100 lose precision
-// (2^e·d·2^-29 leaves the f32 normal range); a non-finite input makes its block's 2^e NaN.
+// so 1..8 columns give the same bits.
+// Fast mode, TC_DIGITS = 2 (common.cuh; host kernels::tc_digits, GEMMA4_TC_DIGITS=2): the same
+// kernels with two digits per input (mma column TC_DIGITS·c + p, TcCols), so the integer formats
+// take NG = ceil(2·nc / 8) groups — one up to 4 inputs, two up to 8 — and Q2_K's offsets read
+// the sums' pieces hi and mid only; error 2^(e−14) per element (14 bits) and S_G to 2^-17.
+// Measured (H100, 2026-12-06, one call, this binary at two digits against the previous binary,
+// whose matvecs are these at three): `runtime mv-bench` µs n = 1 / 4 / 8: ffn_gate+ffn_up
+// 20.07 / 25.56 / 29.76 → 19.77 / 20.33 / 25.96, ffn_down 15.58 / 17.88 / 19.41 → 15.41 / 15.46
+// / 17.94, attn_q+attn_k+attn_v 9.38 / 10.56 / 13.64 → 8.77 / 8.85 / 10.67, tied Q6_K head
+// 289.7 / 345.4 / 381.2 → 289.3 / 297.4 / 346.4 (327.2 at n = 8 with TC_Q6_SGN_NG 2); 12B Q2_K-mix
+// `runtime bench`, two runs each: batch 1 301.4 / 303.4 → 312.4 / 307.4 tok/s, batch 8 1755.5 /
+// 1775.5 → 2006.8 / 1962.3 (×5.82 / ×5.85 → ×6.43 / ×6.38). Logits against the f64 oracle
+// (`xtask calibrate`, largest pair error): dense Q4_K_M fixture 2.0e-2, UD-Q2_K_XL fixtures
+// 1.4e-3–5.7e-3, e2b Q4_0 and moe Q4_K_M as at three digits (4.2e-5, 2.4e-5) — against
+// 6.6e-6–4.7e-5 at three digits — so the default stays three digits and two are opt-in (engine
+// `cuda-fast`, its own tie budgets).
+// Blocks whose largest |x| is below ~2^-100 lose precision (2^e·d·2^-29 leaves the f32 normal
+// range); a non-finite input makes its block's 2^e NaN.
 // Measured against Q2_K's former bf16 path (bf16 pieces, `pairs_fold` splitting the same word
 // into two bf16-subnormal pairs; removed since, as the producers no longer write bf16 pieces for
 // Q2_K's readers) (H200, 2026-12-03, `runtime mv-bench`, both in one call, 12B shapes):
@@ -640,6 +657,9 @@ template <typename F> struct TcI8 { enum { V = 0 }; };
 template <> struct TcI8<FmtQ2_K> { enum { V = 1 }; };
 template <> struct TcI8<FmtQ3_K> { enum { V = 1 }; };
 template <> struct TcI8<FmtQ6_K> { enum { V = 1 }; };
+// mma columns per input: its TC_DIGITS int8 digits (common.cuh) for the integer-mma formats,
+// its three bf16 pieces for the others (kernels::tc_cols_per_input).
+template <typename F> struct TcCols { enum { V = TcI8<F>::V ? TC_DIGITS : 3 }; };
 // TcOdd4<F>::V: the folded decoder's odd-j words come 4× larger from Tc<F>::quad8<true> (Q2_K): per
 // half, the even-j and odd-j mma sum into two s32 chains, P = 4·P_even + P_odd (exact, |P| < 2^28),
 // and the half's scale carries the 1/4 (d·2^-31): (float)(4·P) = 4·(float)P, so the same bits
@@ -1223,17 +1243,19 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                                 (uint32_t)(((uint64_t)min(row0 + g, rows - 1) * row_bytes) & 15));
     const uint32_t ob = tc_keep<NG>((g + 8) * (St::CPR * 16) + wid * T::SB +
                                 (uint32_t)(((uint64_t)min(row0 + g + 8, rows - 1) * row_bytes) & 15));
-    // Packed columns: mma column cc = 8m + n (group m < NG, n < 8) is piece cc % 3 (hi, mid, lo)
-    // of input column cc / 3. B-fragment lane (g, t) holds column 8m + g: its fragments start at
+    // Packed columns: mma column cc = 8m + n (group m < NG, n < 8) is piece cc % CPI (hi, mid,
+    // lo; for the integer-mma formats digit cc % CPI, most significant first) of input column
+    // cc / CPI, CPI = TcCols<F>::V. B-fragment lane (g, t) holds column 8m + g: its fragments start at
     // uint2 xo[m] of the prep buffer (fragment order, 32 uint2 per 16-group). Lanes of columns
     // past the last input read the last input column's fragments instead (written memory, in
     // the lines the warp reads anyway; those columns' outputs are never written).
     // xso[m]: the same lane's uint2 of super-block 0 in the sums' fragment area (folded formats
     // with offsets: Q2_K).
+    constexpr int CPI = TcCols<F>::V;
     uint32_t xo[NG], xso[NG];
 #pragma unroll
     for (int m = 0; m < NG; ++m) {
-        const int cc = min(8 * m + g, 3 * nc - 1);
+        const int cc = min(8 * m + g, CPI * nc - 1);
         xo[m] = tc_keep<NG>((uint32_t)((cc >> 3) * ng * 32 + 4 * (cc & 7) + t));
         xso[m] = tc_keep<NG>((uint32_t)((cc >> 3) * nsb * 32 + 4 * (cc & 7) + t));
     }
@@ -1276,7 +1298,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     if constexpr (TcI8<F>::V) {
 #pragma unroll
         for (int m = 0; m < NG; ++m) {
-            const int cc = min(8 * m + g, 3 * nc - 1);
+            const int cc = min(8 * m + g, CPI * nc - 1);
             xd[m] = tc_keep<NG>((uint32_t)((cc >> 3) * (ng >> XDS) * 32 + 4 * (cc & 7) + t));
         }
     }
@@ -1527,10 +1549,10 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 #pragma unroll
                             for (int h = 0; h < 2; ++h) {
                                 const int cc = 8 * m + 2 * t + h;
-                                if (cc % 3 == 0 && cc / 3 < nc) {
+                                if (cc % CPI == 0 && cc / CPI < nc) {
 #pragma unroll
                                     for (int u = 0; u < T::GPS; ++u) {
-                                        const float Sg = __ldg(xs + 8 * (16 * sb + s * T::GPS + u) + cc / 3);
+                                        const float Sg = __ldg(xs + 8 * (16 * sb + s * T::GPS + u) + cc / CPI);
                                         acc[m][h] = fmaf(ma, Sg, acc[m][h]);
                                         acc[m][2 + h] = fmaf(mb, Sg, acc[m][2 + h]);
                                     }
@@ -1667,14 +1689,15 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
             tot[(8 * m + 2 * t + (i & 1)) * 16 + g + 8 * (i >> 1)] = v[q];
         }
         __syncwarp();
-        // y[j, r] = (hi + mid) + lo.
+        // y[j, r] = (hi + mid) + lo (two digits: hi + mid, digit 0 and 1).
         for (int o = lane; o < 16 * nc; o += 32) {
             const int j = o >> 4, rr = o & 15, r = row0 + rr;
-            const float hv = tot[(3 * j) * 16 + rr], mv = tot[(3 * j + 1) * 16 + rr],
-                        lv = tot[(3 * j + 2) * 16 + rr];
+            const float hv = tot[(CPI * j) * 16 + rr], mv = tot[(CPI * j + 1) * 16 + rr];
             // The pieces' scales undone (exact powers of two), then (hi + mid) + lo.
             typedef TcOut<T::SUB> O;
-            if (r < rows) y[(uint64_t)j * rows + r] = (hv * O::HS + mv * O::MS) + lv * O::LS;
+            float v = hv * O::HS + mv * O::MS;
+            if constexpr (CPI == 3) v += tot[(CPI * j + 2) * 16 + rr] * O::LS;
+            if (r < rows) y[(uint64_t)j * rows + r] = v;
         }
     }
 #endif
@@ -1682,7 +1705,8 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 
 // mvtc_<fmt>_<NG>(W, xp, xs, y, rows, K, row_bytes, nc, W2, y2, rows2): y = W·x and, in the
 // same launch, y2 = W2·x (same format and K; rows2 = 0 for none), for nc inputs with
-// NG = ceil(3·nc / 8) mma column groups (host: kernels::mvtc_kernel(fmt, nc, wide)); the wide
+// NG = ceil(TcCols<F>·nc / 8) mma column groups (host: kernels::mvtc_kernel(fmt, nc, wide),
+// kernels::tc_col_groups; NG may exceed it: the extra columns are computed, never written); the wide
 // variants mvtc_<fmt>_1w and mvtc_<fmt>_3w (TcWide) take the same arguments and give the same
 // bits. One 16-row tile per block; grid ceil(rows / 16) + ceil(rows2 / 16).
 #define MVTC_ENTRY_V(NAME, F, NG, SUFFIX, MINB, XBV)                                        \

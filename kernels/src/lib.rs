@@ -85,15 +85,86 @@ pub fn matvec_rows_per_block(fmt: &str, nc: usize) -> u32 {
 
 /// Formats with a tensor-core matvec `mvtc_<fmt>_<NG>` (`matvec.cu`: weights decoded to exact bf16
 /// integers, activations split exactly into three bf16 pieces, `mma.sync` bf16 → f32; Q2_K,
-/// Q3_K, Q6_K: integer `mma.sync` s8 → s32 against three int8 digits per activation, [`tc_int8_digits`]).
+/// Q3_K, Q6_K: integer `mma.sync` s8 → s32 against [`tc_digits`] int8 digits per activation,
+/// [`tc_int8_digits`]).
 pub const TC_FORMATS: [&str; 6] = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_0"];
 /// Whether the tensor-core matvec of format `fmt` (a [`FORMATS`] suffix) takes its main sums
 /// with the integer mma against the activations' int8 digits (`matvec.cu`, `TcI8`: Q2_K, Q3_K and Q6_K; the two lists must agree)
 /// instead of the bf16 mma against their exact bf16 pieces. Those digits round each input to
-/// 22 significant bits of its 256-element block's (super-block's) largest magnitude (`common.cuh`,
-/// `TC_XD_OFFSET`), so such a matvec is not exact in its activations, unlike the others.
+/// [`tc_digit_bits`] significant bits of its 256-element block's (super-block's) largest
+/// magnitude (`common.cuh`, `TC_XD_OFFSET`), so such a matvec is not exact in its activations,
+/// unlike the others.
 pub fn tc_int8_digits(fmt: &str) -> bool {
     matches!(fmt, "q2_k" | "q3_k" | "q6_k")
+}
+
+/// Int8 digits per activation of the [`tc_int8_digits`] formats' tensor-core matvecs by default
+/// (`TC_DIGITS` in `common.cuh`): 3, i.e. 22 significant bits of each 256-element block's
+/// largest |x| ([`tc_digit_bits`]).
+pub const TC_DIGITS_DEFAULT: usize = 3;
+
+/// Environment variable choosing the digit count for the process ([`tc_digits`]): `3` (the
+/// default, "precise") or `2` ("fast"). Anything else is refused when a GPU is opened
+/// ([`tc_digits_env_problem`]).
+pub const TC_DIGITS_ENV: &str = "GEMMA4_TC_DIGITS";
+
+/// Int8 digits per activation of the [`tc_int8_digits`] formats' tensor-core matvecs in this
+/// process: `$GEMMA4_TC_DIGITS` when it is 2 or 3, else [`TC_DIGITS_DEFAULT`] (read once; the
+/// kernel sources get it as `#define TC_DIGITS`, [`Family::source`]). Each digit is one mma
+/// column, so at 2 digits 8 inputs take 2 column groups (16 columns) instead of 3: a third
+/// fewer integer mma and activation loads per weight at 5–8 inputs and half at 3–4
+/// (`matvec.cu`'s integer-mma note has the measurements), at the price of 14 significant bits
+/// instead of 22 per 256-element block, and Q2_K's group sums for its offsets keep their bf16
+/// pieces hi and mid only (to 2⁻¹⁷ relative). Either count is the same for every input count,
+/// so 1 … 8 columns give the same bits. The CUDA engine reports its name by it (`cuda` at 3,
+/// `cuda-fast` at 2), so each mode has its own tie budgets.
+pub fn tc_digits() -> usize {
+    static D: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *D.get_or_init(|| match std::env::var(TC_DIGITS_ENV).as_deref() {
+        Ok("2") => 2,
+        _ => TC_DIGITS_DEFAULT,
+    })
+}
+
+/// `Some(why)` when `$GEMMA4_TC_DIGITS` is set to something other than `2` or `3` (the runtime
+/// refuses to open a GPU then, rather than run a mode the user did not ask for).
+pub fn tc_digits_env_problem() -> Option<String> {
+    match std::env::var(TC_DIGITS_ENV) {
+        Err(std::env::VarError::NotPresent) => None,
+        Ok(v) if v == "2" || v == "3" => None,
+        Ok(v) => Some(format!("{TC_DIGITS_ENV}={v:?}: must be 2 or 3")),
+        Err(e) => Some(format!("{TC_DIGITS_ENV}: {e}")),
+    }
+}
+
+/// Significant bits the int8 digits keep of each 256-element block's largest |x|:
+/// `8·digits − 2` (`common.cuh`; 22 at 3 digits, 14 at 2): every element of a block with largest
+/// |x| in `[2^e, 2^(e+1))` is rounded to a multiple of `2^(e + 1 − bits)`, an absolute error of
+/// at most `2^(e − bits)`.
+pub fn tc_digit_bits(digits: usize) -> i32 {
+    8 * digits as i32 - 2
+}
+
+/// Mma columns one input takes in format `fmt`'s tensor-core matvec (`TcCols` in `matvec.cu`)
+/// at `digits` int8 digits: `digits` for the [`tc_int8_digits`] formats, 3 (bf16 pieces hi, mid,
+/// lo) for the others.
+pub fn tc_cols_for(fmt: &str, digits: usize) -> usize {
+    if tc_int8_digits(fmt) {
+        digits
+    } else {
+        3
+    }
+}
+
+/// [`tc_cols_for`] at this process's [`tc_digits`].
+pub fn tc_cols_per_input(fmt: &str) -> usize {
+    tc_cols_for(fmt, tc_digits())
+}
+
+/// The line every NVRTC program starts with: `#define TC_DIGITS <tc_digits()>` (`common.cuh`
+/// keeps [`TC_DIGITS_DEFAULT`] only when compiled without it).
+fn digits_define() -> String {
+    format!("#define TC_DIGITS {}\n", tc_digits())
 }
 
 /// `prep_kinds` bit of the prep producers (`mvtc_prep`, `add_norm_prep_f32`, `geglu_prep_f32`,
@@ -177,22 +248,28 @@ pub const GEGLU_PREP_THREADS: u32 = 128;
 /// Largest mma column-group count of the tensor-core matvec (8 inputs × 3 pieces = 24 columns).
 pub const TC_MAX_GROUPS: usize = 3;
 
-/// Mma column groups the tensor-core matvec uses for `nc` inputs: each input takes three
-/// columns (its activation pieces hi, mid, lo; `matvec.cu`), 8 columns a group:
-/// `ceil(3·nc / 8)`, at most [`TC_MAX_GROUPS`] for `nc ≤ 8`.
-pub fn tc_col_groups(nc: usize) -> usize {
-    (3 * nc).div_ceil(8)
+/// Mma column groups format `fmt`'s tensor-core matvec uses for `nc` inputs: each input takes
+/// [`tc_cols_per_input`] columns (`matvec.cu`), 8 columns a group: `ceil(cols·nc / 8)`, at most
+/// [`TC_MAX_GROUPS`] for `nc ≤ 8`.
+pub fn tc_col_groups(fmt: &str, nc: usize) -> usize {
+    (tc_cols_per_input(fmt) * nc).div_ceil(8)
+}
+
+/// `mvtc`/`mvtcx` kernel name suffix for NG column groups: `<NG>`, or `<NG>w` for the wide
+/// variant, which exists for NG 1 and 3 only.
+fn tc_suffix(ng: usize, wide: bool) -> String {
+    let ng = ng.clamp(1, TC_MAX_GROUPS);
+    let w = if wide && ng != 2 { "w" } else { "" };
+    format!("{ng}{w}")
 }
 
 /// Kernel name of the tensor-core matvec for format `fmt` and `nc` inputs (1 ≤ nc ≤ 8):
-/// `mvtc_<fmt>_<NG>` with NG = [`tc_col_groups`]`(nc)` (defined, empty, for every format; only
-/// [`TC_FORMATS`] compute), or with `wide` and NG 1 or 3 its wide variant `mvtc_<fmt>_<NG>w`
-/// (more resident blocks per SM, the same sums bit for bit: `TcWide` in `matvec.cu`; NG = 2
-/// has none and keeps its kernel). All three activation pieces (or int8 digits) are used.
+/// `mvtc_<fmt>_<NG>` with NG = [`tc_col_groups`]`(fmt, nc)` (defined, empty, for every format;
+/// only [`TC_FORMATS`] compute), or with `wide` and NG 1 or 3 its wide variant
+/// `mvtc_<fmt>_<NG>w` (more resident blocks per SM, the same sums bit for bit: `TcWide` in
+/// `matvec.cu`; NG = 2 has none and keeps its kernel).
 pub fn mvtc_kernel(fmt: &str, nc: usize, wide: bool) -> String {
-    let ng = tc_col_groups(nc).clamp(1, TC_MAX_GROUPS);
-    let w = if wide && ng != 2 { "w" } else { "" };
-    format!("mvtc_{fmt}_{ng}{w}")
+    format!("mvtc_{fmt}_{}", tc_suffix(tc_col_groups(fmt, nc), wide))
 }
 
 /// (format of `attn_q`/`attn_k`, format of `attn_v`) pairs with a three-matrix tensor-core
@@ -204,11 +281,20 @@ pub const TC_THIRD: [(&str, &str); 3] = [("q2_k", "q3_k"), ("q4_k", "q5_k"), ("q
 /// Kernel name of the three-matrix tensor-core matvec (y = W·x, y2 = W2·x of format `fmt` and
 /// y3 = W3·x of format `g`, one launch) for `nc` inputs: `mvtcx_<fmt>_<g>_<NG>` or, with `wide`
 /// and NG 1 or 3, `mvtcx_<fmt>_<g>_<NG>w` (the launch bound of `fmt`'s wide kernel), named as
-/// [`mvtc_kernel`]. Defined (and non-empty in `fmt`'s module) for the pairs of [`TC_THIRD`].
+/// [`mvtc_kernel`], NG = [`tcx_col_groups`]. Defined (and non-empty in `fmt`'s module) for the
+/// pairs of [`TC_THIRD`].
 pub fn mvtcx_kernel(fmt: &str, g: &str, nc: usize, wide: bool) -> String {
-    let ng = tc_col_groups(nc).clamp(1, TC_MAX_GROUPS);
-    let w = if wide && ng != 2 { "w" } else { "" };
-    format!("mvtcx_{fmt}_{g}_{ng}{w}")
+    format!(
+        "mvtcx_{fmt}_{g}_{}",
+        tc_suffix(tcx_col_groups(fmt, g, nc), wide)
+    )
+}
+
+/// Column groups of the three-matrix launch ([`mvtcx_kernel`]) of formats `fmt` and `g` for `nc`
+/// inputs: the larger of the two formats' [`tc_col_groups`] (a format packed into fewer columns,
+/// e.g. Q6_K's digits beside Q4_K's pieces, computes the extra columns and never writes them).
+pub fn tcx_col_groups(fmt: &str, g: &str, nc: usize) -> usize {
+    tc_col_groups(fmt, nc).max(tc_col_groups(g, nc))
 }
 
 /// Whether a tensor-core matvec launch of `tiles` 16-row tiles (both matrices of a paired launch)
@@ -224,7 +310,7 @@ pub fn mvtcx_kernel(fmt: &str, g: &str, nc: usize, wide: bool) -> String {
 /// - NG = 3, Q2_K and Q6_K: wide (3 blocks per SM) when the base kernel's 2 blocks per SM need
 ///   more than one wave (tiles > 2 · SMs): attn_q+attn_k 11.87 → 9.12, ffn_gate+ffn_up 45.17 →
 ///   40.16, tied Q6_K head 566.8 → 502.4; not at ≤ 2 · SMs (attn_output, 240 tiles: 6.7 → 8.2,
-///   two runs).
+///   two runs). (At two int8 digits, [`tc_digits`], these formats take at most two groups.)
 /// - Q3_K (attn_v, ffn_down: 128 and 240 tiles) and every other format: never (Q3_K at NG = 1:
 ///   ffn_down 20.2 → 20.6, at NG = 3: 26.3 → 45.6; the Q4_K 12B bench with every launch wide:
 ///   151.3 → 148.7 tok/s at batch 1, 828 → 704 at batch 8).
@@ -232,7 +318,7 @@ pub fn mvtcx_kernel(fmt: &str, g: &str, nc: usize, wide: bool) -> String {
 ///   5.33, ffn_gate+ffn_up 31.01 → 29.93 at n = 4) but slower in the 12B bench (batch 4 720.5 →
 ///   712.6 tok/s, verify of K = 4 drafts 1.153 → 1.165 decode steps).
 pub fn mvtc_wide(fmt: &str, nc: usize, tiles: usize, sms: usize) -> bool {
-    match tc_col_groups(nc) {
+    match tc_col_groups(fmt, nc) {
         1 => {
             (fmt == "q2_k" && !(tiles > 2 * sms && tiles <= 3 * sms))
                 || (fmt == "q6_k" && tiles > 3 * sms)
@@ -393,7 +479,8 @@ impl Family {
     /// The full NVRTC program text: `common.cuh`, then `quant.cuh` for block-reading families,
     /// then the family's `.cu` file (each read from [`SOURCE_DIR_ENV`] when that is set).
     pub fn source(self) -> String {
-        let mut s = override_or("common.cuh", COMMON);
+        let mut s = digits_define();
+        s.push_str(&override_or("common.cuh", COMMON));
         if self.reads_blocks() {
             s.push_str(&override_or("quant.cuh", QUANT));
         }
@@ -415,7 +502,8 @@ impl Family {
         if !self.reads_blocks() {
             return None;
         }
-        let mut s = override_or("common.cuh", COMMON);
+        let mut s = digits_define();
+        s.push_str(&override_or("common.cuh", COMMON));
         s.push_str(&format!(
             "#define FORMAT_FILTER\n#define MODULE_FMT {0}\n#define FOR_EACH_FORMAT(X) X({fmt}, {0})\n",
             FORMAT_STRUCTS[i]
@@ -440,7 +528,7 @@ impl Family {
                 })
                 .chain(TC_THIRD.iter().flat_map(|(f, g)| {
                     [(1, false), (2, false), (3, false), (1, true), (3, true)]
-                        .map(|(ng, w)| mvtcx_kernel(f, g, 3 * ng - 2, w))
+                        .map(|(ng, w)| format!("mvtcx_{f}_{g}_{}", tc_suffix(ng, w)))
                 }))
                 .chain(std::iter::once("mvtc_prep".to_string()))
                 .collect(),
@@ -841,6 +929,7 @@ mod tests {
             ("TC_XF_OFFSET", super::TC_XF_OFFSET),
             ("TC_PREP_PIECES", super::TC_PREP_PIECES as usize),
             ("TC_PREP_DIGITS", super::TC_PREP_DIGITS as usize),
+            ("TC_DIGITS", super::TC_DIGITS_DEFAULT),
         ] {
             let line = format!("#define {name} {v}");
             assert!(super::COMMON.contains(&line), "common.cuh lacks {line:?}");
@@ -1052,17 +1141,58 @@ mod tests {
 
     #[test]
     fn tc_column_groups() {
-        // Hand-derived: 3 pieces per input, 8 mma columns per group: 1 input = 3 columns → 1
-        // group; 2 → 6 → 1; 3 → 9 → 2; 5 → 15 → 2; 6 → 18 → 3; 8 → 24 → 3.
-        let groups: Vec<usize> = (1..=8).map(super::tc_col_groups).collect();
-        assert_eq!(groups, [1, 1, 2, 2, 2, 3, 3, 3]);
-        assert_eq!(super::mvtc_kernel("q2_k", 1, false), "mvtc_q2_k_1");
-        assert_eq!(super::mvtc_kernel("q6_k", 4, false), "mvtc_q6_k_2");
-        assert_eq!(super::mvtc_kernel("q3_k", 8, false), "mvtc_q3_k_3");
+        use super::{mvtc_kernel, mvtcx_kernel, tc_col_groups, tc_cols_for};
+        // Hand-derived, 8 mma columns per group: ceil(columns per input · n / 8).
+        let groups =
+            |cols: usize| -> Vec<usize> { (1..=8).map(|n| (cols * n).div_ceil(8)).collect() };
+        // Three columns (bf16 pieces of every format, or three int8 digits): 1 input = 3
+        // columns → 1 group; 2 → 6 → 1; 3 → 9 → 2; 5 → 15 → 2; 6 → 18 → 3; 8 → 24 → 3.
+        assert_eq!(groups(tc_cols_for("q4_k", 2)), [1, 1, 2, 2, 2, 3, 3, 3]);
+        assert_eq!(groups(tc_cols_for("q2_k", 3)), [1, 1, 2, 2, 2, 3, 3, 3]);
+        // Two int8 digits (Q2_K, Q3_K, Q6_K): 1 → 2 → 1; 4 → 8 → 1; 5 → 10 → 2; 8 → 16 → 2.
+        assert_eq!(groups(tc_cols_for("q6_k", 2)), [1, 1, 1, 1, 2, 2, 2, 2]);
+        assert_eq!(tc_cols_for("q4_0", 2), 3);
+        // The names at this process's digit count (tests run without GEMMA4_TC_DIGITS: 3).
+        assert_eq!(super::tc_digits(), super::TC_DIGITS_DEFAULT);
+        assert_eq!(
+            super::TC_DIGITS_DEFAULT,
+            3,
+            "the names below are derived for three digits"
+        );
+        assert_eq!(
+            (1..=8)
+                .map(|n| tc_col_groups("q2_k", n))
+                .collect::<Vec<_>>(),
+            groups(3)
+        );
+        assert_eq!(mvtc_kernel("q2_k", 1, false), "mvtc_q2_k_1");
+        assert_eq!(mvtc_kernel("q6_k", 4, false), "mvtc_q6_k_2");
+        assert_eq!(mvtc_kernel("q3_k", 8, false), "mvtc_q3_k_3");
         // Wide variants exist for NG = 1 and 3 only.
-        assert_eq!(super::mvtc_kernel("q2_k", 2, true), "mvtc_q2_k_1w");
-        assert_eq!(super::mvtc_kernel("q6_k", 4, true), "mvtc_q6_k_2");
-        assert_eq!(super::mvtc_kernel("q6_k", 8, true), "mvtc_q6_k_3w");
+        assert_eq!(mvtc_kernel("q2_k", 2, true), "mvtc_q2_k_1w");
+        assert_eq!(mvtc_kernel("q6_k", 4, true), "mvtc_q6_k_2");
+        assert_eq!(mvtc_kernel("q6_k", 8, true), "mvtc_q6_k_3w");
+        assert_eq!(mvtcx_kernel("q4_k", "q6_k", 3, false), "mvtcx_q4_k_q6_k_2");
+        assert_eq!(mvtcx_kernel("q2_k", "q3_k", 8, true), "mvtcx_q2_k_q3_k_3w");
+    }
+
+    #[test]
+    fn paired_launches_take_the_larger_group_count() {
+        // Hand-derived at two digits for Q6_K (3 inputs → 6 columns → 1 group) beside Q4_K's
+        // pieces (9 columns → 2 groups): the launch needs 2.
+        let g = |f: &str, n: usize, d: usize| (super::tc_cols_for(f, d) * n).div_ceil(8);
+        assert_eq!((g("q4_k", 3, 2), g("q6_k", 3, 2)), (2, 1));
+        assert_eq!(super::tcx_col_groups("q4_k", "q6_k", 3), 2);
+        assert_eq!(
+            super::tcx_col_groups("q2_k", "q3_k", 8),
+            g("q2_k", 8, super::tc_digits())
+        );
+    }
+
+    #[test]
+    fn digit_bits() {
+        // 8 bits per digit, less the top digit's 2 spare bits (|D0| ≤ 65): 22 and 14.
+        assert_eq!((super::tc_digit_bits(3), super::tc_digit_bits(2)), (22, 14));
     }
 
     #[test]
@@ -1074,6 +1204,7 @@ mod tests {
         assert!(w("q2_k", 1, 240)); // attn_output
         assert!(!w("q2_k", 1, 384)); // attn_q+attn_k: 265..=396 keeps 3 blocks per SM
         assert!(w("q2_k", 1, 397));
+        // (at three digits, the tests' count: 3–5 inputs are NG = 2)
         assert!(!w("q2_k", 4, 1920)); // NG = 2 has no wide kernel
         assert!(w("q2_k", 8, 384) && w("q2_k", 6, 1920));
         assert!(!w("q2_k", 8, 240) && !w("q2_k", 8, 264) && w("q2_k", 8, 265));

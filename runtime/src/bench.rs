@@ -462,6 +462,7 @@ pub fn run(
         "graph_attribution": attribution,
         "prefill_vs_decode": consistency,
         "batch_vs_single": batch_rows,
+        "tc_digits": kernels::tc_digits(),
         "notes": "decode = CUDA graph replay per step, top-1 on the device (one id copied back); eager_full_logits = the previous path (eager launches, logits row to host); f32 activations and KV",
     }))
 }

@@ -378,20 +378,35 @@ fn matvec_case(
     let y = gpu.stream.clone_dtoh(&yd)?;
     let depth = matvec_tol_units(k, tc);
     let digits = tc && format_suffix(ty, "check").is_ok_and(kernels::tc_int8_digits);
+    let bits = kernels::tc_digit_bits(kernels::tc_digits());
+    // Per-element offsets b_G of Q2_K's groups (its quants zeroed, the rest of each block kept:
+    // scales[16], qs[64], d, dmin; spec/gguf-gemma4.md §3 Q2_K), when its group sums are not
+    // exact (fewer than three pieces).
+    let offsets = if digits && ty == GgmlType::Q2_K && kernels::tc_digits() < 3 {
+        let mut z = wbytes.clone();
+        for blk in z.chunks_exact_mut(ty.type_size()) {
+            blk[16..80].fill(0);
+        }
+        let mut b = vec![0f64; rows * k];
+        dequantize(ty, &z, &mut b)?;
+        Some(b)
+    } else {
+        None
+    };
     let (mut pass, mut worst_units, mut worst_rel, mut bad) = (true, 0f64, 0f64, 0usize);
     for c in 0..nc {
         let xc = &x[c * k..(c + 1) * k];
         // Integer-mma formats read x rounded to the int8 digits' grid: per 256-element block
-        // (one super-block, `kernels::TC_SUPER_BLOCK`)
-        // with largest |x| in [2^e, 2^(e+1)), x = N·2^(e−21) + δ with |δ| ≤ 2^(e−22)
-        // (`common.cuh`, TC_XD_OFFSET), so the product may differ from Σ w·x by up to
-        // Σ_blocks 2^(e−22)·Σ|w| on top of the f32 roundings.
+        // (one super-block, `kernels::TC_SUPER_BLOCK`) with largest |x| in [2^e, 2^(e+1)),
+        // x = N·2^(e + 1 − B) + δ with |δ| ≤ 2^(e−B), B = kernels::tc_digit_bits (22 at the
+        // default three digits, 14 at two; `common.cuh`, TC_XD_OFFSET), so the product may differ
+        // from Σ w·x by up to Σ_blocks 2^(e−B)·Σ|w| on top of the f32 roundings.
         let grid: Vec<f64> = if digits {
             xc.chunks(kernels::TC_SUPER_BLOCK)
                 .map(|b| {
                     let m = b.iter().fold(0f32, |m, v| m.max(v.abs()));
                     if m > 0.0 {
-                        2f64.powi(m.log2().floor() as i32 - 22)
+                        2f64.powi(m.log2().floor() as i32 - bits)
                     } else {
                         0.0
                     }
@@ -399,6 +414,27 @@ fn matvec_case(
                 .collect()
         } else {
             Vec::new()
+        };
+        // Q2_K's offsets −dmin·m_G·S_G take the group sums S_G as their bf16 pieces; at two
+        // digits (GEMMA4_TC_DIGITS=2) the pieces hi and mid only (`common.cuh` tc_prep_sum), S_G to within
+        // 2⁻¹⁶·|S_G| (hi keeps 8 significant bits, mid rounds the rest to 8 more: tc_split3).
+        // The bound adds Σ_G |b_G|·2⁻¹⁶·|S_G| with b_G the group's offset, which is the weight
+        // of a zero quant: the dequantized blocks with their quants zeroed (`offsets`).
+        let sums_err: Vec<f64> = if let Some(b) = offsets.as_deref() {
+            (0..rows)
+                .map(|r| {
+                    let br = &b[r * k..(r + 1) * k];
+                    br.chunks(16)
+                        .zip(xc.chunks(16))
+                        .map(|(bg, xg)| {
+                            let sg: f64 = xg.iter().map(|&v| v as f64).sum();
+                            bg[0].abs() * sg.abs() * 2f64.powi(-16)
+                        })
+                        .sum()
+                })
+                .collect()
+        } else {
+            vec![0.0; rows]
         };
         for r in 0..rows {
             let wr = &w64[r * k..(r + 1) * k];
@@ -413,7 +449,7 @@ fn matvec_case(
             }
             let g = y[c * rows + r] as f64;
             let err = (g - s).abs();
-            let tol = 1.01 * (depth * U * a + q);
+            let tol = 1.01 * (depth * U * a + q + sums_err[r]);
             if !within(err, tol) {
                 pass = false;
                 bad += 1;

@@ -87,6 +87,9 @@ impl Gpu {
     pub fn new(ordinal: usize) -> Result<Gpu, RuntimeError> {
         kernels::cuda_driver_available().map_err(RuntimeError::Unavailable)?;
         kernels::nvrtc_available().map_err(RuntimeError::Unavailable)?;
+        if let Some(why) = kernels::tc_digits_env_problem() {
+            return Err(RuntimeError::Setting(why));
+        }
         let ctx = std::panic::catch_unwind(|| CudaContext::new(ordinal))
             .map_err(|p| {
                 let msg = p

@@ -8,6 +8,11 @@ pub enum RuntimeError {
     /// No usable GPU / CUDA driver / NVRTC on this machine; the text says why.
     #[error("CUDA unavailable: {0}")]
     Unavailable(String),
+    /// A runtime setting from the environment is not one the runtime knows (e.g.
+    /// `GEMMA4_TC_DIGITS`, [`kernels::tc_digits_env_problem`]); the text names it and the
+    /// accepted values.
+    #[error("bad setting: {0}")]
+    Setting(String),
     /// A CUDA driver call failed.
     #[error("CUDA driver error in {what}: {source}")]
     Driver {

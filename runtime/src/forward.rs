@@ -12,7 +12,10 @@
 //! element, [`kernels::tc_int8_digits`]), every integer product and sum exact (Q6_K's
 //! per-super-block sums, up to 2^27, are rounded once to f32). Measured on an H100 (2026-12-05,
 //! `runtime model-check`, 120–130 rows per model): logits within 2.9e-5 of the f64 oracle on the
-//! real fixture models, 4.0e-5 on the synthetic UD-Q2_K_XL ones; calibrated τ 2⁻¹³–2⁻¹⁶. Every
+//! real fixture models, 4.0e-5 on the synthetic UD-Q2_K_XL ones; calibrated τ 2⁻¹³–2⁻¹⁶. The fast
+//! mode (`GEMMA4_TC_DIGITS=2`, [`kernels::tc_digits`]) keeps two digits, 14 significant bits:
+//! logits up to 2.0e-2 from the oracle (dense Q4_K_M fixture; 2.4e-5–5.7e-3 on the others,
+//! `xtask calibrate` on an H100, 2026-12-06), τ up to 2⁻⁴, its own `cuda-fast` budgets. Every
 //! row's numbers are independent of the other rows of the call and of the chunking (each output
 //! element is one fixed-order sum), so prefill rows, decode rows and batch rows of the same
 //! prefix are bitwise identical.
@@ -1039,7 +1042,7 @@ pub fn tc_third(fmt: &str, g: &str, nc: usize) -> bool {
     });
     let ng_ok = match mode {
         0 => false,
-        1 => kernels::tc_col_groups(nc) == 1,
+        1 => kernels::tcx_col_groups(fmt, g, nc) == 1,
         _ => true,
     };
     ng_ok && kernels::TC_THIRD.contains(&(fmt, g))

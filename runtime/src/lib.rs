@@ -29,4 +29,6 @@ pub use engine::{
     CudaEngine, EngineOptions, GenRequest, GenStep, SpecKind, SpecRoundLog, SpecRun, SpecStep,
 };
 pub use error::RuntimeError;
+/// The kernel crate (its process-wide settings such as [`kernels::tc_digits`] name the engine's mode).
+pub use kernels;
 pub use weights::DeviceTensor;

@@ -499,7 +499,7 @@ impl Gpu {
     /// [`Gpu::matvec`] for a format of [`kernels::TC_FORMATS`] with `k % 256 == 0`, `k ≤`
     /// [`crate::device::TC_MAX_K`]; weights as exact bf16 integers times their group scale,
     /// activations split exactly into three bf16 pieces, products summed in f32 by the tensor
-    /// cores — for Q2_K, Q3_K and Q6_K, integer mma against the activations rounded to three int8 digits per
+    /// cores — for Q2_K, Q3_K and Q6_K, integer mma against the activations rounded to [`kernels::tc_digits`] int8 digits per
     /// 256-element block ([`kernels::tc_int8_digits`]; error statement in `matvec.cu`); base or wide kernel as [`crate::forward::tc_kernel`]
     /// picks (the same bits). Same shapes and errors as [`Gpu::matvec`], plus
     /// [`RuntimeError::Shape`] for a format or `k` the tensor-core path does not serve.

@@ -295,6 +295,8 @@ all)
     #  memcheck-*     compute-sanitizer memcheck of gpu-check --quick, model-check (e2b, moe) and a
     #                 quick spec-check;
     #  bench-2        the bench again (run-to-run spread);
+    #  bench-fast, conf-fast-*  the bench and the conf-* conformance runs in the fast mode
+    #                 (GEMMA4_TC_DIGITS=2: two int8 digits, engine `cuda-fast`, its own budgets);
     #  bench-long     the bench after a 2048-token prompt (the sliding layers' full window of 1024
     #                 keys, 2048+ on the full layers: attention's share at long contexts).
     # Out (the device tool returns at most 8 files): $OUT/all.log (each step's exit status and
@@ -396,6 +398,16 @@ all)
         skipped memcheck "no compute-sanitizer on PATH"
     fi
     step bench-2 120 "$rt" bench --draft-format none --out "$w/bench-2"
+    # The fast mode (two int8 digits, GEMMA4_TC_DIGITS=2; engine `cuda-fast` with its own budgets):
+    # the bench and conformance in prefill, plain, batch:4 on the suites with goldens.
+    step bench-fast 120 env GEMMA4_TC_DIGITS=2 "$rt" bench --draft-format none --out "$w/bench-fast"
+    for m in $real $syn; do
+        for s in $(suites_of "$m"); do
+            step "conf-fast-$s-$m" 90 env GEMMA4_TC_DIGITS=2 "$xt" conformance --engine cuda --quiet \
+                --model "$fm/$m.gguf" --suite "suites/$s.toml" --modes prefill,plain,batch:4 \
+                --out "$w/conf/fast-$s-$m"
+        done
+    done
     step bench-long 120 "$rt" bench --prompt 2048 --draft-format none --out "$w/bench-long"
     # The logs and whatever summary there is reach $OUT even if the summary fails; the mode's
     # exit status is 0 only when results.json says ok.

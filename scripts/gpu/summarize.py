@@ -55,6 +55,8 @@ def bench(d):
         "fraction_of_roofline": j["fraction_of_roofline"],
         "tok_per_s_by_batch": {str(k): v["tok_per_s"] for k, v in sorted(batch.items())},
         "batch8_over_batch1": batch[8]["tok_per_s"] / batch[1]["tok_per_s"] if 1 in batch and 8 in batch else None,
+        # int8 digits of the Q2_K/Q3_K/Q6_K matvecs' activations (GEMMA4_TC_DIGITS; 3 by default)
+        "tc_digits": j.get("tc_digits"),
     }
     # The 12B-shape self-consistency (runtime bench: prefill rows vs one-row decode steps, bitwise)
     out["prefill_vs_decode"] = j.get("prefill_vs_decode", {"error": "not in the bench JSON"})

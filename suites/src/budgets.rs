@@ -182,10 +182,11 @@ pub enum BudgetError {
 /// The engine names a `budgets.toml` table may have: what [`crate::Engine::name`] returns for
 /// every engine `cargo xtask conformance --engine` builds (`conformance::make_engine`): the
 /// reference engines, the CUDA engine and the HTTP engines (`http::HttpEngine`).
-pub const ENGINE_NAMES: [&str; 5] = [
+pub const ENGINE_NAMES: [&str; 6] = [
     "reference-f32",
     "reference-f64",
     "cuda",
+    "cuda-fast",
     "llama-server",
     "openai",
 ];
@@ -550,7 +551,7 @@ mod tests {
                 e.to_string(),
                 format!(
                     "{}: bad budgets TOML: [{name}] is not an engine name (known: reference-f32, \
-                     reference-f64, cuda, llama-server, openai): its τ would never be used",
+                     reference-f64, cuda, cuda-fast, llama-server, openai): its τ would never be used",
                     path.display()
                 )
             );

@@ -1287,7 +1287,7 @@ mod tests {
         std::fs::write(&bad, "[reference-f23]\ntau = 0.5\n").unwrap();
         let want = format!(
             "{}: bad budgets TOML: [reference-f23] is not an engine name (known: reference-f32, \
-             reference-f64, cuda, llama-server, openai): its τ would never be used",
+             reference-f64, cuda, cuda-fast, llama-server, openai): its τ would never be used",
             bad.display()
         );
         assert_eq!(conformance(&o).unwrap_err().0, want);

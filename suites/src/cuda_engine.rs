@@ -153,8 +153,15 @@ impl CudaEngineAdapter {
 }
 
 impl Engine for CudaEngineAdapter {
+    /// `cuda`, or `cuda-fast` when the process runs the integer tensor-core matvecs at two int8
+    /// digits (`GEMMA4_TC_DIGITS=2`, [`runtime::kernels::tc_digits`]): each mode has its own tie budgets
+    /// in `budgets.toml`.
     fn name(&self) -> &str {
-        "cuda"
+        if runtime::kernels::tc_digits() == 2 {
+            "cuda-fast"
+        } else {
+            "cuda"
+        }
     }
 
     fn modes(&self) -> Vec<Mode> {
