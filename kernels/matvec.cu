@@ -308,7 +308,8 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 // (`xtask calibrate`, largest pair error): dense Q4_K_M fixture 2.0e-2, UD-Q2_K_XL fixtures
 // 1.4e-3–5.7e-3, e2b Q4_0 and moe Q4_K_M as at three digits (4.2e-5, 2.4e-5) — against
 // 6.6e-6–4.7e-5 at three digits — so the default stays three digits and two are opt-in (engine
-// `cuda-fast`, its own tie budgets).
+// `cuda-fast`, its own tie budgets). At the default three digits these sources give the previous
+// binary's outputs bit for bit (another call, H100: all 28 `runtime mv-bench` output hashes equal).
 // Blocks whose largest |x| is below ~2^-100 lose precision (2^e·d·2^-29 leaves the f32 normal
 // range); a non-finite input makes its block's 2^e NaN.
 // Measured against Q2_K's former bf16 path (bf16 pieces, `pairs_fold` splitting the same word
@@ -681,6 +682,11 @@ template <typename F> struct TcCols { enum { V = TcI8<F>::V ? TC_DIGITS : 3 }; }
 // 1642.1 / 1642.0 → 1653.0 / 1652.7 tok/s, batch 1 279.9 / 279.9 → 279.5 / 279.7; and every
 // check of `run.sh all` passed with these sources (gpu-check, model-check maxima as before,
 // conformance, spec-check, memcheck).
+// In the fast mode (TC_DIGITS 2, where the head takes NG = 2 at 5–8 inputs) TC_Q6_SGN_NG 2 was
+// measured and not kept (H100, 2026-12-06, GEMMA4_KERNEL_SRC against the embedded sources, the
+// same binary): mv-bench head n = 8 346.4 → 327.2 µs (one call), but the 12B decode (another
+// call, two alternating runs each) batch 8 2019.5 / 2020.0 → 1981.5 / 1969.4 tok/s and batch 1
+// 316.5 / 315.9 → 307.5 / 310.1.
 #ifndef TC_Q6_SGN_NG
 #define TC_Q6_SGN_NG 3
 #endif
