@@ -5,6 +5,10 @@
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // the sources take GEMMA4_TC_DIGITS (kernels::tc_digits): a bad value is refused, not ignored
+    if let Some(why) = kernels::tc_digits_env_problem() {
+        return Err(why.into());
+    }
     let dir = PathBuf::from(
         std::env::args()
             .nth(1)

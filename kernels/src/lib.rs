@@ -120,20 +120,24 @@ pub const TC_DIGITS_ENV: &str = "GEMMA4_TC_DIGITS";
 /// `cuda-fast` at 2), so each mode has its own tie budgets.
 pub fn tc_digits() -> usize {
     static D: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *D.get_or_init(|| match std::env::var(TC_DIGITS_ENV).as_deref() {
-        Ok("2") => 2,
-        _ => TC_DIGITS_DEFAULT,
-    })
+    *D.get_or_init(|| digits_setting(std::env::var(TC_DIGITS_ENV)).unwrap_or(TC_DIGITS_DEFAULT))
 }
 
 /// `Some(why)` when `$GEMMA4_TC_DIGITS` is set to something other than `2` or `3` (the runtime
 /// refuses to open a GPU then, rather than run a mode the user did not ask for).
 pub fn tc_digits_env_problem() -> Option<String> {
-    match std::env::var(TC_DIGITS_ENV) {
-        Err(std::env::VarError::NotPresent) => None,
-        Ok(v) if v == "2" || v == "3" => None,
-        Ok(v) => Some(format!("{TC_DIGITS_ENV}={v:?}: must be 2 or 3")),
-        Err(e) => Some(format!("{TC_DIGITS_ENV}: {e}")),
+    digits_setting(std::env::var(TC_DIGITS_ENV)).err()
+}
+
+/// The digit count a `GEMMA4_TC_DIGITS` lookup asks for: unset → [`TC_DIGITS_DEFAULT`], `2` or
+/// `3` → that; any other value (or one that is not Unicode) → why it is refused.
+fn digits_setting(v: Result<String, std::env::VarError>) -> Result<usize, String> {
+    match v {
+        Err(std::env::VarError::NotPresent) => Ok(TC_DIGITS_DEFAULT),
+        Ok(v) if v == "2" => Ok(2),
+        Ok(v) if v == "3" => Ok(3),
+        Ok(v) => Err(format!("{TC_DIGITS_ENV}={v:?}: must be 2 or 3")),
+        Err(e) => Err(format!("{TC_DIGITS_ENV}: {e}")),
     }
 }
 
@@ -1187,6 +1191,24 @@ mod tests {
             super::tcx_col_groups("q2_k", "q3_k", 8),
             g("q2_k", 8, super::tc_digits())
         );
+    }
+
+    #[test]
+    fn digits_setting_takes_2_or_3_and_refuses_the_rest() {
+        use super::digits_setting as d;
+        use std::env::VarError;
+        assert_eq!(d(Err(VarError::NotPresent)), Ok(3));
+        assert_eq!(d(Ok("2".into())), Ok(2));
+        assert_eq!(d(Ok("3".into())), Ok(3));
+        for bad in ["4", "", " 2", "02", "two", "2\n"] {
+            assert_eq!(
+                d(Ok(bad.into())),
+                Err(format!("GEMMA4_TC_DIGITS={bad:?}: must be 2 or 3")),
+                "{bad:?}"
+            );
+        }
+        let e = d(Err(VarError::NotUnicode("\u{fffd}".into()))).unwrap_err();
+        assert!(e.starts_with("GEMMA4_TC_DIGITS: "), "{e}");
     }
 
     #[test]

@@ -383,13 +383,7 @@ fn matvec_case(
     // scales[16], qs[64], d, dmin; spec/gguf-gemma4.md §3 Q2_K), when its group sums are not
     // exact (fewer than three pieces).
     let offsets = if digits && ty == GgmlType::Q2_K && kernels::tc_digits() < 3 {
-        let mut z = wbytes.clone();
-        for blk in z.chunks_exact_mut(ty.type_size()) {
-            blk[16..80].fill(0);
-        }
-        let mut b = vec![0f64; rows * k];
-        dequantize(ty, &z, &mut b)?;
-        Some(b)
+        Some(q2_k_offsets(&wbytes)?)
     } else {
         None
     };
@@ -468,6 +462,20 @@ fn matvec_case(
         }
     }
     Ok((pass, worst_units, worst_rel, bad))
+}
+
+/// The offset b_G = −dmin·m_G of every element's group in Q2_K blocks (`spec/gguf-gemma4.md` §3
+/// Q2_K: `x = d·(s & 0xF)·q − dmin·(s >> 4)`), one f64 per element: the blocks dequantized with
+/// their quants (bytes 16..80 of each 84-byte block) zeroed. Errors: not whole blocks.
+fn q2_k_offsets(blocks: &[u8]) -> Result<Vec<f64>> {
+    let ty = GgmlType::Q2_K;
+    let mut z = blocks.to_vec();
+    for blk in z.chunks_exact_mut(ty.type_size()) {
+        blk[16..80].fill(0);
+    }
+    let mut b = vec![0f64; z.len() / ty.type_size() * ty.block_size()];
+    dequantize(ty, &z, &mut b)?;
+    Ok(b)
 }
 
 /// Tolerance of [`matvec_case`] in units of `2⁻²⁴ · Σ|w·x|`: CUDA-core `⌈K/1024⌉ + 16`
@@ -1490,6 +1498,23 @@ mod tests {
 
     /// The generator's blocks have finite scale fields for every format, judged by the
     /// reference's independent scanner, so a NaN in a GPU output is always the kernel's fault.
+    #[test]
+    fn q2_k_offsets_are_minus_dmin_times_min() {
+        // One hand-built block: group 0's scale byte 0x35 (scale 5, min 3), the other 15 groups'
+        // 0x10 (scale 0, min 1), quants all 3, d = 1.0 (f16 0x3C00), dmin = 0.5 (0x3800). By the
+        // spec's x = d·(s & 0xF)·q − dmin·(s >> 4) at q = 0: −1.5 in group 0, −0.5 elsewhere.
+        let mut blk = vec![0x10u8; 16];
+        blk[0] = 0x35;
+        blk.extend([0xFFu8; 64]);
+        blk.extend(0x3C00u16.to_le_bytes());
+        blk.extend(0x3800u16.to_le_bytes());
+        let b = super::q2_k_offsets(&blk).unwrap();
+        assert_eq!(b.len(), 256);
+        assert!(b[..16].iter().all(|&v| v == -1.5), "{:?}", &b[..16]);
+        assert!(b[16..].iter().all(|&v| v == -0.5));
+        assert!(super::q2_k_offsets(&blk[..83]).is_err());
+    }
+
     #[test]
     fn random_blocks_are_finite() {
         let mut rng = Rng::new(7);

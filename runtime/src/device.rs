@@ -82,14 +82,15 @@ impl Gpu {
     /// the device facts. Kernels are compiled lazily on first use (or by
     /// [`ModuleCache::load_all`]).
     ///
-    /// Errors: [`RuntimeError::Unavailable`] (no driver / NVRTC / device, including a cudarc
-    /// panic caught here), [`RuntimeError::Driver`] for a failing driver query.
+    /// Errors: [`RuntimeError::Setting`] for a `GEMMA4_TC_DIGITS` other than 2 or 3 (checked
+    /// first, on any machine), [`RuntimeError::Unavailable`] (no driver / NVRTC / device,
+    /// including a cudarc panic caught here), [`RuntimeError::Driver`] for a failing driver query.
     pub fn new(ordinal: usize) -> Result<Gpu, RuntimeError> {
-        kernels::cuda_driver_available().map_err(RuntimeError::Unavailable)?;
-        kernels::nvrtc_available().map_err(RuntimeError::Unavailable)?;
         if let Some(why) = kernels::tc_digits_env_problem() {
             return Err(RuntimeError::Setting(why));
         }
+        kernels::cuda_driver_available().map_err(RuntimeError::Unavailable)?;
+        kernels::nvrtc_available().map_err(RuntimeError::Unavailable)?;
         let ctx = std::panic::catch_unwind(|| CudaContext::new(ordinal))
             .map_err(|p| {
                 let msg = p
