@@ -112,8 +112,8 @@ pub const TC_DIGITS_ENV: &str = "GEMMA4_TC_DIGITS";
 /// process: `$GEMMA4_TC_DIGITS` when it is 2 or 3, else [`TC_DIGITS_DEFAULT`] (read once; the
 /// kernel sources get it as `#define TC_DIGITS`, [`Family::source`]). Each digit is one mma
 /// column, so at 2 digits 8 inputs take 2 column groups (16 columns) instead of 3: a third
-/// fewer integer mma and activation loads per weight at 5–8 inputs and half at 3–4
-/// (`matvec.cu`'s integer-mma note has the measurements), at the price of 14 significant bits
+/// fewer integer mma and activation loads per weight at 6–8 inputs and half at 3–4 (5: two groups
+/// either way; `matvec.cu`'s integer-mma note has the measurements), at the price of 14 significant bits
 /// instead of 22 per 256-element block, and Q2_K's group sums for its offsets keep their bf16
 /// pieces hi and mid only (to 2⁻¹⁷ relative). Either count is the same for every input count,
 /// so 1 … 8 columns give the same bits. The CUDA engine reports its name by it (`cuda` at 3,
