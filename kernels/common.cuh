@@ -325,7 +325,7 @@ static __device__ __forceinline__ void tc_prep_sum(float s, int c, int G, int ng
     const int tt = (gl & 7) >> 1, word = gl >> 3, half = gl & 1;
     unsigned short* f = (unsigned short*)((uint32_t*)(xs + TC_XSF_OFFSET));
     // Packed as the digits (Q2_K, their only reader, sums them in the digits' columns): at
-    // TC_DIGITS = 2 the pieces hi and mid alone, S to ~2^-17 relative (tc_split3).
+    // TC_DIGITS = 2 the pieces hi and mid alone, S to 2^-16 relative (tc_split3).
 #pragma unroll
     for (int p = 0; p < TC_DIGITS; ++p) {
         const int cc = TC_DIGITS * c + p;

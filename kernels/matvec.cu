@@ -293,11 +293,12 @@ FOR_EACH_FORMAT(MATVEC_IDS_KERNEL)
 // 2^(16 − 8p)·2^(e − 21)); the offsets stay the bf16 mma of the exact group sums. Error: the
 // activations' rounding to the digit grid, |x − N·2^(e−21)| ≤ 2^(e−22) (22 significant bits at
 // the block's largest element), plus the f32 roundings above; still one fixed order per column,
-// so 1..8 columns give the same bits.
+// so 1..8 columns give the same bits. (All of this at the default TC_DIGITS = 3, columns 3c + p;
+// the fast mode below packs two.)
 // Fast mode, TC_DIGITS = 2 (common.cuh; host kernels::tc_digits, GEMMA4_TC_DIGITS=2): the same
 // kernels with two digits per input (mma column TC_DIGITS·c + p, TcCols), so the integer formats
 // take NG = ceil(2·nc / 8) groups — one up to 4 inputs, two up to 8 — and Q2_K's offsets read
-// the sums' pieces hi and mid only; error 2^(e−14) per element (14 bits) and S_G to 2^-17.
+// the sums' pieces hi and mid only; error 2^(e−14) per element (14 bits) and S_G to 2^-16.
 // Measured (H100, 2026-12-06, one call, this binary at two digits against the previous binary,
 // whose matvecs are these at three): `runtime mv-bench` µs n = 1 / 4 / 8: ffn_gate+ffn_up
 // 20.07 / 25.56 / 29.76 → 19.77 / 20.33 / 25.96, ffn_down 15.58 / 17.88 / 19.41 → 15.41 / 15.46

@@ -115,18 +115,24 @@ pub const TC_DIGITS_ENV: &str = "GEMMA4_TC_DIGITS";
 /// fewer integer mma and activation loads per weight at 6–8 inputs and half at 3–4 (5: two groups
 /// either way; `matvec.cu`'s integer-mma note has the measurements), at the price of 14 significant bits
 /// instead of 22 per 256-element block, and Q2_K's group sums for its offsets keep their bf16
-/// pieces hi and mid only (to 2⁻¹⁷ relative). Either count is the same for every input count,
+/// pieces hi and mid only (to 2⁻¹⁶ relative). Either count is the same for every input count,
 /// so 1 … 8 columns give the same bits. The CUDA engine reports its name by it (`cuda` at 3,
 /// `cuda-fast` at 2), so each mode has its own tie budgets.
 pub fn tc_digits() -> usize {
-    static D: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *D.get_or_init(|| digits_setting(std::env::var(TC_DIGITS_ENV)).unwrap_or(TC_DIGITS_DEFAULT))
+    *digits_read().as_ref().unwrap_or(&TC_DIGITS_DEFAULT)
 }
 
 /// `Some(why)` when `$GEMMA4_TC_DIGITS` is set to something other than `2` or `3` (the runtime
-/// refuses to open a GPU then, rather than run a mode the user did not ask for).
+/// refuses to open a GPU then, rather than run a mode the user did not ask for). The same one
+/// reading as [`tc_digits`].
 pub fn tc_digits_env_problem() -> Option<String> {
-    digits_setting(std::env::var(TC_DIGITS_ENV)).err()
+    digits_read().as_ref().err().cloned()
+}
+
+/// The process's one reading of `$GEMMA4_TC_DIGITS` ([`digits_setting`]).
+fn digits_read() -> &'static Result<usize, String> {
+    static D: std::sync::OnceLock<Result<usize, String>> = std::sync::OnceLock::new();
+    D.get_or_init(|| digits_setting(std::env::var(TC_DIGITS_ENV)))
 }
 
 /// The digit count a `GEMMA4_TC_DIGITS` lookup asks for: unset → [`TC_DIGITS_DEFAULT`], `2` or
@@ -166,9 +172,22 @@ pub fn tc_cols_per_input(fmt: &str) -> usize {
 }
 
 /// The line every NVRTC program starts with: `#define TC_DIGITS <tc_digits()>` (`common.cuh`
-/// keeps [`TC_DIGITS_DEFAULT`] only when compiled without it).
-fn digits_define() -> String {
-    format!("#define TC_DIGITS {}\n", tc_digits())
+/// keeps [`TC_DIGITS_DEFAULT`] only when compiled without it). With `common.cuh` from
+/// [`SOURCE_DIR_ENV`] that predates `TC_DIGITS` (it would pack three digits whatever the host
+/// asks) and a digit count other than the default, an `#error` naming both instead, so the
+/// compile fails rather than the host and the kernels disagreeing on the columns.
+fn digits_define(common: &str) -> String {
+    digits_line(common, tc_digits())
+}
+
+/// [`digits_define`] at `d` digits.
+fn digits_line(common: &str, d: usize) -> String {
+    if d != TC_DIGITS_DEFAULT && !common.contains("TC_DIGITS") {
+        return format!(
+            "#error \"{TC_DIGITS_ENV}={d} needs a common.cuh with TC_DIGITS; the one from {SOURCE_DIR_ENV} has none\"\n"
+        );
+    }
+    format!("#define TC_DIGITS {d}\n")
 }
 
 /// `prep_kinds` bit of the prep producers (`mvtc_prep`, `add_norm_prep_f32`, `geglu_prep_f32`,
@@ -256,7 +275,12 @@ pub const TC_MAX_GROUPS: usize = 3;
 /// [`tc_cols_per_input`] columns (`matvec.cu`), 8 columns a group: `ceil(cols·nc / 8)`, at most
 /// [`TC_MAX_GROUPS`] for `nc ≤ 8`.
 pub fn tc_col_groups(fmt: &str, nc: usize) -> usize {
-    (tc_cols_per_input(fmt) * nc).div_ceil(8)
+    col_groups(fmt, nc, tc_digits())
+}
+
+/// [`tc_col_groups`] at `digits` int8 digits.
+fn col_groups(fmt: &str, nc: usize, digits: usize) -> usize {
+    (tc_cols_for(fmt, digits) * nc).div_ceil(8)
 }
 
 /// `mvtc`/`mvtcx` kernel name suffix for NG column groups: `<NG>`, or `<NG>w` for the wide
@@ -273,7 +297,15 @@ fn tc_suffix(ng: usize, wide: bool) -> String {
 /// `mvtc_<fmt>_<NG>w` (more resident blocks per SM, the same sums bit for bit: `TcWide` in
 /// `matvec.cu`; NG = 2 has none and keeps its kernel).
 pub fn mvtc_kernel(fmt: &str, nc: usize, wide: bool) -> String {
-    format!("mvtc_{fmt}_{}", tc_suffix(tc_col_groups(fmt, nc), wide))
+    mvtc_name(fmt, nc, wide, tc_digits())
+}
+
+/// [`mvtc_kernel`] at `digits` int8 digits.
+fn mvtc_name(fmt: &str, nc: usize, wide: bool, digits: usize) -> String {
+    format!(
+        "mvtc_{fmt}_{}",
+        tc_suffix(col_groups(fmt, nc, digits), wide)
+    )
 }
 
 /// (format of `attn_q`/`attn_k`, format of `attn_v`) pairs with a three-matrix tensor-core
@@ -288,17 +320,20 @@ pub const TC_THIRD: [(&str, &str); 3] = [("q2_k", "q3_k"), ("q4_k", "q5_k"), ("q
 /// [`mvtc_kernel`], NG = [`tcx_col_groups`]. Defined (and non-empty in `fmt`'s module) for the
 /// pairs of [`TC_THIRD`].
 pub fn mvtcx_kernel(fmt: &str, g: &str, nc: usize, wide: bool) -> String {
-    format!(
-        "mvtcx_{fmt}_{g}_{}",
-        tc_suffix(tcx_col_groups(fmt, g, nc), wide)
-    )
+    mvtcx_name(fmt, g, nc, wide, tc_digits())
+}
+
+/// [`mvtcx_kernel`] at `digits` int8 digits.
+fn mvtcx_name(fmt: &str, g: &str, nc: usize, wide: bool, digits: usize) -> String {
+    let ng = col_groups(fmt, nc, digits).max(col_groups(g, nc, digits));
+    format!("mvtcx_{fmt}_{g}_{}", tc_suffix(ng, wide))
 }
 
 /// Column groups of the three-matrix launch ([`mvtcx_kernel`]) of formats `fmt` and `g` for `nc`
 /// inputs: the larger of the two formats' [`tc_col_groups`] (a format packed into fewer columns,
 /// e.g. Q6_K's digits beside Q4_K's pieces, computes the extra columns and never writes them).
 pub fn tcx_col_groups(fmt: &str, g: &str, nc: usize) -> usize {
-    tc_col_groups(fmt, nc).max(tc_col_groups(g, nc))
+    col_groups(fmt, nc, tc_digits()).max(col_groups(g, nc, tc_digits()))
 }
 
 /// Whether a tensor-core matvec launch of `tiles` 16-row tiles (both matrices of a paired launch)
@@ -322,7 +357,12 @@ pub fn tcx_col_groups(fmt: &str, g: &str, nc: usize) -> usize {
 ///   5.33, ffn_gate+ffn_up 31.01 → 29.93 at n = 4) but slower in the 12B bench (batch 4 720.5 →
 ///   712.6 tok/s, verify of K = 4 drafts 1.153 → 1.165 decode steps).
 pub fn mvtc_wide(fmt: &str, nc: usize, tiles: usize, sms: usize) -> bool {
-    match tc_col_groups(fmt, nc) {
+    wide_rule(fmt, nc, tiles, sms, tc_digits())
+}
+
+/// [`mvtc_wide`] at `digits` int8 digits.
+fn wide_rule(fmt: &str, nc: usize, tiles: usize, sms: usize, digits: usize) -> bool {
+    match col_groups(fmt, nc, digits) {
         1 => {
             (fmt == "q2_k" && !(tiles > 2 * sms && tiles <= 3 * sms))
                 || (fmt == "q6_k" && tiles > 3 * sms)
@@ -483,8 +523,9 @@ impl Family {
     /// The full NVRTC program text: `common.cuh`, then `quant.cuh` for block-reading families,
     /// then the family's `.cu` file (each read from [`SOURCE_DIR_ENV`] when that is set).
     pub fn source(self) -> String {
-        let mut s = digits_define();
-        s.push_str(&override_or("common.cuh", COMMON));
+        let common = override_or("common.cuh", COMMON);
+        let mut s = digits_define(&common);
+        s.push_str(&common);
         if self.reads_blocks() {
             s.push_str(&override_or("quant.cuh", QUANT));
         }
@@ -506,8 +547,9 @@ impl Family {
         if !self.reads_blocks() {
             return None;
         }
-        let mut s = digits_define();
-        s.push_str(&override_or("common.cuh", COMMON));
+        let common = override_or("common.cuh", COMMON);
+        let mut s = digits_define(&common);
+        s.push_str(&common);
         s.push_str(&format!(
             "#define FORMAT_FILTER\n#define MODULE_FMT {0}\n#define FOR_EACH_FORMAT(X) X({fmt}, {0})\n",
             FORMAT_STRUCTS[i]
@@ -1181,15 +1223,40 @@ mod tests {
     }
 
     #[test]
-    fn paired_launches_take_the_larger_group_count() {
-        // Hand-derived at two digits for Q6_K (3 inputs → 6 columns → 1 group) beside Q4_K's
-        // pieces (9 columns → 2 groups): the launch needs 2.
-        let g = |f: &str, n: usize, d: usize| (super::tc_cols_for(f, d) * n).div_ceil(8);
-        assert_eq!((g("q4_k", 3, 2), g("q6_k", 3, 2)), (2, 1));
-        assert_eq!(super::tcx_col_groups("q4_k", "q6_k", 3), 2);
+    fn kernel_names_at_two_digits() {
+        use super::{mvtc_name, mvtcx_name, wide_rule};
+        // Hand-derived: two columns per input for Q2_K/Q3_K/Q6_K, three for Q4_K; 8 a group.
+        assert_eq!(mvtc_name("q6_k", 4, false, 2), "mvtc_q6_k_1"); // 8 columns
+        assert_eq!(mvtc_name("q6_k", 5, false, 2), "mvtc_q6_k_2"); // 10
+        assert_eq!(mvtc_name("q2_k", 8, true, 2), "mvtc_q2_k_2"); // 16, no wide NG = 2
+        assert_eq!(mvtc_name("q4_k", 8, true, 2), "mvtc_q4_k_3w"); // 24: pieces unchanged
+                                                                   // A paired launch takes the larger count: Q6_K's 6 digit columns (1 group) beside
+                                                                   // Q4_K's 9 piece columns (2 groups) at 3 inputs → 2; 1 input: 2 and 3 columns → 1.
+        assert_eq!(mvtcx_name("q4_k", "q6_k", 3, false, 2), "mvtcx_q4_k_q6_k_2");
+        assert_eq!(mvtcx_name("q4_k", "q6_k", 1, false, 2), "mvtcx_q4_k_q6_k_1");
+        assert_eq!(mvtcx_name("q2_k", "q3_k", 4, true, 2), "mvtcx_q2_k_q3_k_1w");
+        assert_eq!(mvtcx_name("q2_k", "q3_k", 8, true, 2), "mvtcx_q2_k_q3_k_2");
+        // The wide rule follows the group count: Q2_K at 4 inputs is NG = 1 (wide outside the
+        // 265–396-tile band on 132 SMs), at 8 NG = 2 (never wide); at three digits 4 inputs
+        // are NG = 2 and 8 are NG = 3.
+        assert!(wide_rule("q2_k", 4, 1920, 132, 2) && !wide_rule("q2_k", 4, 1920, 132, 3));
+        assert!(!wide_rule("q2_k", 4, 384, 132, 2));
+        assert!(!wide_rule("q2_k", 8, 1920, 132, 2) && wide_rule("q2_k", 8, 1920, 132, 3));
+        assert!(!wide_rule("q6_k", 8, 16384, 132, 2) && wide_rule("q6_k", 4, 16384, 132, 2));
+    }
+
+    #[test]
+    fn old_kernel_sources_are_refused_at_two_digits() {
+        use super::digits_line;
+        let old = "// a common.cuh from before the digit count\n";
+        // The embedded common.cuh takes either count; one without TC_DIGITS only the default.
+        assert_eq!(digits_line(super::COMMON, 2), "#define TC_DIGITS 2\n");
+        assert_eq!(digits_line(super::COMMON, 3), "#define TC_DIGITS 3\n");
+        assert_eq!(digits_line(old, 3), "#define TC_DIGITS 3\n");
         assert_eq!(
-            super::tcx_col_groups("q2_k", "q3_k", 8),
-            g("q2_k", 8, super::tc_digits())
+            digits_line(old, 2),
+            "#error \"GEMMA4_TC_DIGITS=2 needs a common.cuh with TC_DIGITS; the one from \
+             GEMMA4_KERNEL_SRC has none\"\n"
         );
     }
 

@@ -380,13 +380,15 @@ fn matvec_case(
     let digits = tc && format_suffix(ty, "check").is_ok_and(kernels::tc_int8_digits);
     let bits = kernels::tc_digit_bits(kernels::tc_digits());
     // Per-element offsets b_G of Q2_K's groups (its quants zeroed, the rest of each block kept:
-    // scales[16], qs[64], d, dmin; spec/gguf-gemma4.md §3 Q2_K), when its group sums are not
-    // exact (fewer than three pieces).
-    let offsets = if digits && ty == GgmlType::Q2_K && kernels::tc_digits() < 3 {
+    // scales[16], qs[64], d, dmin; spec/gguf-gemma4.md §3 Q2_K): the digits' rounding meets
+    // the scaled quants w − b_G (the offsets take the group sums apart), and at two digits the
+    // sums themselves are not exact.
+    let offsets = if digits && ty == GgmlType::Q2_K {
         Some(q2_k_offsets(&wbytes)?)
     } else {
         None
     };
+    let two_piece_sums = kernels::tc_digits() < 3;
     let (mut pass, mut worst_units, mut worst_rel, mut bad) = (true, 0f64, 0f64, 0usize);
     for c in 0..nc {
         let xc = &x[c * k..(c + 1) * k];
@@ -394,7 +396,8 @@ fn matvec_case(
         // (one super-block, `kernels::TC_SUPER_BLOCK`) with largest |x| in [2^e, 2^(e+1)),
         // x = N·2^(e + 1 − B) + δ with |δ| ≤ 2^(e−B), B = kernels::tc_digit_bits (22 at the
         // default three digits, 14 at two; `common.cuh`, TC_XD_OFFSET), so the product may differ
-        // from Σ w·x by up to Σ_blocks 2^(e−B)·Σ|w| on top of the f32 roundings.
+        // from Σ w·x by up to Σ_blocks 2^(e−B)·Σ|w − b| on top of the f32 roundings (b: the
+        // group's offset for Q2_K, whose offsets are summed apart, 0 for Q3_K and Q6_K).
         let grid: Vec<f64> = if digits {
             xc.chunks(kernels::TC_SUPER_BLOCK)
                 .map(|b| {
@@ -414,7 +417,7 @@ fn matvec_case(
         // 2⁻¹⁶·|S_G| (hi keeps 8 significant bits, mid rounds the rest to 8 more: tc_split3).
         // The bound adds Σ_G |b_G|·2⁻¹⁶·|S_G| with b_G the group's offset, which is the weight
         // of a zero quant: the dequantized blocks with their quants zeroed (`offsets`).
-        let sums_err: Vec<f64> = if let Some(b) = offsets.as_deref() {
+        let sums_err: Vec<f64> = if let (Some(b), true) = (offsets.as_deref(), two_piece_sums) {
             (0..rows)
                 .map(|r| {
                     let br = &b[r * k..(r + 1) * k];
@@ -432,13 +435,15 @@ fn matvec_case(
         };
         for r in 0..rows {
             let wr = &w64[r * k..(r + 1) * k];
+            let br = offsets.as_deref().map(|b| &b[r * k..(r + 1) * k]);
             let (mut s, mut a, mut q) = (0f64, 0f64, 0f64);
             for (e, (w, &xv)) in wr.iter().zip(xc).enumerate() {
                 let p = w * xv as f64;
                 s += p;
                 a += p.abs();
                 if digits {
-                    q += grid[e / kernels::TC_SUPER_BLOCK] * w.abs();
+                    let scaled = w - br.map_or(0.0, |b| b[e]);
+                    q += grid[e / kernels::TC_SUPER_BLOCK] * scaled.abs();
                 }
             }
             let g = y[c * rows + r] as f64;
@@ -1496,8 +1501,6 @@ mod tests {
     use super::*;
     use reference::quant::first_nonfinite_block;
 
-    /// The generator's blocks have finite scale fields for every format, judged by the
-    /// reference's independent scanner, so a NaN in a GPU output is always the kernel's fault.
     #[test]
     fn q2_k_offsets_are_minus_dmin_times_min() {
         // One hand-built block: group 0's scale byte 0x35 (scale 5, min 3), the other 15 groups'
@@ -1515,6 +1518,8 @@ mod tests {
         assert!(super::q2_k_offsets(&blk[..83]).is_err());
     }
 
+    /// The generator's blocks have finite scale fields for every format, judged by the
+    /// reference's independent scanner, so a NaN in a GPU output is always the kernel's fault.
     #[test]
     fn random_blocks_are_finite() {
         let mut rng = Rng::new(7);

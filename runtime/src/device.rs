@@ -72,9 +72,14 @@ pub(crate) fn tc_serves(fmt: &str, k: usize, bytes: usize, cc: (i32, i32)) -> bo
 }
 
 /// Why no GPU can be used here, or `None` when `libcuda` and `libnvrtc` open and a device
-/// context can be created. Never panics.
+/// context can be created. A bad setting ([`RuntimeError::Setting`], e.g. `GEMMA4_TC_DIGITS=02`)
+/// is not a missing GPU: it gives `None` too, so the caller's own [`Gpu::new`] fails with it
+/// (a GPU test fails instead of printing `skipped`). Never panics.
 pub fn unavailable_reason() -> Option<String> {
-    Gpu::new(0).err().map(|e| e.to_string())
+    match Gpu::new(0) {
+        Ok(_) | Err(RuntimeError::Setting(_)) => None,
+        Err(e) => Some(e.to_string()),
+    }
 }
 
 impl Gpu {

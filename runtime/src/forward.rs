@@ -785,6 +785,12 @@ pub fn tc_kernel(fmt: &str, nc: usize, rows: usize, rows2: usize, sms: u32) -> S
 /// `fmt` and `W3` of format `g`) for a launch over `rows` = the three matrices' row counts with
 /// `nc` inputs: base or wide by the same rule as [`tc_kernel`], over all three matrices' tiles.
 pub fn tcx_kernel(fmt: &str, g: &str, nc: usize, rows: [usize; 3], sms: u32) -> String {
+    // the wide rule reads `fmt`'s group count; the launch takes the pair's (TC_THIRD's first
+    // formats pack at least as many columns as their third)
+    debug_assert_eq!(
+        kernels::tc_col_groups(fmt, nc),
+        kernels::tcx_col_groups(fmt, g, nc)
+    );
     kernels::mvtcx_kernel(fmt, g, nc, tc_wide(fmt, nc, tc_tiles(&rows), sms))
 }
 

@@ -295,8 +295,9 @@ all)
     #  memcheck-*     compute-sanitizer memcheck of gpu-check --quick, model-check (e2b, moe) and a
     #                 quick spec-check;
     #  bench-2        the bench again (run-to-run spread);
-    #  bench-fast, conf-fast-*  the bench and the conf-* conformance runs in the fast mode
-    #                 (GEMMA4_TC_DIGITS=2: two int8 digits, engine `cuda-fast`, its own budgets);
+    #  bench-fast, gpu-check-fast, conf-fast-*  the bench, gpu-check --quick and the conf-*
+    #                 conformance runs in the fast mode (GEMMA4_TC_DIGITS=2: two int8 digits,
+    #                 engine `cuda-fast`, its own budgets);
     #  bench-long     the bench after a 2048-token prompt (the sliding layers' full window of 1024
     #                 keys, 2048+ on the full layers: attention's share at long contexts).
     # Out (the device tool returns at most 8 files): $OUT/all.log (each step's exit status and
@@ -401,6 +402,7 @@ all)
     # The fast mode (two int8 digits, GEMMA4_TC_DIGITS=2; engine `cuda-fast` with its own budgets):
     # the bench and conformance in prefill, plain, batch:4 on the suites with goldens.
     step bench-fast 120 env GEMMA4_TC_DIGITS=2 "$rt" bench --draft-format none --out "$w/bench-fast"
+    step gpu-check-fast 150 env GEMMA4_TC_DIGITS=2 "$rt" gpu-check --quick --out "$w/gpucheck-fast"
     for m in $real $syn; do
         for s in $(suites_of "$m"); do
             step "conf-fast-$s-$m" 90 env GEMMA4_TC_DIGITS=2 "$xt" conformance --engine cuda --quiet \

@@ -141,9 +141,10 @@ def main():
                                  and pvd.get("differing") == 0 and pvd.get("rows", 0) > 0
                                  and "error" not in bvs and bvs.get("differing") == 0
                                  and bvs.get("rows", 0) > 0))
-            elif name == "gpu-check":
-                j = json.load(open(os.path.join(work, "gpucheck", "gpu-check.json")))
-                res["gpu_check"] = {"all_passed": j["all_passed"]}
+            elif name in ("gpu-check", "gpu-check-fast"):
+                # gpu-check → gpucheck/, gpu-check-fast (GEMMA4_TC_DIGITS=2) → gpucheck-fast/
+                j = json.load(open(os.path.join(work, name.replace("gpu-check", "gpucheck"), "gpu-check.json")))
+                res[name.replace("-", "_")] = {"all_passed": j["all_passed"]}
                 verdicts.append((name, j["all_passed"] is True))
             elif name == "model-check":
                 res["model_check"] = model_check(os.path.join(work, "mc", "model-check.json"))

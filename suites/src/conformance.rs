@@ -114,19 +114,25 @@ pub fn make_engine(
 
 /// The error for an engine name this build does not know, listing those it knows.
 fn unknown_engine(name: &str) -> Fatal {
-    Fatal(format!(
-        "unknown engine {name:?} (this build knows reference-f32, reference-f64{}{})",
-        if cfg!(feature = "http") {
-            ", llama-server=URL, openai=URL"
+    Fatal(
+        format!(
+            "unknown engine {name:?} (this build knows reference-f32, reference-f64{}{})",
+            if cfg!(feature = "http") {
+                ", llama-server=URL, openai=URL"
+            } else {
+                ""
+            },
+            if cfg!(feature = "cuda") {
+                ", cuda"
+            } else {
+                "; cuda needs the `cuda` feature"
+            }
+        ) + if name == "cuda-fast" {
+            "; cuda-fast is `--engine cuda` run with GEMMA4_TC_DIGITS=2"
         } else {
             ""
         },
-        if cfg!(feature = "cuda") {
-            ", cuda"
-        } else {
-            "; cuda needs the `cuda` feature"
-        }
-    ))
+    )
 }
 
 /// Checks an `--engine` value without loading a model or connecting: a name this build knows
