@@ -159,9 +159,13 @@ fn with_written(code: ExitCode, written: Result<(), ExitCode>) -> ExitCode {
     written.err().unwrap_or(code)
 }
 
-/// `Err(exit status 2)` with `error: CUDA unavailable: …` printed when no GPU can be used here.
-/// Called after a verb's arguments are checked, so a typo is reported on any machine.
+/// `Err(exit status 2)` with `error: bad setting: …` printed for a bad `GEMMA4_TC_DIGITS`, or
+/// `error: CUDA unavailable: …` when no GPU can be used here. Called after a verb's arguments
+/// are checked, so a typo is reported on any machine.
 fn require_gpu() -> Result<(), ExitCode> {
+    if let Some(why) = runtime::kernels::tc_digits_env_problem() {
+        return Err(refuse(runtime::RuntimeError::Setting(why).to_string()));
+    }
     match runtime::device::unavailable_reason() {
         Some(why) => Err(refuse(why)),
         None => Ok(()),

@@ -233,3 +233,32 @@ fn no_gpu_is_one_short_error_line() {
     unique.dedup();
     assert_eq!(names.len(), unique.len(), "a name listed twice: {stderr}");
 }
+
+/// A `GEMMA4_TC_DIGITS` other than 2 or 3 (`kernels::tc_digits`) is one `error: bad setting: …`
+/// line, exit 2, before CUDA is probed, so on any machine (a valid value is not run here: on a
+/// GPU machine this bench would then start).
+#[test]
+fn a_bad_digit_count_is_refused_before_cuda() {
+    let run = |v: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_runtime"))
+            .args(["bench", "--decode", "1"])
+            .env_remove("OUT")
+            .env("GEMMA4_TC_DIGITS", v)
+            .output()
+            .expect("running the runtime binary");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for v in ["4", "02", " 2", ""] {
+        assert_eq!(
+            run(v),
+            (
+                2,
+                format!("error: bad setting: GEMMA4_TC_DIGITS={v:?}: must be 2 or 3\n")
+            ),
+            "{v:?}"
+        );
+    }
+}
