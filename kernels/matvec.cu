@@ -660,7 +660,7 @@ template <> struct TcI8<FmtQ2_K> { enum { V = 1 }; };
 template <> struct TcI8<FmtQ3_K> { enum { V = 1 }; };
 template <> struct TcI8<FmtQ6_K> { enum { V = 1 }; };
 // mma columns per input: its TC_DIGITS int8 digits (common.cuh) for the integer-mma formats,
-// its three bf16 pieces for the others (kernels::tc_cols_per_input).
+// its three bf16 pieces for the others (kernels::tc_cols_for).
 template <typename F> struct TcCols { enum { V = TcI8<F>::V ? TC_DIGITS : 3 }; };
 // TcOdd4<F>::V: the folded decoder's odd-j words come 4× larger from Tc<F>::quad8<true> (Q2_K): per
 // half, the even-j and odd-j mma sum into two s32 chains, P = 4·P_even + P_odd (exact, |P| < 2^28),

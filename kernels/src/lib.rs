@@ -166,11 +166,6 @@ pub fn tc_cols_for(fmt: &str, digits: usize) -> usize {
     }
 }
 
-/// [`tc_cols_for`] at this process's [`tc_digits`].
-pub fn tc_cols_per_input(fmt: &str) -> usize {
-    tc_cols_for(fmt, tc_digits())
-}
-
 /// The line every NVRTC program starts with: `#define TC_DIGITS <tc_digits()>` (`common.cuh`
 /// keeps [`TC_DIGITS_DEFAULT`] only when compiled without it). With `common.cuh` from
 /// [`SOURCE_DIR_ENV`] that predates `TC_DIGITS` (it would pack three digits whatever the host
@@ -272,8 +267,8 @@ pub const GEGLU_PREP_THREADS: u32 = 128;
 pub const TC_MAX_GROUPS: usize = 3;
 
 /// Mma column groups format `fmt`'s tensor-core matvec uses for `nc` inputs: each input takes
-/// [`tc_cols_per_input`] columns (`matvec.cu`), 8 columns a group: `ceil(cols·nc / 8)`, at most
-/// [`TC_MAX_GROUPS`] for `nc ≤ 8`.
+/// `cols` = [`tc_cols_for`]`(fmt, `[`tc_digits`]`())` columns (`matvec.cu`), 8 columns a group:
+/// `ceil(cols·nc / 8)`, at most [`TC_MAX_GROUPS`] for `nc ≤ 8`.
 pub fn tc_col_groups(fmt: &str, nc: usize) -> usize {
     col_groups(fmt, nc, tc_digits())
 }
@@ -325,15 +320,22 @@ pub fn mvtcx_kernel(fmt: &str, g: &str, nc: usize, wide: bool) -> String {
 
 /// [`mvtcx_kernel`] at `digits` int8 digits.
 fn mvtcx_name(fmt: &str, g: &str, nc: usize, wide: bool, digits: usize) -> String {
-    let ng = col_groups(fmt, nc, digits).max(col_groups(g, nc, digits));
-    format!("mvtcx_{fmt}_{g}_{}", tc_suffix(ng, wide))
+    format!(
+        "mvtcx_{fmt}_{g}_{}",
+        tc_suffix(pair_groups(fmt, g, nc, digits), wide)
+    )
 }
 
 /// Column groups of the three-matrix launch ([`mvtcx_kernel`]) of formats `fmt` and `g` for `nc`
 /// inputs: the larger of the two formats' [`tc_col_groups`] (a format packed into fewer columns,
 /// e.g. Q6_K's digits beside Q4_K's pieces, computes the extra columns and never writes them).
 pub fn tcx_col_groups(fmt: &str, g: &str, nc: usize) -> usize {
-    col_groups(fmt, nc, tc_digits()).max(col_groups(g, nc, tc_digits()))
+    pair_groups(fmt, g, nc, tc_digits())
+}
+
+/// [`tcx_col_groups`] at `digits` int8 digits.
+fn pair_groups(fmt: &str, g: &str, nc: usize, digits: usize) -> usize {
+    col_groups(fmt, nc, digits).max(col_groups(g, nc, digits))
 }
 
 /// Whether a tensor-core matvec launch of `tiles` 16-row tiles (both matrices of a paired launch)

@@ -356,12 +356,18 @@ all)
     step model-check 150 "$rt" model-check $paths --out "$w/mc"
     step test-runtime-lib 150 local/gpu/tests/runtime-lib --test-threads 1 --nocapture
     step test-suites-cuda 90 local/gpu/tests/suites-cuda-lib cuda_engine --test-threads 1 --nocapture
-    for m in $real $syn; do
-        for s in $(suites_of "$m"); do
-            step "conf-$s-$m" 90 "$xt" conformance --engine cuda --quiet --model "$fm/$m.gguf" \
-                --suite "suites/$s.toml" --modes prefill,plain,batch:4 --out "$w/conf/$s-$m"
+    # conf_runs TAG DIGITS: steps conf-TAG<suite>-<model>, conformance in prefill, plain, batch:4
+    # on every suite with goldens for the model, at DIGITS int8 digits (GEMMA4_TC_DIGITS).
+    conf_runs() {
+        for m in $real $syn; do
+            for s in $(suites_of "$m"); do
+                step "conf-$1$s-$m" 90 env GEMMA4_TC_DIGITS="$2" "$xt" conformance --engine cuda \
+                    --quiet --model "$fm/$m.gguf" --suite "suites/$s.toml" \
+                    --modes prefill,plain,batch:4 --out "$w/conf/$1$s-$m"
+            done
         done
-    done
+    }
+    conf_runs "" 3
     sp=""
     for pr in $pairs $synpairs; do sp="$sp $fm/${pr%%=*}.gguf=$fm/${pr#*=}.gguf"; done
     # shellcheck disable=SC2086
@@ -403,13 +409,7 @@ all)
     # the bench and conformance in prefill, plain, batch:4 on the suites with goldens.
     step bench-fast 120 env GEMMA4_TC_DIGITS=2 "$rt" bench --draft-format none --out "$w/bench-fast"
     step gpu-check-fast 150 env GEMMA4_TC_DIGITS=2 "$rt" gpu-check --quick --out "$w/gpucheck-fast"
-    for m in $real $syn; do
-        for s in $(suites_of "$m"); do
-            step "conf-fast-$s-$m" 90 env GEMMA4_TC_DIGITS=2 "$xt" conformance --engine cuda --quiet \
-                --model "$fm/$m.gguf" --suite "suites/$s.toml" --modes prefill,plain,batch:4 \
-                --out "$w/conf/fast-$s-$m"
-        done
-    done
+    conf_runs fast- 2
     step bench-long 120 "$rt" bench --prompt 2048 --draft-format none --out "$w/bench-long"
     # The logs and whatever summary there is reach $OUT even if the summary fails; the mode's
     # exit status is 0 only when results.json says ok.
