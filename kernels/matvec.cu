@@ -1670,6 +1670,18 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     // against 215.5 / 216.6 with the trigger at the kernel's start, batch 8 1289.0 / 1288.4
     // against 1281.5 / 1277.6; the graph attribution puts add_norm_prep's cost at 183 / 158 µs
     // per step against 350 / 342 (the launches after a matvec start sooner).
+    // Measured and not kept (H100, 2026-12-06, 12B Q2_K mix, `runtime bench --decode 64`, one
+    // binary, two alternating rounds): every mvtc/mvtcx launch requesting the next launch's first
+    // weights into L2 (`prefetch.global.L2`, 128-byte lines: attn_output after the qkv launch,
+    // ffn_gate/ffn_up after attn_output, ffn_down after them, the next layer's attn_v/attn_q
+    // after ffn_down), shared by the launch's last SM-count blocks at their start, so that memory
+    // would not idle during the launch's tail and the small kernels between matvecs: batch 1
+    // 303.8 / 303.5 tok/s without → 297.6 / 296.9 with 4 MiB per launch, 291.1 / 290.0 with the
+    // 4 MiB spread over every block, 279.8 / 279.0 with 16 MiB, 269.0 / 267.5 with 32 MiB (batch
+    // 8 1763 / 1762 → 1720 / 1723, 1718 / 1719, 1625 / 1624, 1566 / 1561); graph attribution at
+    // batch 1: the Q2_K matvecs 1378 → 1551 µs per step with 16 MiB. These kernels are bound by
+    // their instruction issue, not by DRAM (see TC_WARPS below), so bytes brought in early do
+    // not shorten them, and the extra requests slowed them.
     griddep_launch();
 #pragma unroll
     for (int m = 0; m < NG; ++m)
