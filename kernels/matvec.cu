@@ -1680,8 +1680,10 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     // 4 MiB spread over every block, 279.8 / 279.0 with 16 MiB, 269.0 / 267.5 with 32 MiB (batch
     // 8 1763 / 1762 → 1720 / 1723, 1718 / 1719, 1625 / 1624, 1566 / 1561); graph attribution at
     // batch 1: the Q2_K matvecs 1378 → 1551 µs per step with 16 MiB. These kernels are bound by
-    // their instruction issue, not by DRAM (see TC_WARPS below), so bytes brought in early do
-    // not shorten them, and the extra requests slowed them.
+    // their instruction issue, not by DRAM (Nsight Compute beside TC_WARPS above; the same
+    // binaries decode 303.5–303.8 tok/s at batch 1 on the H100, B_read 3.15 TB/s, and 315.4–315.5
+    // on an H200, 4.59–4.60 TB/s), so bytes brought in early do not shorten them, and the extra
+    // requests slowed them.
     griddep_launch();
 #pragma unroll
     for (int m = 0; m < NG; ++m)
