@@ -489,7 +489,9 @@ ab)
     # VARS="old:local/gpu/oldsrc new:" after
     # `git archive HEAD kernels | tar x -C /tmp && cp /tmp/kernels/*.cu /tmp/kernels/*.cuh
     # local/gpu/oldsrc/`. `runtime mv-bench` (CASE: a case-name filter) ROUNDS times per variant,
-    # then `runtime bench` twice per variant of BENCH_VARS (default: VARS; "none" skips). Writes
+    # then `runtime bench` twice per variant of BENCH_VARS (default: VARS; "none" skips), with
+    # BENCH_ARGS added to its arguments (e.g. "--draft-format none --decode 64"; ROUNDS=0 skips
+    # mv-bench: how the L2-prefetch variants of matvec.cu's record were timed). Writes
     # $OUT/ab-summary.txt (per case and column count the µs of every run, the kernel, and whether
     # the output hash equals the first variant's) and every log and JSON in $OUT/ab.tgz (the
     # device tool returns at most 8 files).
@@ -516,7 +518,7 @@ ab)
                 --out "$o/mv-${v%%:*}-$i.json" > "$o/mv-${v%%:*}-$i.txt" 2>&1 || echo "mv-bench ${v%%:*} $i exit $?" >> "$s"
         done
     done
-    python3 - "$o" "$VARS" "$rounds" >> "$s" <<'PY' || echo "mv-bench summary failed (a run above wrote no JSON)" >> "$s"
+    [ "$rounds" -gt 0 ] && python3 - "$o" "$VARS" "$rounds" >> "$s" <<'PY' || [ "$rounds" -eq 0 ] || echo "mv-bench summary failed (a run above wrote no JSON)" >> "$s"
 import json, sys
 o, names, rounds = sys.argv[1], [v.split(":")[0] for v in sys.argv[2].split()], int(sys.argv[3])
 runs = {(n, i): json.load(open(f"{o}/mv-{n}-{i}.json"))["cases"] for n in names for i in range(1, rounds + 1)}
@@ -536,8 +538,8 @@ PY
         for i in 1 2; do
             for v in $bvars; do
                 n="${v%%:*}"
-                # shellcheck disable=SC2046
-                timeout "${BENCH_TIMEOUT:-120}" env $(venv "${v#*:}") local/gpu/runtime bench --out "$o/bench-$n-$i" > "$o/bench-$n-$i.txt" 2>&1 || true
+                # shellcheck disable=SC2046,SC2086
+                timeout "${BENCH_TIMEOUT:-120}" env $(venv "${v#*:}") local/gpu/runtime bench ${BENCH_ARGS:-} --out "$o/bench-$n-$i" > "$o/bench-$n-$i.txt" 2>&1 || true
                 python3 scripts/gpu/summarize.py --bench-line "$o/bench-$n-$i" "$n $i" >> "$s" \
                     || echo "bench $n $i: summarize.py failed" >> "$s"
             done
