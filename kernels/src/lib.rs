@@ -175,6 +175,15 @@ fn digits_define(common: &str) -> String {
     digits_line(common, tc_digits())
 }
 
+/// `common.cuh` (from [`SOURCE_DIR_ENV`] when set) behind its [`digits_define`] line: the start
+/// of every NVRTC program.
+fn common_prelude() -> String {
+    let common = override_or("common.cuh", COMMON);
+    let mut s = digits_define(&common);
+    s.push_str(&common);
+    s
+}
+
 /// [`digits_define`] at `d` digits.
 fn digits_line(common: &str, d: usize) -> String {
     if d != TC_DIGITS_DEFAULT && !common.contains("TC_DIGITS") {
@@ -525,9 +534,7 @@ impl Family {
     /// The full NVRTC program text: `common.cuh`, then `quant.cuh` for block-reading families,
     /// then the family's `.cu` file (each read from [`SOURCE_DIR_ENV`] when that is set).
     pub fn source(self) -> String {
-        let common = override_or("common.cuh", COMMON);
-        let mut s = digits_define(&common);
-        s.push_str(&common);
+        let mut s = common_prelude();
         if self.reads_blocks() {
             s.push_str(&override_or("quant.cuh", QUANT));
         }
@@ -549,9 +556,7 @@ impl Family {
         if !self.reads_blocks() {
             return None;
         }
-        let common = override_or("common.cuh", COMMON);
-        let mut s = digits_define(&common);
-        s.push_str(&common);
+        let mut s = common_prelude();
         s.push_str(&format!(
             "#define FORMAT_FILTER\n#define MODULE_FMT {0}\n#define FOR_EACH_FORMAT(X) X({fmt}, {0})\n",
             FORMAT_STRUCTS[i]
@@ -1231,9 +1236,10 @@ mod tests {
         assert_eq!(mvtc_name("q6_k", 4, false, 2), "mvtc_q6_k_1"); // 8 columns
         assert_eq!(mvtc_name("q6_k", 5, false, 2), "mvtc_q6_k_2"); // 10
         assert_eq!(mvtc_name("q2_k", 8, true, 2), "mvtc_q2_k_2"); // 16, no wide NG = 2
-        assert_eq!(mvtc_name("q4_k", 8, true, 2), "mvtc_q4_k_3w"); // 24: pieces unchanged
-                                                                   // A paired launch takes the larger count: Q6_K's 6 digit columns (1 group) beside
-                                                                   // Q4_K's 9 piece columns (2 groups) at 3 inputs → 2; 1 input: 2 and 3 columns → 1.
+                                                                  // 24 columns: the bf16 pieces do not change with the digit count.
+        assert_eq!(mvtc_name("q4_k", 8, true, 2), "mvtc_q4_k_3w");
+        // A paired launch takes the larger count: Q6_K's 6 digit columns (1 group) beside
+        // Q4_K's 9 piece columns (2 groups) at 3 inputs → 2; 1 input: 2 and 3 columns → 1.
         assert_eq!(mvtcx_name("q4_k", "q6_k", 3, false, 2), "mvtcx_q4_k_q6_k_2");
         assert_eq!(mvtcx_name("q4_k", "q6_k", 1, false, 2), "mvtcx_q4_k_q6_k_1");
         assert_eq!(mvtcx_name("q2_k", "q3_k", 4, true, 2), "mvtcx_q2_k_q3_k_1w");

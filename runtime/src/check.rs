@@ -418,15 +418,17 @@ fn matvec_case(
         // The bound adds Σ_G |b_G|·2⁻¹⁶·|S_G| with b_G the group's offset, which is the weight
         // of a zero quant: the dequantized blocks with their quants zeroed (`offsets`).
         let sums_err: Vec<f64> = if let (Some(b), true) = (offsets.as_deref(), two_piece_sums) {
+            // |S_G|·2⁻¹⁶ once per column, then Σ_G |b_G| times it per row
+            let sg: Vec<f64> = xc
+                .chunks(16)
+                .map(|xg| xg.iter().map(|&v| v as f64).sum::<f64>().abs() * 2f64.powi(-16))
+                .collect();
             (0..rows)
                 .map(|r| {
-                    let br = &b[r * k..(r + 1) * k];
-                    br.chunks(16)
-                        .zip(xc.chunks(16))
-                        .map(|(bg, xg)| {
-                            let sg: f64 = xg.iter().map(|&v| v as f64).sum();
-                            bg[0].abs() * sg.abs() * 2f64.powi(-16)
-                        })
+                    b[r * k..(r + 1) * k]
+                        .chunks(16)
+                        .zip(&sg)
+                        .map(|(bg, s)| bg[0].abs() * s)
                         .sum()
                 })
                 .collect()
