@@ -805,6 +805,20 @@ template <> struct TcOut<1> {
 static_assert(TC_XE_HI == 40, "TcOut assumes the pieces hi·2^40, mid·2^48, lo·2^56");
 
 #define TC_WARPS 8  // warps per mvtc block (split-K over super-blocks)
+// Measured and not kept (H100, 2026-12-07, one binary, `scripts/gpu/run.sh ab`, one mv-bench
+// round and two bench runs each): 4 warps per block (128 threads, the same 16-row tiles and
+// 8-super-block stages, warp w taking super-blocks 2w and 2w + 1 of each stage, register bounds
+// per thread unchanged), so that each warp's setup, address work and the epilogue's reduction
+// are shared by twice the super-blocks — mvtc_q2_k_1w's loop 415 static SASS instructions for
+// two super-blocks against 213 for one; by a static count about a tenth fewer instructions per
+// tile at K 3840.
+// Slower nearly everywhere: ffn_gate+ffn_up 20.06 → 22.47 µs at n = 1 and 29.30 → 31.15 at
+// n = 8, ffn_down (Q3_K) 15.13 → 18.82 / 19.56 → 26.00, attn_output 4.90 → 5.69, the tied head
+// 289.6 → 312.5 (faster only attn_q+attn_k+attn_v at n = 8, 13.82 → 11.82, and n = 4); 12B
+// Q2_K-mix decode 306.4 / 305.1 → 253.8 / 254.9 tok/s, batch 8 1762.0 / 1752.2 → 1380.1 /
+// 1379.8, graph attribution at batch 1: Q2_K matvecs 1343 / 1358 → 1810 / 1808 µs per step,
+// Q3_K 544 / 627 → 903 / 852. The split over 8 warps (more resident warps per tile, shorter
+// runs) is worth more than the instructions it repeats.
 // One tile per block, grid = tiles. Measured and not kept (H200, 2026-12-02): blocks that take
 // tiles b, b + G, … with G the resident blocks and the next tile's stages queued during the
 // current one (epilogue sums in the tile's last stage buffer; same bits, all 7 model-check
