@@ -810,7 +810,7 @@ static_assert(TC_XE_HI == 40, "TcOut assumes the pieces hi·2^40, mid·2^48, lo�
 // 8-super-block stages, warp w taking super-blocks 2w and 2w + 1 of each stage, register bounds
 // per thread unchanged), so that each warp's setup, address work and the epilogue's reduction
 // are shared by twice the super-blocks — mvtc_q2_k_1w's loop 415 static SASS instructions for
-// two super-blocks against 213 for one; by a static count about a tenth fewer instructions per
+// two super-blocks against 215 for one; by a static count about a tenth fewer instructions per
 // tile at K 3840.
 // Slower nearly everywhere: ffn_gate+ffn_up 20.06 → 22.47 µs at n = 1 and 29.30 → 31.15 at
 // n = 8, ffn_down (Q3_K) 15.13 → 18.82 / 19.56 → 26.00, attn_output 4.90 → 5.69, the tied head
