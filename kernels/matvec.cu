@@ -814,7 +814,8 @@ static_assert(TC_XE_HI == 40, "TcOut assumes the pieces hi·2^40, mid·2^48, lo�
 // tile at K 3840.
 // Slower nearly everywhere: ffn_gate+ffn_up 20.06 → 22.47 µs at n = 1 and 29.30 → 31.15 at
 // n = 8, ffn_down (Q3_K) 15.13 → 18.82 / 19.56 → 26.00, attn_output 4.90 → 5.69, the tied head
-// 289.6 → 312.5 (faster only attn_q+attn_k+attn_v at n = 8, 13.82 → 11.82, and n = 4); 12B
+// 289.6 → 312.5; faster only attn_q+attn_k+attn_v at n = 8 (13.82 → 11.82) and three n = 4
+// cases (attn_q+attn_k+attn_v 10.67 → 10.31, ffn_gate+ffn_up 25.49 → 25.04, head 342.7 → 336.4); 12B
 // Q2_K-mix decode 306.4 / 305.1 → 253.8 / 254.9 tok/s, batch 8 1762.0 / 1752.2 → 1380.1 /
 // 1379.8, graph attribution at batch 1: Q2_K matvecs 1343 / 1358 → 1810 / 1808 µs per step,
 // Q3_K 544 / 627 → 903 / 852. The split over 8 warps (more resident warps per tile, shorter

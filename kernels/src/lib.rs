@@ -1236,8 +1236,8 @@ mod tests {
         assert_eq!(mvtc_name("q6_k", 4, false, 2), "mvtc_q6_k_1"); // 8 columns
         assert_eq!(mvtc_name("q6_k", 5, false, 2), "mvtc_q6_k_2"); // 10
         assert_eq!(mvtc_name("q2_k", 8, true, 2), "mvtc_q2_k_2"); // 16, no wide NG = 2
-                                                                  // 24 columns: the bf16 pieces do not change with the digit count.
-        assert_eq!(mvtc_name("q4_k", 8, true, 2), "mvtc_q4_k_3w");
+        assert_eq!(mvtc_name("q4_k", 8, true, 2), "mvtc_q4_k_3w"); // 24: bf16 pieces, as at 3
+
         // A paired launch takes the larger count: Q6_K's 6 digit columns (1 group) beside
         // Q4_K's 9 piece columns (2 groups) at 3 inputs → 2; 1 input: 2 and 3 columns → 1.
         assert_eq!(mvtcx_name("q4_k", "q6_k", 3, false, 2), "mvtcx_q4_k_q6_k_2");

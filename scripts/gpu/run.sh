@@ -518,7 +518,8 @@ ab)
                 --out "$o/mv-${v%%:*}-$i.json" > "$o/mv-${v%%:*}-$i.txt" 2>&1 || echo "mv-bench ${v%%:*} $i exit $?" >> "$s"
         done
     done
-    [ "$rounds" -gt 0 ] && python3 - "$o" "$VARS" "$rounds" >> "$s" <<'PY' || [ "$rounds" -eq 0 ] || echo "mv-bench summary failed (a run above wrote no JSON)" >> "$s"
+    if [ "$rounds" -gt 0 ]; then
+        python3 - "$o" "$VARS" "$rounds" >> "$s" <<'PY' || echo "mv-bench summary failed (a run above wrote no JSON)" >> "$s"
 import json, sys
 o, names, rounds = sys.argv[1], [v.split(":")[0] for v in sys.argv[2].split()], int(sys.argv[3])
 runs = {(n, i): json.load(open(f"{o}/mv-{n}-{i}.json"))["cases"] for n in names for i in range(1, rounds + 1)}
@@ -533,6 +534,7 @@ for j, e in enumerate(first):
         line += f"  {n} {us} {runs[(n, 1)][j]['kernel']} {'same' if same else 'DIFF'}"
     print(line)
 PY
+    fi
     bvars="${BENCH_VARS:-$VARS}"
     if [ "$bvars" != none ]; then
         for i in 1 2; do
