@@ -695,6 +695,27 @@ template <typename F, int NG> struct TcQ6Sgn { enum { V = 0 }; };
 template <int NG> struct TcQ6Sgn<FmtQ6_K, NG> { enum { V = NG >= TC_Q6_SGN_NG }; };
 template <typename F> struct TcOdd4 { enum { V = 0 }; };
 template <> struct TcOdd4<FmtQ2_K> { enum { V = 1 }; };
+// TcAll4<F, NG>::V: one chain instead of TcOdd4's two, for Q2_K from TC_ALL4_NG column groups
+// on: the odd-j words come 4× larger as in TcOdd4 and the even-j words are multiplied by 4·sc
+// (the scale word times 4, Tc<FmtQ2_K>::scale4 · 4: 4·sc ≤ 60 per byte, no carry) instead of
+// sc, so every A byte is 4·sc·q ≤ 180 (a u8 A) and the one s32 sum is 4·P exactly (|4P| < 2^23,
+// exact in f32), scaled by d·2^-31: the same bits as the two-chain and plain forms. One shift
+// per q word (w >> 4, shared by j = 2 and 3), as TcOdd4, without its second chain's registers
+// (which spilled at NG = 3) — for one multiply of each of the 8 scale words per super-block.
+// Static SASS (`scripts/gpu/run.sh sass`, bar1→bar2): mvtc_q2_k_3w 331 → 327 (SHF.R 26 → 12,
+// IMAD.SHL 4 → 9), mvtc_q2_k_2 308 → 300; at NG = 1 it would be 209 → 213 (mvtc_q2_k_1), so
+// NG = 1 keeps the two chains. Measured (H100, 2026-12-07, one binary, `run.sh ab`, two
+// mv-bench rounds, every output hash the same; alone, before TC_EPI_SPLIT): ffn_gate+ffn_up
+// n = 4 25.21 / 25.34 → 24.87 / 24.82 µs, attn_q+attn_k n = 4 7.15 / 7.15 → 6.88 / 6.86, n = 8
+// within ±0.15 µs (attn_q+attn_k+attn_v 13.61 / 13.68 → 13.73 / 13.77, ffn_gate+ffn_up 29.25 /
+// 29.43 → 29.54 / 29.38); 12B decode batch 8 1788.6 / 1789.9 → 1793.1 / 1793.0 tok/s.
+#ifndef TC_ALL4_NG
+#define TC_ALL4_NG 2
+#endif
+#ifndef TC_ALL4_NG_MAX
+#define TC_ALL4_NG_MAX 3
+#endif
+template <typename F, int NG> struct TcAll4 { enum { V = TcOdd4<F>::V && NG >= TC_ALL4_NG && NG <= TC_ALL4_NG_MAX }; };
 
 // §3.4 Q3_K: W = (d·S_G)·q, q = low2 + 4·hbit − 4 ∈ [−4, 3], S_G = a_G − 32 ∈ [−32, 31] (a_G the
 // 6-bit scale); 16-element scale groups.
@@ -805,6 +826,28 @@ template <> struct TcOut<1> {
 static_assert(TC_XE_HI == 40, "TcOut assumes the pieces hi·2^40, mid·2^48, lo·2^56");
 
 #define TC_WARPS 8  // warps per mvtc block (split-K over super-blocks)
+// TC_EPI_SPLIT 1: the epilogue's sums of the 8 warps' runs spread over the warps (mvtc_body's
+// end: warp w sums accumulator slots w and w + 8, then every thread writes at most one output);
+// 0: warp 0 alone sums all 4·NG slots and writes every output while the block's other warps
+// have finished. The same bits. A block's SM slot stays taken until its last warp is done, so
+// the serial tail (4·NG slots × 8 shared loads, at NG = 3 ninety-six) delayed the next tile.
+// Measured (H100, 2026-12-07, one binary, `run.sh ab`, two mv-bench rounds and two bench runs
+// per variant, every mv-bench output hash the same; µs): attn_q+attn_k+attn_v n = 8 13.61 /
+// 13.68 → 12.43 / 12.43, ffn_gate+ffn_up n = 8 29.25 / 29.43 → 29.03 / 29.08 and n = 4 25.21 /
+// 25.34 → 24.86 / 24.85, tied head n = 8 380.3 / 375.9 → 372.8 / 372.8 and n = 4 341.4 / 338.6
+// → 333.4 / 335.1, ffn_down n = 8 19.43 / 19.38 → 19.28 / 19.22; slower ffn_gate+ffn_up n = 1
+// 19.73 / 19.84 → 20.05 / 20.05 and attn_v n = 4 4.66 / 4.63 → 4.77 / 4.74. 12B Q2_K-mix
+// decode, batch 1 308.4 / 309.2 → 310.9 / 310.7 tok/s, batch 8 1788.6 / 1789.9 → 1821.1 /
+// 1816.6 (graph step 4440–4460 → 4374–4389 µs); with TcAll4 as well (these sources' defaults)
+// batch 1 309.8 / 310.3, batch 8 1823.3 / 1825.8 (graph step 4359–4377 µs, batch 1 3204–3236
+// against 3202–3231). `runtime gpu-check --quick` passed with both.
+#ifndef TC_EPI_SPLIT
+#define TC_EPI_SPLIT 1
+#endif
+// (From this many column groups on; 1: every kernel.)
+#ifndef TC_EPI_SPLIT_NG
+#define TC_EPI_SPLIT_NG 1
+#endif
 // Measured and not kept (H100, 2026-12-07, one binary, `scripts/gpu/run.sh ab`, one mv-bench
 // round and two bench runs each): 4 warps per block (128 threads, the same 16-row tiles and
 // 8-super-block stages, warp w taking super-blocks 2w and 2w + 1 of each stage, register bounds
@@ -1347,11 +1390,15 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         for (int m = 0; m < NG; ++m) xq[m] = (const uint2*)xp + xo[m] + 512 * sb;
         if constexpr (TcI8<F>::V) {
             // Per-row words the decoder derives once per super-block (Tc<F>::scale4).
-            uint32_t sA[4], sB[4];
+            uint32_t sA[4], sB[4], sA4[4], sB4[4];  // sA4, sB4: times 4 (TcAll4)
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
                 sA[k] = T::scale4(A, k);
                 sB[k] = T::scale4(B, k);
+                // (As a PTX shift of the masked word: written `sA[k] * 4u`, the compiler shifts
+                // the raw word and masks it again, one more ALU operation per word.)
+                asm("shl.b32 %0, %1, 2;" : "=r"(sA4[k]) : "r"(sA[k]));
+                asm("shl.b32 %0, %1, 2;" : "=r"(sB4[k]) : "r"(sB[k]));
             }
             constexpr float SF = TcOut<T::SUB>::SF;
             {
@@ -1401,8 +1448,9 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 // bitwise row invariance, conformance 360 pass, spec-check, memcheck; batch 8
                 // ×6.03 / ×6.16). Two later calls (H100, these sources built in): ab ×5.99 / ×6.01
                 // and `all` ×5.99 / ×6.03 (which passed again); ab ×6.04 / ×6.05.
-                constexpr bool ODD4 = TcOdd4<F>::V && NG == 1;
-                constexpr float DS = ODD4 ? 0x1p-31f : 0x1p-29f;
+                constexpr bool ALL4 = TcAll4<F, NG>::V;
+                constexpr bool ODD4 = TcOdd4<F>::V && NG == 1 && !ALL4;
+                constexpr float DS = (ODD4 || ALL4) ? 0x1p-31f : 0x1p-29f;
                 const float da8 = T::d8(A) * DS, db8 = T::d8(B) * DS;
                 constexpr int XP = XB >= 2 ? XB / 2 : 1;  // 32-blocks per activation batch
                 // The lane's fragment of the super-block's first 32-block (TC_XLAYOUT 2: 64-block;
@@ -1446,7 +1494,19 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 #pragma unroll
                         for (int u = 0; u < XP; ++u) {
                             const int G = 8 * h + 2 * (XP * hp + u);
-                            if constexpr (ODD4) {
+                            if constexpr (ALL4) {
+                                // j = XP·hp + u: odd j's words 4× (X4), even j's scaled by 4·sc.
+                                const bool odd = (XP * hp + u) & 1;
+                                auto q8 = [&](const typename T::Row& R, int GG, const uint32_t (&s)[4],
+                                              const uint32_t (&s4)[4]) {
+                                    return odd ? T::template quad8<true>(R, GG, s[GG >> 2])
+                                               : T::quad8(R, GG, s4[GG >> 2]);
+                                };
+                                const uint32_t a0 = q8(A, G, sA, sA4), a1 = q8(B, G, sB, sB4);
+                                const uint32_t a2 = q8(A, G + 1, sA, sA4), a3 = q8(B, G + 1, sB, sB4);
+#pragma unroll
+                                for (int m = 0; m < NG; ++m) tc_imma<true>(P[m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
+                            } else if constexpr (ODD4) {
                                 // j = XP·hp + u (compile-time once unrolled): odd j's words 4×, in P4.
                                 const bool odd = (XP * hp + u) & 1;
                                 auto q8 = [&](const typename T::Row& R, int GG, uint32_t s4) {
@@ -1705,6 +1765,50 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 #pragma unroll
         for (int i = 0; i < 4; ++i) red[wid][4 * m + i][lane] = acc[m][i];
     __syncthreads();
+#if TC_EPI_SPLIT
+    if constexpr (NG >= TC_EPI_SPLIT_NG) {
+        // Warp w sums the runs of accumulator slots q = w, w + 8, … (< 4·NG) in order, pairwise:
+        // (r0 + r1) + (r2 + r3) + … — the same sums as one warp taking every q (TC_EPI_SPLIT 0),
+        // spread so that the block's last steps are one or two slots per warp, not 4·NG in one.
+        constexpr int QPW = (4 * NG + TC_WARPS - 1) / TC_WARPS;
+        float v[QPW];
+#pragma unroll
+        for (int u = 0; u < QPW; ++u) {
+            const int q = wid + TC_WARPS * u;
+            v[u] = 0.0f;
+            if (q < 4 * NG) {
+#pragma unroll
+                for (int s2 = 0; s2 < TC_WARPS; s2 += 2) {
+                    const float a = red[s2][q][lane];
+                    v[u] += (s2 + 1 < TC_WARPS) ? a + red[s2 + 1][q][lane] : a;
+                }
+            }
+        }
+        // Every run is read before the column totals overwrite warp 0's slot.
+        __syncthreads();
+        // Column totals into warp 0's slot as tot[column cc][row 0..15] (128·NG floats).
+        float* tot = &red[0][0][0];
+#pragma unroll
+        for (int u = 0; u < QPW; ++u) {
+            const int q = wid + TC_WARPS * u;
+            if (q < 4 * NG) {
+                const int m = q >> 2, i = q & 3;
+                tot[(8 * m + 2 * t + (i & 1)) * 16 + g + 8 * (i >> 1)] = v[u];
+            }
+        }
+        __syncthreads();
+        // y[j, r] = (hi + mid) + lo (two digits: hi + mid, digit 0 and 1), one output per thread.
+        for (int o = threadIdx.x; o < 16 * nc; o += 32 * TC_WARPS) {
+            const int j = o >> 4, rr = o & 15, r = row0 + rr;
+            const float hv = tot[(CPI * j) * 16 + rr], mv = tot[(CPI * j + 1) * 16 + rr];
+            typedef TcOut<T::SUB> O;
+            float yv = hv * O::HS + mv * O::MS;
+            if constexpr (CPI == 3) yv += tot[(CPI * j + 2) * 16 + rr] * O::LS;
+            if (r < rows) y[(uint64_t)j * rows + r] = yv;
+        }
+    } else
+#endif
+    {
     if (wid == 0) {
         // The runs of this tile in order, pairwise: (r0 + r1) + (r2 + r3) + …
         float v[4 * NG];
@@ -1735,6 +1839,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
             if constexpr (CPI == 3) v += tot[(CPI * j + 2) * 16 + rr] * O::LS;
             if (r < rows) y[(uint64_t)j * rows + r] = v;
         }
+    }
     }
 #endif
 }
