@@ -1765,81 +1765,68 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 #pragma unroll
         for (int i = 0; i < 4; ++i) red[wid][4 * m + i][lane] = acc[m][i];
     __syncthreads();
+    // The runs of accumulator slot q (< 4·NG) of this tile in order, pairwise: (r0 + r1) + (r2 + r3) + …
+    auto run_sum = [&](int q) {
+        float v = 0.0f;
+#pragma unroll
+        for (int s2 = 0; s2 < TC_WARPS; s2 += 2) {
+            const float a = red[s2][q][lane];
+            v += (s2 + 1 < TC_WARPS) ? a + red[s2 + 1][q][lane] : a;
+        }
+        return v;
+    };
+    // Where slot q's column total goes in tot[column cc][row 0..15] (128·NG floats).
+    auto tot_at = [&](int q) {
+        const int m = q >> 2, i = q & 3;
+        return (8 * m + 2 * t + (i & 1)) * 16 + g + 8 * (i >> 1);
+    };
+    // Output o = 16·j + rr: y[j, row0 + rr] = (hi + mid) + lo (two digits: hi + mid, digit 0 and
+    // 1), the pieces' scales undone first (exact powers of two).
+    auto write_out = [&](const float* tot, int o) {
+        const int j = o >> 4, rr = o & 15, r = row0 + rr;
+        const float hv = tot[(CPI * j) * 16 + rr], mv = tot[(CPI * j + 1) * 16 + rr];
+        typedef TcOut<T::SUB> O;
+        float v = hv * O::HS + mv * O::MS;
+        if constexpr (CPI == 3) v += tot[(CPI * j + 2) * 16 + rr] * O::LS;
+        if (r < rows) y[(uint64_t)j * rows + r] = v;
+    };
 #if TC_EPI_SPLIT
     if constexpr (NG >= TC_EPI_SPLIT_NG) {
-        // Warp w sums the runs of accumulator slots q = w, w + 8, … (< 4·NG) in order, pairwise:
-        // (r0 + r1) + (r2 + r3) + … — the same sums as one warp taking every q (TC_EPI_SPLIT 0),
-        // spread so that the block's last steps are one or two slots per warp, not 4·NG in one.
+        // Warp w sums slots q = w, w + 8, … (< 4·NG): the same sums as one warp taking every q
+        // (TC_EPI_SPLIT 0), spread so that the block's last steps are one or two slots per warp,
+        // not 4·NG in one.
         constexpr int QPW = (4 * NG + TC_WARPS - 1) / TC_WARPS;
         float v[QPW];
 #pragma unroll
         for (int u = 0; u < QPW; ++u) {
             const int q = wid + TC_WARPS * u;
-            v[u] = 0.0f;
-            if (q < 4 * NG) {
-#pragma unroll
-                for (int s2 = 0; s2 < TC_WARPS; s2 += 2) {
-                    const float a = red[s2][q][lane];
-                    v[u] += (s2 + 1 < TC_WARPS) ? a + red[s2 + 1][q][lane] : a;
-                }
-            }
+            v[u] = q < 4 * NG ? run_sum(q) : 0.0f;
         }
         // Every run is read before the column totals overwrite warp 0's slot.
         __syncthreads();
-        // Column totals into warp 0's slot as tot[column cc][row 0..15] (128·NG floats).
         float* tot = &red[0][0][0];
 #pragma unroll
         for (int u = 0; u < QPW; ++u) {
             const int q = wid + TC_WARPS * u;
-            if (q < 4 * NG) {
-                const int m = q >> 2, i = q & 3;
-                tot[(8 * m + 2 * t + (i & 1)) * 16 + g + 8 * (i >> 1)] = v[u];
-            }
+            if (q < 4 * NG) tot[tot_at(q)] = v[u];
         }
         __syncthreads();
-        // y[j, r] = (hi + mid) + lo (two digits: hi + mid, digit 0 and 1), one output per thread.
-        for (int o = threadIdx.x; o < 16 * nc; o += 32 * TC_WARPS) {
-            const int j = o >> 4, rr = o & 15, r = row0 + rr;
-            const float hv = tot[(CPI * j) * 16 + rr], mv = tot[(CPI * j + 1) * 16 + rr];
-            typedef TcOut<T::SUB> O;
-            float yv = hv * O::HS + mv * O::MS;
-            if constexpr (CPI == 3) yv += tot[(CPI * j + 2) * 16 + rr] * O::LS;
-            if (r < rows) y[(uint64_t)j * rows + r] = yv;
-        }
-    } else
+        // One output per thread.
+        for (int o = threadIdx.x; o < 16 * nc; o += 32 * TC_WARPS) write_out(tot, o);
+        return;
+    }
 #endif
-    {
     if (wid == 0) {
-        // The runs of this tile in order, pairwise: (r0 + r1) + (r2 + r3) + …
         float v[4 * NG];
 #pragma unroll
-        for (int q = 0; q < 4 * NG; ++q) {
-            v[q] = 0.0f;
-            for (int s2 = 0; s2 < TC_WARPS; s2 += 2) {
-                const float a = red[s2][q][lane];
-                v[q] += (s2 + 1 < TC_WARPS) ? a + red[s2 + 1][q][lane] : a;
-            }
-        }
+        for (int q = 0; q < 4 * NG; ++q) v[q] = run_sum(q);
         __syncwarp();
-        // Column totals into this warp's slot as tot[column cc][row 0..15] (128·NG floats).
+        // Column totals into this warp's slot.
         float* tot = &red[wid][0][0];
 #pragma unroll
-        for (int q = 0; q < 4 * NG; ++q) {
-            const int m = q >> 2, i = q & 3;
-            tot[(8 * m + 2 * t + (i & 1)) * 16 + g + 8 * (i >> 1)] = v[q];
-        }
+        for (int q = 0; q < 4 * NG; ++q) tot[tot_at(q)] = v[q];
         __syncwarp();
-        // y[j, r] = (hi + mid) + lo (two digits: hi + mid, digit 0 and 1).
-        for (int o = lane; o < 16 * nc; o += 32) {
-            const int j = o >> 4, rr = o & 15, r = row0 + rr;
-            const float hv = tot[(CPI * j) * 16 + rr], mv = tot[(CPI * j + 1) * 16 + rr];
-            // The pieces' scales undone (exact powers of two), then (hi + mid) + lo.
-            typedef TcOut<T::SUB> O;
-            float v = hv * O::HS + mv * O::MS;
-            if constexpr (CPI == 3) v += tot[(CPI * j + 2) * 16 + rr] * O::LS;
-            if (r < rows) y[(uint64_t)j * rows + r] = v;
-        }
-    }
+        for (int o = lane; o < 16 * nc; o += 32) write_out(tot, o);
     }
 #endif
 }
