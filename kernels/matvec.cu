@@ -712,10 +712,7 @@ template <> struct TcOdd4<FmtQ2_K> { enum { V = 1 }; };
 #ifndef TC_ALL4_NG
 #define TC_ALL4_NG 2
 #endif
-#ifndef TC_ALL4_NG_MAX
-#define TC_ALL4_NG_MAX 3
-#endif
-template <typename F, int NG> struct TcAll4 { enum { V = TcOdd4<F>::V && NG >= TC_ALL4_NG && NG <= TC_ALL4_NG_MAX }; };
+template <typename F, int NG> struct TcAll4 { enum { V = TcOdd4<F>::V && NG >= TC_ALL4_NG }; };
 
 // §3.4 Q3_K: W = (d·S_G)·q, q = low2 + 4·hbit − 4 ∈ [−4, 3], S_G = a_G − 32 ∈ [−32, 31] (a_G the
 // 6-bit scale); 16-element scale groups.
@@ -843,10 +840,6 @@ static_assert(TC_XE_HI == 40, "TcOut assumes the pieces hi·2^40, mid·2^48, lo�
 // against 3202–3231). `runtime gpu-check --quick` passed with both.
 #ifndef TC_EPI_SPLIT
 #define TC_EPI_SPLIT 1
-#endif
-// (From this many column groups on; 1: every kernel.)
-#ifndef TC_EPI_SPLIT_NG
-#define TC_EPI_SPLIT_NG 1
 #endif
 // Measured and not kept (H100, 2026-12-07, one binary, `scripts/gpu/run.sh ab`, one mv-bench
 // round and two bench runs each): 4 warps per block (128 threads, the same 16-row tiles and
@@ -1395,10 +1388,12 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
             for (int k = 0; k < 4; ++k) {
                 sA[k] = T::scale4(A, k);
                 sB[k] = T::scale4(B, k);
-                // (As a PTX shift of the masked word: written `sA[k] * 4u`, the compiler shifts
-                // the raw word and masks it again, one more ALU operation per word.)
-                asm("shl.b32 %0, %1, 2;" : "=r"(sA4[k]) : "r"(sA[k]));
-                asm("shl.b32 %0, %1, 2;" : "=r"(sB4[k]) : "r"(sB[k]));
+                if constexpr (TcAll4<F, NG>::V) {
+                    // (As a PTX shift of the masked word: written `sA[k] * 4u`, the compiler
+                    // shifts the raw word and masks it again, one more ALU operation per word.)
+                    asm("shl.b32 %0, %1, 2;" : "=r"(sA4[k]) : "r"(sA[k]));
+                    asm("shl.b32 %0, %1, 2;" : "=r"(sB4[k]) : "r"(sB[k]));
+                }
             }
             constexpr float SF = TcOut<T::SUB>::SF;
             {
@@ -1494,27 +1489,21 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 #pragma unroll
                         for (int u = 0; u < XP; ++u) {
                             const int G = 8 * h + 2 * (XP * hp + u);
-                            if constexpr (ALL4) {
-                                // j = XP·hp + u: odd j's words 4× (X4), even j's scaled by 4·sc.
+                            if constexpr (ODD4 || ALL4) {
+                                // j = XP·hp + u (compile-time once unrolled): odd j's words 4×; even
+                                // j's scaled by 4·sc into the same chain (ALL4) or as they are into
+                                // P (ODD4, whose odd j go into P4).
                                 const bool odd = (XP * hp + u) & 1;
+                                const uint32_t(&eA)[4] = ALL4 ? sA4 : sA;
+                                const uint32_t(&eB)[4] = ALL4 ? sB4 : sB;
                                 auto q8 = [&](const typename T::Row& R, int GG, const uint32_t (&s)[4],
-                                              const uint32_t (&s4)[4]) {
+                                              const uint32_t (&se)[4]) {
                                     return odd ? T::template quad8<true>(R, GG, s[GG >> 2])
-                                               : T::quad8(R, GG, s4[GG >> 2]);
+                                               : T::quad8(R, GG, se[GG >> 2]);
                                 };
-                                const uint32_t a0 = q8(A, G, sA, sA4), a1 = q8(B, G, sB, sB4);
-                                const uint32_t a2 = q8(A, G + 1, sA, sA4), a3 = q8(B, G + 1, sB, sB4);
-#pragma unroll
-                                for (int m = 0; m < NG; ++m) tc_imma<true>(P[m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
-                            } else if constexpr (ODD4) {
-                                // j = XP·hp + u (compile-time once unrolled): odd j's words 4×, in P4.
-                                const bool odd = (XP * hp + u) & 1;
-                                auto q8 = [&](const typename T::Row& R, int GG, uint32_t s4) {
-                                    return odd ? T::template quad8<true>(R, GG, s4) : T::quad8(R, GG, s4);
-                                };
-                                const uint32_t a0 = q8(A, G, sA[G >> 2]), a1 = q8(B, G, sB[G >> 2]);
-                                const uint32_t a2 = q8(A, G + 1, sA[G >> 2]), a3 = q8(B, G + 1, sB[G >> 2]);
-                                int (&Pj)[NG][4] = odd ? P4 : P;
+                                const uint32_t a0 = q8(A, G, sA, eA), a1 = q8(B, G, sB, eB);
+                                const uint32_t a2 = q8(A, G + 1, sA, eA), a3 = q8(B, G + 1, sB, eB);
+                                int (&Pj)[NG][4] = (ODD4 && odd) ? P4 : P;
 #pragma unroll
                                 for (int m = 0; m < NG; ++m) tc_imma<true>(Pj[m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
                             } else if constexpr (T::FOLD) {
@@ -1791,7 +1780,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         if (r < rows) y[(uint64_t)j * rows + r] = v;
     };
 #if TC_EPI_SPLIT
-    if constexpr (NG >= TC_EPI_SPLIT_NG) {
+    {
         // Warp w sums slots q = w, w + 8, … (< 4·NG): the same sums as one warp taking every q
         // (TC_EPI_SPLIT 0), spread so that the block's last steps are one or two slots per warp,
         // not 4·NG in one.
