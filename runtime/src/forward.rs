@@ -948,7 +948,7 @@ fn tc_spread_on() -> bool {
 /// no other kernel resident, two blocks of a launch smaller than the GPU shared SMs.
 ///
 /// Measured and not kept: the L1/shared-memory split of these launches. With the driver's choice
-/// every unpadded mvtc launch runs in the 132 KiB shared-memory configuration (Nsight Compute
+/// the unpadded mvtc launches profiled ran in the 132 KiB shared-memory configuration (Nsight Compute
 /// `launch__shared_mem_config_size` 135.17 KB, H200, 2026-12-07), leaving 124 KiB of L1 for the
 /// activations' fragments that every tile reads: at n = 8 mvtc_q2_k_3w (ffn_gate+ffn_up) hits
 /// L1 for 75.0 % of its global-load sectors, mvtc_q6_k_3w (tied head) 63.7 %, mvtc_q3_k_3
@@ -958,8 +958,8 @@ fn tc_spread_on() -> bool {
 /// 19.00 → 20.46 / 20.40, and the 12B decode at batch 8 from 1832.8 / 1827.7 to 1689.4 / 1685.8
 /// tok/s (batch 1 318.7 / 318.2 → 314.7 / 313.6); 50 % ran as the default. More L1 was not to be
 /// had: a per-launch preferred carveout of just the resident blocks' shared memory
-/// (`CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`, 31 % for mvtc_q2_k_3w's three
-/// blocks) left the configuration at 135.17 KB and the hit rate at 75.0 % (H100, 2026-12-07,
+/// (`CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`, about 30 % for mvtc_q2_k_3w's three
+/// blocks of 22.0 KB + the reserve) left the configuration at 135.17 KB and the hit rate at 75.0 % (H100, 2026-12-07,
 /// same binary, every `runtime mv-bench` output hash the same): ffn_gate+ffn_up n = 8 29.13 /
 /// 28.97 → 29.42 / 29.35 µs, decode batch 1 307.9 / 307.5 → 305.9 / 308.3 tok/s, batch 8 1815.0
 /// / 1818.3 → 1806.9 / 1818.6.
