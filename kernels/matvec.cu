@@ -1802,9 +1802,8 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         __syncthreads();
         // One output per thread.
         for (int o = threadIdx.x; o < 16 * nc; o += 32 * TC_WARPS) write_out(tot, o);
-        return;
     }
-#endif
+#else
     if (wid == 0) {
         float v[4 * NG];
 #pragma unroll
@@ -1817,6 +1816,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         __syncwarp();
         for (int o = lane; o < 16 * nc; o += 32) write_out(tot, o);
     }
+#endif
 #endif
 }
 
