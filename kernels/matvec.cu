@@ -943,6 +943,12 @@ template <> struct TcMinB<FmtQ3_K, 2> { enum { V = 2 }; };
 // (≤ 85 registers: Q2_K's NG = 3 fits with XB = 2). Which launch
 // takes which is the host's measured rule (kernels::mvtc_wide).
 //
+// Measured and not kept (H100, 2026-12-07, one binary, the variant's sources through
+// GEMMA4_KERNEL_SRC, every mv-bench output hash the same): Q2_K's NG = 3 wide kernels at 4
+// blocks per SM (mvtc_q2_k_3w 64 registers, no spill, loop 507 → 535 static SASS instructions;
+// mvtcx_q2_k_q3_k_3w spills 8 B) — ffn_gate+ffn_up n = 8 28.56 → 30.72 µs, attn_q+attn_k n = 8
+// 7.84 → 8.68, attn_q+attn_k+attn_v n = 8 12.42 → 11.65; 12B decode at batch 8 1847.0 / 1846.6 →
+// 1831.7 / 1830.9 tok/s.
 #ifndef TC_MINBW_1
 #define TC_MINBW_1 4
 #endif
@@ -1265,13 +1271,22 @@ template <typename F, int NG> struct TcSmem {
     };
 };
 
+// TcCapFused<F>::V: mvtc_<fmt>_* applies its `cap` argument (the final soft-cap of a tied head
+// in F, fused into the epilogue); the other formats ignore it (kernels::tc_softcap_fused, the same
+// list). Q6_K only, the tied head's format in llama.cpp's K-quant mixes: the branch in every
+// format's epilogue changed the Q2_K kernels' code (static SASS of mvtc_q2_k_1w's loop 393 → 391,
+// ALU 168 → 160) and the 12B decode at batch 1 went 310.1 / 309.3 → 307.3 / 306.8 tok/s (graph
+// attribution's Q2_K matvecs 1328 / 1300 → 1366 / 1361 µs per step; H100, 2026-12-07).
+template <typename F> struct TcCapFused { enum { V = 0 }; };
+template <> struct TcCapFused<FmtQ6_K> { enum { V = 1 }; };
+
 template <typename F, int NG, int XB>
 static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                                                  const uint32_t* __restrict__ xp,
                                                  const float* __restrict__ xs,
                                                  float* __restrict__ y, int rows, int K,
                                                  uint64_t row_bytes, int nc, int cta,
-                                                 uint4* __restrict__ sm) {
+                                                 uint4* __restrict__ sm, float cap) {
 #if __CUDA_ARCH__ >= 800
     typedef Tc<F> T;
     typedef TcStage<F> St;
@@ -1777,6 +1792,11 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         typedef TcOut<T::SUB> O;
         float v = hv * O::HS + mv * O::MS;
         if constexpr (CPI == 3) v += tot[(CPI * j + 2) * 16 + rr] * O::LS;
+        // Soft-capping fused (TcCapFused formats, cap > 0): softcap_f32's expression on the
+        // value it would have read, so the same bits as the separate launch.
+        if constexpr (TcCapFused<F>::V) {
+            if (cap > 0.0f) v = cap * tanhf(v / cap);
+        }
         if (r < rows) y[(uint64_t)j * rows + r] = v;
     };
 #if TC_EPI_SPLIT
@@ -1820,8 +1840,11 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 #endif
 }
 
-// mvtc_<fmt>_<NG>(W, xp, xs, y, rows, K, row_bytes, nc, W2, y2, rows2): y = W·x and, in the
-// same launch, y2 = W2·x (same format and K; rows2 = 0 for none), for nc inputs with
+// mvtc_<fmt>_<NG>(W, xp, xs, y, rows, K, row_bytes, nc, W2, y2, rows2, cap): y = W·x and, in the
+// same launch, y2 = W2·x (same format and K; rows2 = 0 for none), each output soft-capped to
+// cap·tanh(v / cap) when cap > 0 and F is a TcCapFused format (§9's final soft-capping, fused for
+// the head: the expression of activation.cu's softcap_f32, so the same bits as that launch after
+// this one; other formats ignore cap), for nc inputs with
 // NG = ceil(TcCols<F>·nc / 8) mma column groups (host: kernels::mvtc_kernel(fmt, nc, wide),
 // kernels::tc_col_groups; NG may exceed it: the extra columns are computed, never written); the wide
 // variants mvtc_<fmt>_1w and mvtc_<fmt>_3w (TcWide) take the same arguments and give the same
@@ -1832,16 +1855,17 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         const uint8_t* __restrict__ W, const uint32_t* __restrict__ xp,                      \
         const float* __restrict__ xs, float* __restrict__ y, int rows, int K,                \
         uint64_t row_bytes, int nc, const uint8_t* __restrict__ W2, float* __restrict__ y2,  \
-        int rows2) {                                                                         \
+        int rows2, float cap) {                                                              \
         if constexpr (Tc<F>::OK) {                                                           \
             constexpr int XB = XBV;                                                          \
             __shared__ uint4 sm[TcSmem<F, NG>::BYTES / 16];                                  \
             const int ctas = (rows + 15) >> 4;                                               \
             if ((int)blockIdx.x < ctas)                                                      \
-                mvtc_body<F, NG, XB>(W, xp, xs, y, rows, K, row_bytes, nc, blockIdx.x, sm);  \
+                mvtc_body<F, NG, XB>(W, xp, xs, y, rows, K, row_bytes, nc, blockIdx.x, sm,   \
+                                     cap);                                                   \
             else                                                                             \
                 mvtc_body<F, NG, XB>(W2, xp, xs, y2, rows2, K, row_bytes, nc,                \
-                                     blockIdx.x - ctas, sm);                                 \
+                                     blockIdx.x - ctas, sm, cap);                            \
         }                                                                                    \
     }
 #define MVTC_ENTRY(NAME, F, NG) MVTC_ENTRY_V(NAME, F, NG, , (TcMinB<F, NG>::V), (TcXb<F, NG>::V))
@@ -1886,12 +1910,12 @@ template <typename F> struct TcInModule { enum { V = 1 }; };
             const int c3 = (rows3 + 15) >> 4, ctas = (rows + 15) >> 4;                       \
             const int b = (int)blockIdx.x;                                                   \
             if (b < c3)                                                                      \
-                mvtc_body<G, NG, XBG>(W3, xp, xs, y3, rows3, K, row_bytes3, nc, b, sm);      \
+                mvtc_body<G, NG, XBG>(W3, xp, xs, y3, rows3, K, row_bytes3, nc, b, sm, 0.0f); \
             else if (b - c3 < ctas)                                                          \
-                mvtc_body<F, NG, XBF>(W, xp, xs, y, rows, K, row_bytes, nc, b - c3, sm);     \
+                mvtc_body<F, NG, XBF>(W, xp, xs, y, rows, K, row_bytes, nc, b - c3, sm, 0.0f); \
             else                                                                             \
                 mvtc_body<F, NG, XBF>(W2, xp, xs, y2, rows2, K, row_bytes, nc,               \
-                                      b - c3 - ctas, sm);                                    \
+                                      b - c3 - ctas, sm, 0.0f);                              \
         }                                                                                    \
     }
 #define MVTCX_ENTRY(NAME, F, GNAME, G, NG)                                                   \

@@ -98,6 +98,14 @@ pub fn tc_int8_digits(fmt: &str) -> bool {
     matches!(fmt, "q2_k" | "q3_k" | "q6_k")
 }
 
+/// Whether the tensor-core matvec `mvtc_<fmt>_*` applies its `cap` argument, the final logit
+/// soft-cap `cap·tanh(v / cap)` fused into its epilogue (`matvec.cu` `TcCapFused`, the same list):
+/// Q6_K, the tied head's format in llama.cpp's K-quant mixes. The other formats' kernels ignore
+/// `cap`; their heads are capped by `softcap_f32`.
+pub fn tc_softcap_fused(fmt: &str) -> bool {
+    fmt == "q6_k"
+}
+
 /// Int8 digits per activation of the [`tc_int8_digits`] formats' tensor-core matvecs by default
 /// (`TC_DIGITS` in `common.cuh`): 3, i.e. 22 significant bits of each 256-element block's
 /// largest |x| ([`tc_digit_bits`]).
@@ -1170,6 +1178,20 @@ mod tests {
             widest = widest.max(super::att_chunk(span));
             assert_eq!(super::att_chunk_bound(span), widest, "span {span}");
         }
+    }
+
+    #[test]
+    fn softcap_fused_formats_match_matvec_cu() {
+        // tc_softcap_fused must name exactly the formats with a `TcCapFused<Fmt…>` = 1
+        // specialization in matvec.cu: a format the host fuses for but whose kernel ignores `cap`
+        // would leave the logits uncapped, and the reverse would cap them twice.
+        let body = super::Family::Matvec.body();
+        for (f, st) in super::FORMATS.iter().zip(super::FORMAT_STRUCTS) {
+            let spec = format!("template <> struct TcCapFused<{st}> {{ enum {{ V = 1 }}; }};");
+            assert_eq!(super::tc_softcap_fused(f), body.contains(&spec), "{f}");
+        }
+        assert!(super::tc_softcap_fused("q6_k"));
+        assert!(!super::tc_softcap_fused("q2_k"));
     }
 
     #[test]

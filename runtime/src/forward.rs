@@ -962,7 +962,10 @@ fn tc_spread_on() -> bool {
 /// blocks of 22.0 KB + the reserve) left the configuration at 135.17 KB and the hit rate at 75.0 % (H100, 2026-12-07,
 /// same binary, every `runtime mv-bench` output hash the same): ffn_gate+ffn_up n = 8 29.13 /
 /// 28.97 → 29.42 / 29.35 µs, decode batch 1 307.9 / 307.5 → 305.9 / 308.3 tok/s, batch 8 1815.0
-/// / 1818.3 → 1806.9 / 1818.6.
+/// / 1818.3 → 1806.9 / 1818.6. Nor did the per-kernel attribute
+/// `CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT` at 44 % on the NG = 3 kernels help (H100,
+/// 2026-12-07, same binary): ffn_gate+ffn_up n = 8 28.82 → 28.93 µs, tied head n = 8 377.0 →
+/// 379.7, decode batch 8 1823.5 / 1814.3 → 1824.5 / 1815.1 tok/s.
 ///
 /// Errors: a failing driver query or attribute call, named after the kernel.
 fn tc_spread_smem(
@@ -1242,6 +1245,20 @@ impl Forward<'_> {
         t: usize,
         pre: Option<usize>,
     ) -> Result<(), RuntimeError> {
+        self.mvs_cap(outs, x, t, pre, 0.0)
+    }
+
+    /// [`Forward::mvs_pre`] with every tensor-core output soft-capped in the matvec's epilogue
+    /// when `cap > 0` (`y = cap·tanh(v / cap)`, the bits of `softcap_f32` after the launch; spec
+    /// §9). The CUDA-core matvecs ([`Forward::tc_ok`] false) ignore `cap`: their caller caps.
+    fn mvs_cap(
+        &self,
+        outs: &[(&Mat, u64)],
+        x: u64,
+        t: usize,
+        pre: Option<usize>,
+        cap: f32,
+    ) -> Result<(), RuntimeError> {
         let tc = |w: &Mat| self.tc_ok(w);
         let mut c0 = 0;
         while c0 < t {
@@ -1270,12 +1287,13 @@ impl Forward<'_> {
                     .and_then(|_| outs.get(i + 2))
                     .filter(|(w3, _)| w3.cols == w.cols && tc(w3) && tc_third(w.fmt, w3.fmt, nc));
                 match (second, third) {
-                    (Some(&(w2, y2)), Some(&(w3, y3))) => {
+                    (Some(&(w2, y2)), Some(&(w3, y3))) if cap <= 0.0 => {
                         self.tc_matvec3(w, nc, yc(w, y), (w2, yc(w2, y2)), (w3, yc(w3, y3)))?;
                         i += 3;
                     }
                     _ => {
-                        self.tc_matvec(w, nc, yc(w, y), second.map(|&(w2, y2)| (w2, yc(w2, y2))))?;
+                        let second = second.map(|&(w2, y2)| (w2, yc(w2, y2)));
+                        self.tc_launch(w, nc, yc(w, y), second, None, cap)?;
                         i += if second.is_some() { 2 } else { 1 };
                     }
                 }
@@ -1337,7 +1355,7 @@ impl Forward<'_> {
         y: u64,
         second: Option<(&Mat, u64)>,
     ) -> Result<(), RuntimeError> {
-        self.tc_launch(w, nc, y, second, None)
+        self.tc_launch(w, nc, y, second, None, 0.0)
     }
 
     /// `mvtcx_<fmt>_<g>_<NG>` over the activations last split by [`Forward::tc_prep`] (`nc`
@@ -1353,12 +1371,16 @@ impl Forward<'_> {
         second: (&Mat, u64),
         third: (&Mat, u64),
     ) -> Result<(), RuntimeError> {
-        self.tc_launch(w, nc, y, Some(second), Some(third))
+        self.tc_launch(w, nc, y, Some(second), Some(third), 0.0)
     }
 
     /// The launch behind [`Forward::tc_matvec`] (`third` = `None`: `mvtc_*`) and
     /// [`Forward::tc_matvec3`] (`mvtcx_*`): one block per 16-row tile of every matrix (the
-    /// kernel maps blocks to tiles: `W3`'s first in `mvtcx`, then `W`'s, then `W2`'s).
+    /// kernel maps blocks to tiles: `W3`'s first in `mvtcx`, then `W`'s, then `W2`'s). `cap > 0`:
+    /// the outputs soft-capped in the epilogue (`mvtc_*` only; [`Forward::mvs_cap`]).
+    ///
+    /// Errors: [`RuntimeError::Driver`] from the launch; [`RuntimeError::Shape`] when a cap is
+    /// asked of `mvtcx_*` (which has no such argument).
     fn tc_launch(
         &self,
         w: &Mat,
@@ -1366,6 +1388,7 @@ impl Forward<'_> {
         y: u64,
         second: Option<(&Mat, u64)>,
         third: Option<(&Mat, u64)>,
+        cap: f32,
     ) -> Result<(), RuntimeError> {
         let gpu = self.gpu;
         let (w2, y2, rows2) = match second {
@@ -1391,13 +1414,22 @@ impl Forward<'_> {
             Arg::P(y2),
             Arg::I(rows2 as i32),
         ];
-        if let Some((w3, y3)) = third {
-            args.extend([
-                Arg::P(ptr(gpu, &w3.data)),
-                Arg::P(y3),
-                Arg::I(w3.rows as i32),
-                Arg::U(w3.row_bytes as u64),
-            ]);
+        match third {
+            Some((w3, y3)) => {
+                if cap > 0.0 {
+                    return Err(RuntimeError::Shape {
+                        what: name,
+                        detail: "a three-matrix launch takes no soft-cap".into(),
+                    });
+                }
+                args.extend([
+                    Arg::P(ptr(gpu, &w3.data)),
+                    Arg::P(y3),
+                    Arg::I(w3.rows as i32),
+                    Arg::U(w3.row_bytes as u64),
+                ]);
+            }
+            None => args.push(Arg::F(cap)),
         }
         let grid = tc_tiles(&[w.rows, rows2, rows3]) as u32;
         let smem = tc_spread_smem(gpu, &f, &name, grid)?;
@@ -2168,8 +2200,28 @@ impl Forward<'_> {
         )?;
         let vocab = c.n_vocab;
         let lg = p(&ws.logits);
-        self.mv(&m.token_embd, hs, r, lg)?;
-        if let Some(cap) = c.final_softcap {
+        // The soft-cap goes into the tensor-core head's epilogue where its format's kernel has
+        // it (kernels::tc_softcap_fused: the same bits, one launch and two passes over the
+        // logits fewer); any other head is capped by its own launch. Measured with the epilogue
+        // in every format's kernel (H100, 2026-12-07, old and new binaries alternating): the
+        // model-check JSON of dense-target.Q4_K_M and syn-dense-target.UD-Q2_K_XL identical to
+        // the separate launch's (timings aside); mv-bench tied head n = 8 376.97 → 372.60 µs
+        // (mvtc_q6_k_3w's spill 64 → 8 B), every output hash the same; 12B decode batch 8
+        // 1823.5 / 1814.3 → 1847.0 / 1846.6 tok/s but batch 1 310.1 / 309.3 → 307.3 / 306.8
+        // (matvec.cu TcCapFused: hence Q6_K's kernels only, the other modules' SASS unchanged).
+        let fused = c.final_softcap.filter(|&cap| {
+            cap as f32 > 0.0
+                && self.tc_ok(&m.token_embd)
+                && kernels::tc_softcap_fused(m.token_embd.fmt)
+        });
+        self.mvs_cap(
+            &[(&m.token_embd, lg)],
+            hs,
+            r,
+            None,
+            fused.map_or(0.0, |cap| cap as f32),
+        )?;
+        if let (Some(cap), None) = (c.final_softcap, fused) {
             let n = r * vocab;
             self.call(
                 "softcap_f32",
