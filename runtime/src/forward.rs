@@ -1248,9 +1248,10 @@ impl Forward<'_> {
         self.mvs_cap(outs, x, t, pre, 0.0)
     }
 
-    /// [`Forward::mvs_pre`] with every tensor-core output soft-capped in the matvec's epilogue
+    /// [`Forward::mvs_pre`] with the tensor-core outputs soft-capped in the matvec's epilogue
     /// when `cap > 0` (`y = cap·tanh(v / cap)`, the bits of `softcap_f32` after the launch; spec
-    /// §9). The CUDA-core matvecs ([`Forward::tc_ok`] false) ignore `cap`: their caller caps.
+    /// §9) — for the [`kernels::tc_softcap_fused`] formats only: the other formats' kernels and
+    /// the CUDA-core matvecs ([`Forward::tc_ok`] false) ignore `cap`, and their caller caps.
     fn mvs_cap(
         &self,
         outs: &[(&Mat, u64)],
@@ -2206,8 +2207,9 @@ impl Forward<'_> {
         // in every format's kernel (H100, 2026-12-07, old and new binaries alternating): the
         // model-check JSON of dense-target.Q4_K_M and syn-dense-target.UD-Q2_K_XL identical to
         // the separate launch's (timings aside); mv-bench tied head n = 8 376.97 → 372.60 µs
-        // (mvtc_q6_k_3w's spill 64 → 8 B), every output hash the same; 12B decode batch 8
-        // 1823.5 / 1814.3 → 1847.0 / 1846.6 tok/s but batch 1 310.1 / 309.3 → 307.3 / 306.8
+        // (mvtc_q6_k_3w's spill 64 → 8 B), every mv-bench output hash (no cap) the same; the
+        // 12B decode at batch 8 1823.5 / 1814.3 → 1847.0 / 1846.6 tok/s, but at batch 1 310.1 /
+        // 309.3 → 307.3 / 306.8
         // (matvec.cu TcCapFused: hence Q6_K's kernels only, the other modules' SASS unchanged).
         let fused = c.final_softcap.filter(|&cap| {
             cap as f32 > 0.0
