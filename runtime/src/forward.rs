@@ -1378,10 +1378,10 @@ impl Forward<'_> {
     /// The launch behind [`Forward::tc_matvec`] (`third` = `None`: `mvtc_*`) and
     /// [`Forward::tc_matvec3`] (`mvtcx_*`): one block per 16-row tile of every matrix (the
     /// kernel maps blocks to tiles: `W3`'s first in `mvtcx`, then `W`'s, then `W2`'s). `cap > 0`:
-    /// the outputs soft-capped in the epilogue (`mvtc_*` only; [`Forward::mvs_cap`]).
+    /// the outputs soft-capped in the epilogue (`mvtc_*` only, which has the argument;
+    /// [`Forward::mvs_cap`]).
     ///
-    /// Errors: [`RuntimeError::Driver`] from the launch; [`RuntimeError::Shape`] when a cap is
-    /// asked of `mvtcx_*` (which has no such argument).
+    /// Errors: [`RuntimeError::Driver`] from the launch.
     fn tc_launch(
         &self,
         w: &Mat,
@@ -1417,12 +1417,11 @@ impl Forward<'_> {
         ];
         match third {
             Some((w3, y3)) => {
-                if cap > 0.0 {
-                    return Err(RuntimeError::Shape {
-                        what: name,
-                        detail: "a three-matrix launch takes no soft-cap".into(),
-                    });
-                }
+                // Callers pass no cap here (tc_matvec3: 0; mvs_cap takes mvtcx only without one).
+                debug_assert!(
+                    cap <= 0.0,
+                    "{name}: a three-matrix launch takes no soft-cap"
+                );
                 args.extend([
                     Arg::P(ptr(gpu, &w3.data)),
                     Arg::P(y3),
