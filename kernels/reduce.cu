@@ -60,6 +60,10 @@ extern "C" __global__ void argmax_f32(const float* __restrict__ x, int* idx, flo
 // left zero) merges the nb·k candidates the same way. A slice's top-k holds every member of the
 // row's top-k that lies in it, and the order is total, so the result is the one-pass top-k.
 // Launch: grid (rows, topk_blocks(n), 1), block (TOPK_THREADS,1,1).
+// topk1_f32: the same kernel, arguments, layouts and result for k = 1 (kernels::topk_kernel: greedy
+// decode), with one-entry lists instead of TOPK_MAX: the 16-step insertion into each thread's
+// list (every one of its first 16 ids goes in) is most of topk_f32's work, 8 rows × 262144 ids
+// at batch-8 decode.
 #define TOPK_MAX 16
 #define TOPK_THREADS 256
 #define TOPK_PER_THREAD 8
@@ -69,13 +73,14 @@ extern "C" __global__ void argmax_f32(const float* __restrict__ x, int* idx, flo
 static __device__ __forceinline__ bool tk_better(float v, int i, float b, int j) {
     return v > b || (v == b && i < j);
 }
-// Inserts (v, i) into the sorted list (lv, li) if it beats the last entry.
-static __device__ __forceinline__ void tk_insert(float (&lv)[TOPK_MAX], int (&li)[TOPK_MAX], float v, int i) {
-    if (!tk_better(v, i, lv[TOPK_MAX - 1], li[TOPK_MAX - 1])) return;
+// Inserts (v, i) into the sorted list (lv, li) of KM entries if it beats the last entry.
+template <int KM>
+static __device__ __forceinline__ void tk_insert(float (&lv)[KM], int (&li)[KM], float v, int i) {
+    if (!tk_better(v, i, lv[KM - 1], li[KM - 1])) return;
     float cv = v;
     int ci = i;
 #pragma unroll
-    for (int j = 0; j < TOPK_MAX; ++j) {
+    for (int j = 0; j < KM; ++j) {
         if (tk_better(cv, ci, lv[j], li[j])) {
             const float tv = lv[j]; const int ti = li[j];
             lv[j] = cv; li[j] = ci; cv = tv; ci = ti;
@@ -84,7 +89,9 @@ static __device__ __forceinline__ void tk_insert(float (&lv)[TOPK_MAX], int (&li
 }
 // k rounds of a block arg-best over the threads' list heads (the owner pops its head); thread 0
 // writes entry r to o[r] (id, or `missing`) and o[TOPK_MAX + r] (value bits, 0 when missing).
-static __device__ __forceinline__ void tk_block_emit(float (&lv)[TOPK_MAX], int (&li)[TOPK_MAX], int k,
+// k ≤ KM.
+template <int KM>
+static __device__ __forceinline__ void tk_block_emit(float (&lv)[KM], int (&li)[KM], int k,
                                                      int* o, int missing, float* sv, int* si) {
     const float NEG = -__int_as_float(0x7f800000);
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -110,8 +117,8 @@ static __device__ __forceinline__ void tk_block_emit(float (&lv)[TOPK_MAX], int 
         }
         if (li[0] == bi && bi != 0x7fffffff) {  // the owner pops its head
 #pragma unroll
-            for (int j = 0; j + 1 < TOPK_MAX; ++j) { lv[j] = lv[j + 1]; li[j] = li[j + 1]; }
-            lv[TOPK_MAX - 1] = NEG; li[TOPK_MAX - 1] = 0x7fffffff;
+            for (int j = 0; j + 1 < KM; ++j) { lv[j] = lv[j + 1]; li[j] = li[j + 1]; }
+            lv[KM - 1] = NEG; li[KM - 1] = 0x7fffffff;
         }
     }
 }
@@ -127,10 +134,11 @@ static __device__ __forceinline__ int tk_block_sum(int b, int* sbad) {
     for (int w = 0; w < nw; ++w) tot += sbad[w];
     return tot;
 }
-extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
-    topk_f32(const float* __restrict__ x, int n, const uint8_t* __restrict__ mask, int k,
-             int* __restrict__ part, unsigned* __restrict__ cnt, int* __restrict__ out) {
-    GRIDDEP_ENTRY();
+// The body of topk_f32 (KM = TOPK_MAX) and topk1_f32 (KM = 1): lists of KM entries, k ≤ KM.
+template <int KM>
+static __device__ __forceinline__ void
+    topk_body(const float* __restrict__ x, int n, const uint8_t* __restrict__ mask, int k,
+              int* __restrict__ part, unsigned* __restrict__ cnt, int* __restrict__ out) {
     __shared__ float sv[32];
     __shared__ int si[32];
     __shared__ int sbad[32];
@@ -138,10 +146,10 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
     const float NEG = -__int_as_float(0x7f800000);
     const int row = blockIdx.x, b = blockIdx.y, nb = gridDim.y;
     const float* xr = x + (uint64_t)row * n;
-    float lv[TOPK_MAX];
-    int li[TOPK_MAX];
+    float lv[KM];
+    int li[KM];
 #pragma unroll
-    for (int j = 0; j < TOPK_MAX; ++j) { lv[j] = NEG; li[j] = 0x7fffffff; }
+    for (int j = 0; j < KM; ++j) { lv[j] = NEG; li[j] = 0x7fffffff; }
     int bad = 0;
     for (int s0 = b * TOPK_SLICE; s0 < n; s0 += nb * TOPK_SLICE) {
         float v[TOPK_PER_THREAD];
@@ -155,7 +163,7 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
             const int i = s0 + u * TOPK_THREADS + (int)threadIdx.x;
             if (i >= n) continue;
             if (!isfinite(v[u])) { ++bad; continue; }
-            if (!tk_better(v[u], i, lv[TOPK_MAX - 1], li[TOPK_MAX - 1])) continue;
+            if (!tk_better(v[u], i, lv[KM - 1], li[KM - 1])) continue;
             if (mask != nullptr && mask[i]) continue;
             tk_insert(lv, li, v[u], i);
         }
@@ -174,7 +182,7 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
     __syncthreads();
     if (!last) return;
 #pragma unroll
-    for (int j = 0; j < TOPK_MAX; ++j) { lv[j] = NEG; li[j] = 0x7fffffff; }
+    for (int j = 0; j < KM; ++j) { lv[j] = NEG; li[j] = 0x7fffffff; }
     const int* prow = part + (uint64_t)row * TOPK_BLOCKS_MAX * TOPK_STRIDE;
     int nbad = 0;
     for (int c = threadIdx.x; c < nb * k; c += blockDim.x) {
@@ -191,6 +199,18 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
         cnt[row] = 0u;  // ready for the next launch
     }
     tk_block_emit(lv, li, k, o, -1, sv, si);
+}
+extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
+    topk_f32(const float* __restrict__ x, int n, const uint8_t* __restrict__ mask, int k,
+             int* __restrict__ part, unsigned* __restrict__ cnt, int* __restrict__ out) {
+    GRIDDEP_ENTRY();
+    topk_body<TOPK_MAX>(x, n, mask, k, part, cnt, out);
+}
+extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
+    topk1_f32(const float* __restrict__ x, int n, const uint8_t* __restrict__ mask, int k,
+              int* __restrict__ part, unsigned* __restrict__ cnt, int* __restrict__ out) {
+    GRIDDEP_ENTRY();
+    topk_body<1>(x, n, mask, k, part, cnt, out);
 }
 
 // sum_f32x4(x, n4, partial): read-only bandwidth probe. x = n4 float4 values; partial f32

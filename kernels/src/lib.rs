@@ -470,6 +470,17 @@ pub fn topk_blocks(n: usize) -> usize {
     n.div_ceil(TOPK_SLICE).clamp(1, TOPK_BLOCKS_MAX)
 }
 
+/// The `reduce.cu` kernel that takes a top-`k` launch: `topk1_f32` (one-entry lists) for `k` = 1,
+/// else `topk_f32` (lists of 16). Both take the same arguments, launch shape and layouts and
+/// give the same result for `k` = 1.
+pub fn topk_kernel(k: usize) -> &'static str {
+    if k == 1 {
+        "topk1_f32"
+    } else {
+        "topk_f32"
+    }
+}
+
 /// One kernel family: one `.cu` file, compiled as one NVRTC program / one CUDA module.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Family {
@@ -483,7 +494,7 @@ pub enum Family {
     Rope,
     /// `activation.cu`: `geglu_f32`, `softcap_f32`.
     Activation,
-    /// `reduce.cu`: `argmax_f32`, `topk_f32`, `sum_f32x4`, `fill_u32`, `spin_ns`.
+    /// `reduce.cu`: `argmax_f32`, `topk_f32`, `topk1_f32`, `sum_f32x4`, `fill_u32`, `spin_ns`.
     Reduce,
     /// `embed.cu`: `embed_<fmt>` (scaled embedding-row lookup) for every format.
     Embed,
@@ -623,6 +634,7 @@ impl Family {
             Family::Reduce => vec![
                 "argmax_f32".into(),
                 "topk_f32".into(),
+                "topk1_f32".into(),
                 "sum_f32x4".into(),
                 "fill_u32".into(),
                 "spin_ns".into(),

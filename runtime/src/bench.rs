@@ -636,7 +636,13 @@ pub const ATTRIBUTION_FAMILIES: [(&str, &[&str], bool); 10] = [
     ("matvec Q6_K (tied head)", &["mvtc_q6_k"], false),
     (
         "head tail (final norm, gather, soft-cap, top-k)",
-        &["rmsnorm_f32", "gather_rows_f32", "softcap_f32", "topk_f32"],
+        &[
+            "rmsnorm_f32",
+            "gather_rows_f32",
+            "softcap_f32",
+            "topk_f32",
+            "topk1_f32",
+        ],
         false,
     ),
     ("every matvec", &["mvtc_", "mvtcx_"], false),

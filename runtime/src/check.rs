@@ -1290,7 +1290,7 @@ fn check_argmax(gpu: &Gpu, rng: &mut Rng, log: &mut Log, ok: &mut bool) -> Resul
     Ok(json!({"pass": pass, "rows": rowsj}))
 }
 
-/// `topk_f32` against `reference::model::logits::top_k` (ids and value bits), on a vocab-sized
+/// `topk_f32` and `topk1_f32` (k = 1) against `reference::model::logits::top_k` (ids and value bits), on a vocab-sized
 /// launch (128 blocks per row) and a short one (3 blocks, the last slice partial): ties across
 /// blocks (the lower id first), a suppressed id holding the row's maximum, k = 16 and k = 1; and
 /// the non-finite count of a row with NaN and ±inf (which the list leaves out).
@@ -1339,21 +1339,25 @@ fn check_topk(gpu: &Gpu, rng: &mut Rng, log: &mut Log, ok: &mut bool) -> Result<
     x[2500] = f32::INFINITY;
     x[4999] = f32::NEG_INFINITY;
     let xd = gpu.stream.clone_htod(&x)?;
-    let got = gpu.topk(&xd.as_view(), 1, n, None, 4)?;
     let finite: Vec<f32> = x
         .iter()
         .map(|&v| if v.is_finite() { v } else { f32::NAN })
         .collect();
-    let want = reference::model::logits::top_k(&finite, 4, &[]);
-    let (list, bad) = &got[0];
-    let p = *bad == 3 && list.len() == 4 && same(list, &want);
-    pass &= p;
-    cases.push(json!({"n": n, "k": 4, "non_finite": bad, "pass": p}));
+    let mut bads = Vec::new();
+    // k = 4 takes topk_f32, k = 1 topk1_f32 (kernels::topk_kernel)
+    for k in [4usize, 1] {
+        let got = gpu.topk(&xd.as_view(), 1, n, None, k)?;
+        let want = reference::model::logits::top_k(&finite, k, &[]);
+        let (list, bad) = &got[0];
+        let p = *bad == 3 && list.len() == k && same(list, &want);
+        pass &= p;
+        bads.push(*bad);
+        cases.push(json!({"n": n, "k": k, "non_finite": bad, "pass": p}));
+    }
     *ok &= pass;
     log.line(&format!(
-        "{} topk 3×262144 and 2×5000 (k 16 and 1; ties across blocks, a masked maximum), non-finite count {} of 3",
+        "{} topk 3×262144 and 2×5000 (k 16 and 1; ties across blocks, a masked maximum), non-finite counts {bads:?} of 3 (k 4 and 1)",
         if pass { "PASS" } else { "FAIL" },
-        bad
     ));
     Ok(json!({"pass": pass, "cases": cases}))
 }

@@ -22,6 +22,17 @@ pub enum RuntimeError {
         #[source]
         source: cudarc::driver::DriverError,
     },
+    /// A launch's arguments do not match the kernel's parameter list (count or sizes in bytes,
+    /// as the driver reports them: `cuFuncGetParamInfo`); nothing was launched.
+    #[error("kernel {kernel}: the launch passes parameters of {passed:?} bytes, the kernel takes {takes:?}")]
+    Params {
+        /// The kernel's name.
+        kernel: String,
+        /// Sizes in bytes of the arguments passed, in order.
+        passed: Vec<usize>,
+        /// Sizes in bytes of the kernel's parameters, in order.
+        takes: Vec<usize>,
+    },
     /// Compiling or loading a kernel failed.
     #[error(transparent)]
     Kernel(#[from] kernels::KernelError),

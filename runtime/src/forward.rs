@@ -1107,10 +1107,93 @@ fn skipped(name: &str) -> bool {
     prefixes.iter().any(|p| name.starts_with(p.as_str())) != *all_but
 }
 
+/// The parameter sizes in bytes of kernel `f`, in order, as the driver reports them
+/// (`cuFuncGetParamInfo`, CUDA 12.4+), cached per function for the process; `None` where the
+/// driver is older than 12.4 (the call does not exist there).
+///
+/// Errors: [`RuntimeError::Driver`] from the version query or a parameter query that fails
+/// other than past the last parameter.
+fn param_sizes(f: &CudaFunction, name: &str) -> Result<Option<Vec<usize>>, RuntimeError> {
+    use cudarc::driver::sys;
+    use std::sync::{Mutex, OnceLock};
+    static SIZES: OnceLock<Mutex<HashMap<usize, Vec<usize>>>> = OnceLock::new();
+    static DRIVER: OnceLock<i32> = OnceLock::new();
+    let driver = match DRIVER.get() {
+        Some(&v) => v,
+        None => {
+            let mut v = 0i32;
+            // SAFETY: writes one int through a valid pointer.
+            unsafe { sys::cuDriverGetVersion(&mut v) }
+                .result()
+                .map_err(drv("cuDriverGetVersion"))?;
+            *DRIVER.get_or_init(|| v)
+        }
+    };
+    if driver < 12040 {
+        return Ok(None);
+    }
+    let key = f.cu_function() as usize;
+    let cache = SIZES.get_or_init(|| Mutex::new(HashMap::new()));
+    if let Some(v) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return Ok(Some(v.clone()));
+    }
+    let mut sizes = Vec::new();
+    loop {
+        let (mut off, mut size) = (0usize, 0usize);
+        // SAFETY: `f` is a live function of a loaded module; the two outputs are valid pointers.
+        let r =
+            unsafe { sys::cuFuncGetParamInfo(f.cu_function(), sizes.len(), &mut off, &mut size) };
+        match r {
+            sys::CUresult::CUDA_SUCCESS => sizes.push(size),
+            // past the last parameter
+            sys::CUresult::CUDA_ERROR_INVALID_VALUE => break,
+            e => {
+                e.result()
+                    .map_err(drv(format!("cuFuncGetParamInfo of {name}")))?;
+                break; // not reached: `e` is an error
+            }
+        }
+    }
+    cache
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key, sizes.clone());
+    Ok(Some(sizes))
+}
+
+/// Checks that `args` match kernel `f`'s parameter list, count and sizes ([`param_sizes`]; no
+/// check on a driver older than 12.4), so that a launch with a missing or extra argument is a
+/// typed error, not a driver read past the argument array.
+///
+/// Errors: [`RuntimeError::Params`] on a mismatch; driver errors of the query.
+pub(crate) fn check_params(f: &CudaFunction, name: &str, args: &[Arg]) -> Result<(), RuntimeError> {
+    let Some(takes) = param_sizes(f, name)? else {
+        return Ok(());
+    };
+    let passed: Vec<usize> = args
+        .iter()
+        .map(|a| match a {
+            Arg::P(_) | Arg::U(_) => 8,
+            Arg::I(_) | Arg::F(_) => 4,
+        })
+        .collect();
+    if passed != takes {
+        return Err(RuntimeError::Params {
+            kernel: name.to_string(),
+            passed,
+            takes,
+        });
+    }
+    Ok(())
+}
+
 /// Launches kernel `f` on the GPU's stream with programmatic stream serialization (the kernel
 /// may start before the previous one ends; every kernel waits for it with
 /// `griddepcontrol.wait` before touching activations: `common.cuh`) as [`pdl_policy`] says. `args` are the kernel's parameters in order (8-byte pointers / u64, 4-byte i32 / f32).
-fn launch(
+///
+/// Errors: [`RuntimeError::Params`] when `args` do not match the kernel's parameters
+/// ([`check_params`]); driver errors of the launch.
+pub(crate) fn launch(
     gpu: &Gpu,
     f: &CudaFunction,
     name: &str,
@@ -1121,6 +1204,7 @@ fn launch(
     if skipped(name) {
         return Ok(());
     }
+    check_params(f, name, args)?;
     // One 8-byte slot per parameter; the driver copies the parameter's size (4 or 8 bytes)
     // from the slot's start (little-endian, so the low half for 4-byte values).
     let vals: Vec<u64> = args
@@ -1159,7 +1243,8 @@ fn launch(
     };
     gpu.ctx.bind_to_thread().map_err(drv(name.to_string()))?;
     // SAFETY: every call site passes the argument list of the named kernel's signature (stated
-    // in its .cu file) with device addresses of live buffers sized by the forward's shapes;
+    // in its .cu file; count and sizes checked against the driver's above, driver 12.4+) with
+    // device addresses of live buffers sized by the forward's shapes;
     // `params` points into `vals`, and `attr`, both alive until the call returns (the driver
     // copies the parameters at launch).
     unsafe {
@@ -1204,7 +1289,7 @@ impl Forward<'_> {
             "rmsnorm_f32" => Family::Norm,
             "rope_neox_f32" => Family::Rope,
             "geglu_f32" | "softcap_f32" => Family::Activation,
-            "argmax_f32" | "topk_f32" => Family::Reduce,
+            "argmax_f32" | "topk_f32" | "topk1_f32" => Family::Reduce,
             _ => Family::Layer,
         };
         Ok(self.gpu.modules.function(fam, name)?)
@@ -2234,7 +2319,7 @@ impl Forward<'_> {
         }
         if let Some(k) = topk {
             self.call(
-                "topk_f32",
+                kernels::topk_kernel(k.min(TOPK_MAX)),
                 (r as u32, kernels::topk_blocks(vocab) as u32, 1),
                 kernels::TOPK_THREADS,
                 0,
@@ -2385,6 +2470,53 @@ fn split_chunk(ch: &[(i32, i32, i32, bool)]) -> (Vec<i32>, Vec<i32>, Vec<i32>, V
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// On a GPU: `fill_u32(uint32_t*, uint64_t, uint32_t)` (reduce.cu) reports parameter sizes
+    /// [8, 8, 4]; a launch of it with the last argument missing, or with a 4-byte value where the
+    /// u64 goes, is refused as [`RuntimeError::Params`] naming both lists, and the right list
+    /// launches and fills (checked by reading back). Without a GPU: skipped.
+    #[test]
+    fn launch_refuses_a_wrong_parameter_list() {
+        if let Some(why) = crate::device::unavailable_reason() {
+            println!("skipped: {why}");
+            return;
+        }
+        let gpu = Gpu::new(0).unwrap();
+        let f = gpu.modules.function(Family::Reduce, "fill_u32").unwrap();
+        let buf = gpu.stream.alloc_zeros::<u32>(4).unwrap();
+        let p = ptr(&gpu, &buf);
+        let cfg = lc((1, 1, 1), 32, 0);
+        if param_sizes(&f, "fill_u32").unwrap().is_none() {
+            println!("skipped: driver older than 12.4 (no cuFuncGetParamInfo)");
+            return;
+        }
+        for (args, passed) in [
+            (vec![Arg::P(p), Arg::U(4)], vec![8, 8]),
+            (vec![Arg::P(p), Arg::I(4), Arg::I(7)], vec![8, 4, 4]),
+        ] {
+            match launch(&gpu, &f, "fill_u32", cfg, &args) {
+                Err(RuntimeError::Params {
+                    kernel,
+                    passed: got,
+                    takes,
+                }) => {
+                    assert_eq!(kernel, "fill_u32");
+                    assert_eq!(got, passed);
+                    assert_eq!(takes, vec![8, 8, 4]);
+                }
+                other => panic!("expected a Params error, got {other:?}"),
+            }
+        }
+        launch(
+            &gpu,
+            &f,
+            "fill_u32",
+            cfg,
+            &[Arg::P(p), Arg::U(4), Arg::I(7)],
+        )
+        .unwrap();
+        assert_eq!(gpu.stream.clone_dtoh(&buf).unwrap(), vec![7u32; 4]);
+    }
 
     /// The cap: one-wave launches below the kernel's bound only. Hand-derived from the 12B
     /// shapes on 132 SMs: attn_output's 240 tiles of the 4-per-SM kernel → 2 per SM; attn_v's

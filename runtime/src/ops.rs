@@ -533,8 +533,6 @@ impl Gpu {
         // The staged kernel copies aligned 16-byte chunks and takes row offsets mod 16 from the
         // matrix start, so the matrix must start on a 16-byte boundary.
         check_aligned16(&what, &[("weights", w.device_ptr(&self.stream).0)])?;
-        let (nc_i, k_i, rows_i, rb_u) = (ncols as i32, k as i32, rows as i32, rb as u64);
-        let (null, zero) = (0u64, 0i32);
         self.tc_prep(x, ncols, k, kernels::tc_prep_kinds([fmt]))?;
         let name = crate::forward::tc_kernel(fmt, ncols, rows, 0, self.sm_count);
         let f = self.func(Family::Matvec, &name)?;
@@ -543,23 +541,28 @@ impl Gpu {
             block_dim: (kernels::TC_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(w)
-            .arg(&self.tc_xp)
-            .arg(&self.tc_xs)
-            .arg(y)
-            .arg(&rows_i)
-            .arg(&k_i)
-            .arg(&rb_u)
-            .arg(&nc_i)
-            .arg(&null)
-            .arg(&null)
-            .arg(&zero);
-        // SAFETY: matches `mvtc_<fmt>_<NG>(const uint8_t*, const uint32_t*, const float*, float*,
-        // int, int, uint64_t, int, const uint8_t*, float*, int, int)` with no second matrix (null
-        // pointers, rows2 = 0: no block takes it); w is rows·row_bytes bytes and y ≥ ncols·rows
+        use crate::forward::Arg;
+        let (wp, _w_sync) = w.device_ptr(&self.stream);
+        let (yp, _y_sync) = y.device_ptr_mut(&self.stream);
+        let args = [
+            Arg::P(wp),
+            Arg::P(crate::forward::ptr(self, &self.tc_xp)),
+            Arg::P(crate::forward::ptr(self, &self.tc_xs)),
+            Arg::P(yp),
+            Arg::I(rows as i32),
+            Arg::I(k as i32),
+            Arg::U(rb as u64),
+            Arg::I(ncols as i32),
+            Arg::P(0), // no second matrix: W2, y2 null, rows2 0 (no block takes it)
+            Arg::P(0),
+            Arg::I(0),
+            Arg::F(0.0), // no soft-cap
+        ];
+        // The parameters of `mvtc_<fmt>_<NG>(const uint8_t*, const uint32_t*, const float*,
+        // float*, int, int, uint64_t, int, const uint8_t*, float*, int, float)` (checked against
+        // the driver's list in `launch`); w is rows·row_bytes bytes and y ≥ ncols·rows
         // (checked); the scratch was filled by the prep launch above on the same stream.
-        unsafe { b.launch(cfg) }.map_err(drv(name))?;
+        crate::forward::launch(self, &f, &name, cfg, &args)?;
         Ok(())
     }
 
@@ -892,7 +895,8 @@ impl Gpu {
         Ok(())
     }
 
-    /// `topk_f32` (`reduce.cu`) over `rows` rows of `n` f32 at `x`: per row, the `k` largest
+    /// `topk_f32` (`reduce.cu`; `topk1_f32` for `k` = 1, [`kernels::topk_kernel`]) over `rows`
+    /// rows of `n` f32 at `x`: per row, the `k` largest
     /// values over ids whose `mask` byte is 0 (`mask` u8 `[n]`, `None` = every id), value
     /// descending, lower id first on exact ties, non-finite values left out and counted.
     /// Returns per row the `(id, value)` list (shorter than `k` when fewer ids qualify) and the
@@ -925,7 +929,7 @@ impl Gpu {
         {
             return Err(shape(what, format!("rows {rows} × n {n}, k {k}")));
         }
-        let f = self.func(Family::Reduce, what)?;
+        let f = self.func(Family::Reduce, kernels::topk_kernel(k))?;
         let part = self
             .stream
             .alloc_zeros::<i32>(rows * kernels::TOPK_BLOCKS_MAX * stride)
@@ -948,8 +952,8 @@ impl Gpu {
             None => b.arg(&null),
         };
         b.arg(&kk).arg(&part).arg(&cnt).arg(&out);
-        // SAFETY: matches `topk_f32(const float*, int, const uint8_t*, int, int*, unsigned*,
-        // int*)`; x holds rows·n floats and mask n bytes (checked), part/cnt/out are sized for
+        // SAFETY: matches `topk_f32`'s and `topk1_f32`'s (const float*, int, const uint8_t*, int,
+        // int*, unsigned*, int*); x holds rows·n floats and mask n bytes (checked), part/cnt/out are sized for
         // `rows` rows of the kernel's layout (TOPK_BLOCKS_MAX partials of 2·TOPK_MAX + 1 words).
         unsafe { b.launch(cfg) }.map_err(drv(what))?;
         let raw = self.stream.clone_dtoh(&out).map_err(drv(what))?;
