@@ -1107,16 +1107,20 @@ fn skipped(name: &str) -> bool {
     prefixes.iter().any(|p| name.starts_with(p.as_str())) != *all_but
 }
 
-/// The parameter sizes in bytes of kernel `f`, in order, as the driver reports them
-/// (`cuFuncGetParamInfo`, CUDA 12.4+), cached per function for the process; `None` where the
-/// driver is older than 12.4 (the call does not exist there).
+/// The parameter sizes in bytes of kernel `f` named `name`, in order, as the driver reports them
+/// (`cuFuncGetParamInfo`, CUDA 12.4+; the query past the last parameter is the one that fails,
+/// so compute-sanitizer reports one API error per kernel unless run with `--report-api-errors
+/// no`, as `scripts/gpu/run.sh` does), cached per kernel name for the process (every module
+/// that holds a name compiles it from the same sources; not per function handle, which a
+/// module loaded after another's drop may reuse for another kernel); `None` where the driver is
+/// older than 12.4 (the call does not exist there).
 ///
 /// Errors: [`RuntimeError::Driver`] from the version query or a parameter query that fails
 /// other than past the last parameter.
 fn param_sizes(f: &CudaFunction, name: &str) -> Result<Option<Vec<usize>>, RuntimeError> {
     use cudarc::driver::sys;
     use std::sync::{Mutex, OnceLock};
-    static SIZES: OnceLock<Mutex<HashMap<usize, Vec<usize>>>> = OnceLock::new();
+    static SIZES: OnceLock<Mutex<HashMap<String, Vec<usize>>>> = OnceLock::new();
     static DRIVER: OnceLock<i32> = OnceLock::new();
     let driver = match DRIVER.get() {
         Some(&v) => v,
@@ -1132,9 +1136,8 @@ fn param_sizes(f: &CudaFunction, name: &str) -> Result<Option<Vec<usize>>, Runti
     if driver < 12040 {
         return Ok(None);
     }
-    let key = f.cu_function() as usize;
     let cache = SIZES.get_or_init(|| Mutex::new(HashMap::new()));
-    if let Some(v) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+    if let Some(v) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(name) {
         return Ok(Some(v.clone()));
     }
     let mut sizes = Vec::new();
@@ -1157,7 +1160,7 @@ fn param_sizes(f: &CudaFunction, name: &str) -> Result<Option<Vec<usize>>, Runti
     cache
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .insert(key, sizes.clone());
+        .insert(name.to_string(), sizes.clone());
     Ok(Some(sizes))
 }
 
