@@ -1203,10 +1203,42 @@ pub(crate) fn launch(
     cfg: LaunchConfig,
     args: &[Arg],
 ) -> Result<(), RuntimeError> {
-    use cudarc::driver::sys;
     if skipped(name) {
         return Ok(());
     }
+    let pdl = match pdl_policy() {
+        PdlPolicy::Off => false,
+        PdlPolicy::All => true,
+        PdlPolicy::Matvec => name.starts_with("mvtc_") && name != "mvtc_prep",
+    };
+    launch_with(gpu, f, name, cfg, args, pdl)
+}
+
+/// [`launch`] without programmatic stream serialization and never skipped: the kernel starts
+/// after the previous stream work ends, as a plain launch does (the single-kernel wrappers of
+/// [`crate::ops`], which `gpu-check` tests, some of whose kernels do not wait with
+/// `griddepcontrol.wait`). The same argument check.
+///
+/// Errors: as [`launch`].
+pub(crate) fn launch_plain(
+    gpu: &Gpu,
+    f: &CudaFunction,
+    name: &str,
+    cfg: LaunchConfig,
+    args: &[Arg],
+) -> Result<(), RuntimeError> {
+    launch_with(gpu, f, name, cfg, args, false)
+}
+
+fn launch_with(
+    gpu: &Gpu,
+    f: &CudaFunction,
+    name: &str,
+    cfg: LaunchConfig,
+    args: &[Arg],
+    pdl: bool,
+) -> Result<(), RuntimeError> {
+    use cudarc::driver::sys;
     check_params(f, name, args)?;
     // One 8-byte slot per parameter; the driver copies the parameter's size (4 or 8 bytes)
     // from the slot's start (little-endian, so the low half for 4-byte values).
@@ -1227,11 +1259,6 @@ pub(crate) fn launch(
     let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
     attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     attr.value.programmaticStreamSerializationAllowed = 1;
-    let pdl = match pdl_policy() {
-        PdlPolicy::Off => false,
-        PdlPolicy::All => true,
-        PdlPolicy::Matvec => name.starts_with("mvtc_") && name != "mvtc_prep",
-    };
     let config = sys::CUlaunchConfig {
         gridDimX: cfg.grid_dim.0,
         gridDimY: cfg.grid_dim.1,
@@ -1247,7 +1274,9 @@ pub(crate) fn launch(
     gpu.ctx.bind_to_thread().map_err(drv(name.to_string()))?;
     // SAFETY: every call site passes the argument list of the named kernel's signature (stated
     // in its .cu file; count and sizes checked against the driver's above, driver 12.4+) with
-    // device addresses of live buffers sized by the forward's shapes;
+    // device addresses of live buffers sized by the forward's shapes (or, for `launch_plain`,
+    // by the shape checks of its `ops.rs` wrapper, which holds the buffers' guards across the
+    // call);
     // `params` points into `vals`, and `attr`, both alive until the call returns (the driver
     // copies the parameters at launch).
     unsafe {

@@ -4,15 +4,12 @@
 //!
 //! Spec: `spec/gguf-gemma4.md` §3 (dequant, matvec), `spec/gemma4-text.md` §3 (RMSNorm), §4.4
 //! (RoPE), §5 (GeGLU), §9 (soft-capping).
-#![allow(unsafe_code)]
-
-use cudarc::driver::{
-    CudaFunction, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{CudaFunction, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, LaunchConfig};
 use kernels::{matvec_rows_per_block, Family, FORMATS, MATVEC_MAX_COLS, MATVEC_THREADS};
 use reference::quant::GgmlType;
 
 use crate::error::{drv, RuntimeError};
+use crate::forward::Arg;
 use crate::Gpu;
 
 /// The kernel-name suffix of `ty` (an entry of `kernels::FORMATS`), or
@@ -198,11 +195,14 @@ impl Gpu {
         let name = kernels::dequant_kernel(fmt);
         let f = self.func(Family::Dequant, &name)?;
         let n_pieces = (n_elements / 8) as u64;
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(src).arg(out).arg(&n_pieces);
-        // SAFETY: argument list matches `dequant_<fmt>(const uint8_t*, float*, uint64_t)`;
-        // src holds the blocks of n_pieces·8 elements and out ≥ n_pieces·8 floats (checked).
-        unsafe { b.launch(blocks_1d(&what, n_pieces, 256)?) }.map_err(drv(name))?;
+        let cfg = blocks_1d(&what, n_pieces, 256)?;
+        let (src_p, _src_sync) = src.device_ptr(&self.stream);
+        let (out_p, _out_sync) = out.device_ptr_mut(&self.stream);
+        let args = [Arg::P(src_p), Arg::P(out_p), Arg::U(n_pieces)];
+        // The parameters of `dequant_<fmt>(const uint8_t*, float*, uint64_t)` (checked against
+        // the driver's list in launch_plain); src holds the blocks of n_pieces·8 elements and
+        // out ≥ n_pieces·8 floats (checked).
+        crate::forward::launch_plain(self, &f, &name, cfg, &args)?;
         Ok(())
     }
 
@@ -238,11 +238,21 @@ impl Gpu {
             block_dim: (MATVEC_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(w).arg(x).arg(y).arg(&rows_i).arg(&k_i).arg(&rb_u);
-        // SAFETY: argument list matches `matvec_<fmt>_<nc>(const uint8_t*, const float*, float*,
-        // int, int, uint64_t)`; buffer lengths checked above against rows, k, ncols.
-        unsafe { b.launch(cfg) }.map_err(drv(name))?;
+        let (w_p, _w_sync) = w.device_ptr(&self.stream);
+        let (x_p, _x_sync) = x.device_ptr(&self.stream);
+        let (y_p, _y_sync) = y.device_ptr_mut(&self.stream);
+        let args = [
+            Arg::P(w_p),
+            Arg::P(x_p),
+            Arg::P(y_p),
+            Arg::I(rows_i),
+            Arg::I(k_i),
+            Arg::U(rb_u),
+        ];
+        // The parameters of `matvec_<fmt>_<nc>(const uint8_t*, const float*, float*, int, int,
+        // uint64_t)` (checked against the driver's list in launch_plain); buffer lengths checked
+        // above against rows, k, ncols.
+        crate::forward::launch_plain(self, &f, &name, cfg, &args)?;
         Ok(())
     }
 
@@ -311,34 +321,52 @@ impl Gpu {
             None => (0, 1, 0),
         };
         let (nh_i, d_i) = (nh as i32, d as i32);
-        let null: u64 = 0;
         let cfg = LaunchConfig {
             grid_dim: ((nh + 2 * nkv_i as usize) as u32, t as u32, 1),
             block_dim: (kernels::norm_threads(d), 1, 1),
             shared_mem_bytes: (d * 4) as u32,
         };
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(q).arg(k).arg(v);
-        match kv {
-            Some((kc, vc, _, _)) => b.arg(kc).arg(vc),
-            None => b.arg(&null).arg(&null),
+        let (q_p, _q_sync) = q.device_ptr_mut(&self.stream);
+        let (k_p, _k_sync) = k.device_ptr(&self.stream);
+        let (v_p, _v_sync) = v.device_ptr(&self.stream);
+        // no caches (a KV-sharing layer): kc, vc null with nkv 0 (layer.cu)
+        let (kc_p, _kc_sync, vc_p, _vc_sync) = match kv {
+            Some((kc, vc, _, _)) => {
+                let (kc_p, kc_sync) = kc.device_ptr_mut(&self.stream);
+                let (vc_p, vc_sync) = vc.device_ptr_mut(&self.stream);
+                (kc_p, Some(kc_sync), vc_p, Some(vc_sync))
+            }
+            None => (0, None, 0, None),
         };
-        b.arg(q_norm)
-            .arg(k_norm)
-            .arg(slot)
-            .arg(pos)
-            .arg(inv_freq)
-            .arg(&nh_i)
-            .arg(&nkv_i)
-            .arg(&d_i)
-            .arg(&rows_i)
-            .arg(&eps)
-            .arg(&kv_eq);
-        // SAFETY: matches `qkv_post_f32(float*, const float*, const float*, float*, float*,
+        let (qn_p, _qn_sync) = q_norm.device_ptr(&self.stream);
+        let (kn_p, _kn_sync) = k_norm.device_ptr(&self.stream);
+        let (slot_p, _slot_sync) = slot.device_ptr(&self.stream);
+        let (pos_p, _pos_sync) = pos.device_ptr(&self.stream);
+        let (freq_p, _freq_sync) = inv_freq.device_ptr(&self.stream);
+        let args = [
+            Arg::P(q_p),
+            Arg::P(k_p),
+            Arg::P(v_p),
+            Arg::P(kc_p),
+            Arg::P(vc_p),
+            Arg::P(qn_p),
+            Arg::P(kn_p),
+            Arg::P(slot_p),
+            Arg::P(pos_p),
+            Arg::P(freq_p),
+            Arg::I(nh_i),
+            Arg::I(nkv_i),
+            Arg::I(d_i),
+            Arg::I(rows_i),
+            Arg::F(eps),
+            Arg::I(kv_eq),
+        ];
+        // The parameters of `qkv_post_f32(float*, const float*, const float*, float*, float*,
         // const float*, const float*, const int*, const int*, const double*, int, int, int, int,
-        // float, int)`; every buffer holds the shape checked above (the caller guarantees the
-        // slot/pos values address rows inside the caches); dynamic shared memory d floats.
-        unsafe { b.launch(cfg) }.map_err(drv(what))?;
+        // float, int)` (checked against the driver's list in launch_plain); every buffer holds
+        // the shape checked above (the caller guarantees the slot/pos values address rows inside
+        // the caches); dynamic shared memory d floats.
+        crate::forward::launch_plain(self, &f, what, cfg, &args)?;
         Ok(())
     }
 
@@ -459,39 +487,47 @@ impl Gpu {
         let pd = self.stream.clone_htod(pos).map_err(drv(what))?;
         let (nh_i, nkv_i, d_i, rows_i) = (nh as i32, nkv as i32, d as i32, rows as i32);
         let window_i = window.min(I32_MAX) as i32;
-        let (null, zero): (u64, i32) = (0, 0);
         let cfg = LaunchConfig {
             grid_dim: ((nh / qh) as u32, t as u32, kernels::att_splits(span) as u32),
             block_dim: (128, 1, 1),
             shared_mem_bytes: smem as u32,
         };
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(q)
-            .arg(kc)
-            .arg(vc)
-            .arg(&sd)
-            .arg(&pd)
-            .arg(out)
-            .arg(&nh_i)
-            .arg(&nkv_i)
-            .arg(&d_i)
-            .arg(&rows_i)
-            .arg(&window_i)
-            .arg(part)
-            .arg(cnt)
-            .arg(&null)
-            .arg(&null)
-            .arg(&zero)
-            .arg(&zero);
-        // SAFETY: matches `attention_f32(const float*, const float*, const float*, const int*,
+        let (q_p, _q_sync) = q.device_ptr(&self.stream);
+        let (kc_p, _kc_sync) = kc.device_ptr(&self.stream);
+        let (vc_p, _vc_sync) = vc.device_ptr(&self.stream);
+        let (sd_p, _sd_sync) = sd.device_ptr(&self.stream);
+        let (pd_p, _pd_sync) = pd.device_ptr(&self.stream);
+        let (out_p, _out_sync) = out.device_ptr_mut(&self.stream);
+        let (part_p, _part_sync) = part.device_ptr_mut(&self.stream);
+        let (cnt_p, _cnt_sync) = cnt.device_ptr_mut(&self.stream);
+        let args = [
+            Arg::P(q_p),
+            Arg::P(kc_p),
+            Arg::P(vc_p),
+            Arg::P(sd_p),
+            Arg::P(pd_p),
+            Arg::P(out_p),
+            Arg::I(nh_i),
+            Arg::I(nkv_i),
+            Arg::I(d_i),
+            Arg::I(rows_i),
+            Arg::I(window_i),
+            Arg::P(part_p),
+            Arg::P(cnt_p),
+            Arg::P(0), // no o-projection prep: xp, xs null, prep_rows 0
+            Arg::P(0),
+            Arg::I(0),
+            Arg::I(0),
+        ];
+        // The parameters of `attention_f32(const float*, const float*, const float*, const int*,
         // const int*, float*, int, int, int, int, int, float*, unsigned*, uint32_t*, float*, int,
-        // int)`, the signature of every entry point (the d256 / d512 ones only for their d, the
-        // two-head ones with (nh / nkv) even and grid x = nh / 2, checked above); q, out, part and
-        // cnt hold the checked shapes; every slot and position was checked to address rows inside
-        // the caches with no visible key overwritten; the prep pointers are null with prep_rows 0
-        // (never read); dynamic shared memory for the widest row's chunk, per head of a block, as
-        // the forward pass sizes it.
-        unsafe { b.launch(cfg) }.map_err(drv(what))?;
+        // int)` (checked against the driver's list in launch_plain), the signature of every entry
+        // point (the d256 / d512 ones only for their d, the two-head ones with (nh / nkv) even
+        // and grid x = nh / 2, checked above); q, out, part and cnt hold the checked shapes; every
+        // slot and position was checked to address rows inside the caches with no visible key
+        // overwritten; the prep pointers are null with prep_rows 0 (never read); dynamic shared
+        // memory for the widest row's chunk, per head of a block, as the forward pass sizes it.
+        crate::forward::launch_plain(self, &f, kernel, cfg, &args)?;
         Ok(())
     }
 
@@ -541,7 +577,6 @@ impl Gpu {
             block_dim: (kernels::TC_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        use crate::forward::Arg;
         let (wp, _w_sync) = w.device_ptr(&self.stream);
         let (yp, _y_sync) = y.device_ptr_mut(&self.stream);
         let args = [
@@ -560,9 +595,9 @@ impl Gpu {
         ];
         // The parameters of `mvtc_<fmt>_<NG>(const uint8_t*, const uint32_t*, const float*,
         // float*, int, int, uint64_t, int, const uint8_t*, float*, int, float)` (checked against
-        // the driver's list in `launch`); w is rows·row_bytes bytes and y ≥ ncols·rows
+        // the driver's list in `launch_plain`); w is rows·row_bytes bytes and y ≥ ncols·rows
         // (checked); the scratch was filled by the prep launch above on the same stream.
-        crate::forward::launch(self, &f, &name, cfg, &args)?;
+        crate::forward::launch_plain(self, &f, &name, cfg, &args)?;
         Ok(())
     }
 
@@ -590,22 +625,31 @@ impl Gpu {
         }
         let f = self.func(Family::Norm, what)?;
         let n_i = n as i32;
-        let null: u64 = 0;
         let cfg = LaunchConfig {
             grid_dim: (rows as u32, 1, 1),
             block_dim: (kernels::norm_threads(n), 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(x);
-        match w {
-            Some(w) => b.arg(w),
-            None => b.arg(&null),
+        let (x_p, _x_sync) = x.device_ptr(&self.stream);
+        let (w_p, _w_sync) = match w {
+            Some(w) => {
+                let (w_p, w_sync) = w.device_ptr(&self.stream);
+                (w_p, Some(w_sync))
+            }
+            None => (0, None),
         };
-        b.arg(y).arg(&n_i).arg(&eps);
-        // SAFETY: matches `rmsnorm_f32(const float*, const float* /*nullable*/, float*, int,
-        // float)`; a u64 0 is passed as the null weight pointer; lengths checked above.
-        unsafe { b.launch(cfg) }.map_err(drv(what))?;
+        let (y_p, _y_sync) = y.device_ptr_mut(&self.stream);
+        let args = [
+            Arg::P(x_p),
+            Arg::P(w_p),
+            Arg::P(y_p),
+            Arg::I(n_i),
+            Arg::F(eps),
+        ];
+        // The parameters of `rmsnorm_f32(const float*, const float* /*nullable*/, float*, int,
+        // float)` (checked against the driver's list in launch_plain); a 0 is passed as the null
+        // weight pointer; lengths checked above.
+        crate::forward::launch_plain(self, &f, what, cfg, &args)?;
         Ok(())
     }
 
@@ -638,17 +682,23 @@ impl Gpu {
         }
         let f = self.func(Family::Rope, what)?;
         let (t, h, dd) = (n_tokens as i32, n_heads as i32, d as i32);
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(x)
-            .arg(y)
-            .arg(pos)
-            .arg(inv_freq)
-            .arg(&t)
-            .arg(&h)
-            .arg(&dd);
-        // SAFETY: matches `rope_neox_f32(const float*, float*, const int*, const double*, int,
-        // int, int)`; lengths checked above.
-        unsafe { b.launch(blocks_1d(what, (n / 2) as u64, 256)?) }.map_err(drv(what))?;
+        let cfg = blocks_1d(what, (n / 2) as u64, 256)?;
+        let (x_p, _x_sync) = x.device_ptr(&self.stream);
+        let (y_p, _y_sync) = y.device_ptr_mut(&self.stream);
+        let (pos_p, _pos_sync) = pos.device_ptr(&self.stream);
+        let (freq_p, _freq_sync) = inv_freq.device_ptr(&self.stream);
+        let args = [
+            Arg::P(x_p),
+            Arg::P(y_p),
+            Arg::P(pos_p),
+            Arg::P(freq_p),
+            Arg::I(t),
+            Arg::I(h),
+            Arg::I(dd),
+        ];
+        // The parameters of `rope_neox_f32(const float*, float*, const int*, const double*, int,
+        // int, int)` (checked against the driver's list in launch_plain); lengths checked above.
+        crate::forward::launch_plain(self, &f, what, cfg, &args)?;
         Ok(())
     }
 
@@ -666,11 +716,14 @@ impl Gpu {
         }
         let f = self.func(Family::Activation, what)?;
         let nn = n as u64;
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(gate).arg(up).arg(out).arg(&nn);
-        // SAFETY: matches `geglu_f32(const float*, const float*, float*, uint64_t)`; gate, up
-        // and out hold n floats (checked).
-        unsafe { b.launch(blocks_1d(what, nn, 256)?) }.map_err(drv(what))?;
+        let cfg = blocks_1d(what, nn, 256)?;
+        let (gate_p, _gate_sync) = gate.device_ptr(&self.stream);
+        let (up_p, _up_sync) = up.device_ptr(&self.stream);
+        let (out_p, _out_sync) = out.device_ptr_mut(&self.stream);
+        let args = [Arg::P(gate_p), Arg::P(up_p), Arg::P(out_p), Arg::U(nn)];
+        // The parameters of `geglu_f32(const float*, const float*, float*, uint64_t)` (checked
+        // against the driver's list in launch_plain); gate, up and out hold n floats (checked).
+        crate::forward::launch_plain(self, &f, what, cfg, &args)?;
         Ok(())
     }
 
@@ -692,16 +745,20 @@ impl Gpu {
         check_aligned16(what, &[("x", x.device_ptr(&self.stream).0)])?;
         let f = self.func(Family::Matvec, what)?;
         let (nc_i, k_i) = (nc as i32, k as i32);
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(x)
-            .arg(&nc_i)
-            .arg(&k_i)
-            .arg(&self.tc_xp)
-            .arg(&self.tc_xs)
-            .arg(&kinds);
-        // SAFETY: matches `mvtc_prep(const float*, int, int, uint32_t*, float*, int)`; x holds
-        // nc·k floats (checked), the scratch holds 8 columns of TC_MAX_K ≥ k elements.
-        unsafe { b.launch(blocks_1d(what, 8 * (k / 16) as u64, 128)?) }.map_err(drv(what))?;
+        let cfg = blocks_1d(what, 8 * (k / 16) as u64, 128)?;
+        let (x_p, _x_sync) = x.device_ptr(&self.stream);
+        let args = [
+            Arg::P(x_p),
+            Arg::I(nc_i),
+            Arg::I(k_i),
+            Arg::P(crate::forward::ptr(self, &self.tc_xp)),
+            Arg::P(crate::forward::ptr(self, &self.tc_xs)),
+            Arg::I(kinds),
+        ];
+        // The parameters of `mvtc_prep(const float*, int, int, uint32_t*, float*, int)` (checked
+        // against the driver's list in launch_plain); x holds nc·k floats (checked), the scratch
+        // holds 8 columns of TC_MAX_K ≥ k elements.
+        crate::forward::launch_plain(self, &f, what, cfg, &args)?;
         Ok(())
     }
 
@@ -749,32 +806,44 @@ impl Gpu {
         check_aligned16(what, &ptrs)?;
         let f = self.func(Family::Layer, what)?;
         let (n_i, prep_i) = (n as i32, rows.min(MATVEC_MAX_COLS) as i32);
-        let (null, one) = (0u64, 1.0f32);
-        let mut b = self.stream.launch_builder(&f);
-        match y {
-            Some((y, wy, _)) => b.arg(y).arg(wy),
-            None => b.arg(&null).arg(&null),
+        let one = 1.0f32;
+        // no residual step: null y and wy
+        let (y_p, _y_sync, wy_p, _wy_sync) = match y {
+            Some((y, wy, _)) => {
+                let (y_p, y_sync) = y.device_ptr(&self.stream);
+                let (wy_p, wy_sync) = wy.device_ptr(&self.stream);
+                (y_p, Some(y_sync), wy_p, Some(wy_sync))
+            }
+            None => (0, None, 0, None),
         };
         let s = y.map_or(one, |(_, _, s)| s);
-        b.arg(x)
-            .arg(w)
-            .arg(h)
-            .arg(&n_i)
-            .arg(&eps)
-            .arg(&self.tc_xp)
-            .arg(&self.tc_xs)
-            .arg(&prep_i)
-            .arg(&s)
-            .arg(&kinds);
+        let (x_p, _x_sync) = x.device_ptr_mut(&self.stream);
+        let (w_p, _w_sync) = w.device_ptr(&self.stream);
+        let (h_p, _h_sync) = h.device_ptr_mut(&self.stream);
+        let args = [
+            Arg::P(y_p),
+            Arg::P(wy_p),
+            Arg::P(x_p),
+            Arg::P(w_p),
+            Arg::P(h_p),
+            Arg::I(n_i),
+            Arg::F(eps),
+            Arg::P(crate::forward::ptr(self, &self.tc_xp)),
+            Arg::P(crate::forward::ptr(self, &self.tc_xs)),
+            Arg::I(prep_i),
+            Arg::F(s),
+            Arg::I(kinds),
+        ];
         let cfg = LaunchConfig {
             grid_dim: (rows as u32, 1, 1),
             block_dim: (threads, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: matches `add_norm_prep_f32(const float*, const float*, float*, const float*,
-        // float*, int, float, uint32_t*, float*, int, float, int)`; u64 zeros are the null y and
-        // wy; lengths checked above, the scratch holds 8 columns of TC_MAX_K ≥ n elements.
-        unsafe { b.launch(cfg) }.map_err(drv(what))?;
+        // The parameters of `add_norm_prep_f32(const float*, const float*, float*, const float*,
+        // float*, int, float, uint32_t*, float*, int, float, int)` (checked against the driver's
+        // list in launch_plain); zeros are the null y and wy; lengths checked above, the scratch
+        // holds 8 columns of TC_MAX_K ≥ n elements.
+        crate::forward::launch_plain(self, &f, what, cfg, &args)?;
         Ok(())
     }
 
@@ -811,15 +880,19 @@ impl Gpu {
         )?;
         let f = self.func(Family::Layer, what)?;
         let (n_i, prep_i) = (n as i32, rows.min(MATVEC_MAX_COLS) as i32);
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(g)
-            .arg(u)
-            .arg(out)
-            .arg(&n_i)
-            .arg(&self.tc_xp)
-            .arg(&self.tc_xs)
-            .arg(&prep_i)
-            .arg(&kinds);
+        let (g_p, _g_sync) = g.device_ptr(&self.stream);
+        let (u_p, _u_sync) = u.device_ptr(&self.stream);
+        let (out_p, _out_sync) = out.device_ptr_mut(&self.stream);
+        let args = [
+            Arg::P(g_p),
+            Arg::P(u_p),
+            Arg::P(out_p),
+            Arg::I(n_i),
+            Arg::P(crate::forward::ptr(self, &self.tc_xp)),
+            Arg::P(crate::forward::ptr(self, &self.tc_xs)),
+            Arg::I(prep_i),
+            Arg::I(kinds),
+        ];
         let cfg = LaunchConfig {
             grid_dim: (
                 (n / 4).div_ceil(kernels::GEGLU_PREP_THREADS as usize) as u32,
@@ -829,9 +902,10 @@ impl Gpu {
             block_dim: (kernels::GEGLU_PREP_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: matches `geglu_prep_f32(const float*, const float*, float*, int, uint32_t*,
-        // float*, int, int)`; lengths checked above, the scratch holds 8 columns of TC_MAX_K ≥ n.
-        unsafe { b.launch(cfg) }.map_err(drv(what))?;
+        // The parameters of `geglu_prep_f32(const float*, const float*, float*, int, uint32_t*,
+        // float*, int, int)` (checked against the driver's list in launch_plain); lengths checked
+        // above, the scratch holds 8 columns of TC_MAX_K ≥ n.
+        crate::forward::launch_plain(self, &f, what, cfg, &args)?;
         Ok(())
     }
 
@@ -858,11 +932,13 @@ impl Gpu {
         }
         let f = self.func(Family::Activation, what)?;
         let nn = n as u64;
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(x).arg(y).arg(&nn).arg(&cap);
-        // SAFETY: matches `softcap_f32(const float*, float*, uint64_t, float)`; x and y hold n
-        // floats (checked).
-        unsafe { b.launch(blocks_1d(what, nn, 256)?) }.map_err(drv(what))?;
+        let cfg = blocks_1d(what, nn, 256)?;
+        let (x_p, _x_sync) = x.device_ptr(&self.stream);
+        let (y_p, _y_sync) = y.device_ptr_mut(&self.stream);
+        let args = [Arg::P(x_p), Arg::P(y_p), Arg::U(nn), Arg::F(cap)];
+        // The parameters of `softcap_f32(const float*, float*, uint64_t, float)` (checked against
+        // the driver's list in launch_plain); x and y hold n floats (checked).
+        crate::forward::launch_plain(self, &f, what, cfg, &args)?;
         Ok(())
     }
 
@@ -888,10 +964,13 @@ impl Gpu {
             block_dim: (1024, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(x).arg(idx).arg(val).arg(&nn);
-        // SAFETY: matches `argmax_f32(const float*, int*, float*, int)`; lengths checked.
-        unsafe { b.launch(cfg) }.map_err(drv(what))?;
+        let (x_p, _x_sync) = x.device_ptr(&self.stream);
+        let (idx_p, _idx_sync) = idx.device_ptr_mut(&self.stream);
+        let (val_p, _val_sync) = val.device_ptr_mut(&self.stream);
+        let args = [Arg::P(x_p), Arg::P(idx_p), Arg::P(val_p), Arg::I(nn)];
+        // The parameters of `argmax_f32(const float*, int*, float*, int)` (checked against the
+        // driver's list in launch_plain); lengths checked.
+        crate::forward::launch_plain(self, &f, what, cfg, &args)?;
         Ok(())
     }
 
@@ -929,7 +1008,8 @@ impl Gpu {
         {
             return Err(shape(what, format!("rows {rows} × n {n}, k {k}")));
         }
-        let f = self.func(Family::Reduce, kernels::topk_kernel(k))?;
+        let name = kernels::topk_kernel(k);
+        let f = self.func(Family::Reduce, name)?;
         let part = self
             .stream
             .alloc_zeros::<i32>(rows * kernels::TOPK_BLOCKS_MAX * stride)
@@ -939,23 +1019,40 @@ impl Gpu {
             .stream
             .clone_htod(&vec![i32::MIN; rows * stride])
             .map_err(drv(what))?;
-        let (nn, kk, null) = (n as i32, k as i32, 0u64);
+        let (nn, kk) = (n as i32, k as i32);
         let cfg = LaunchConfig {
             grid_dim: (rows as u32, kernels::topk_blocks(n) as u32, 1),
             block_dim: (kernels::TOPK_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(x).arg(&nn);
-        match mask {
-            Some(m) => b.arg(m),
-            None => b.arg(&null),
-        };
-        b.arg(&kk).arg(&part).arg(&cnt).arg(&out);
-        // SAFETY: matches `topk_f32`'s and `topk1_f32`'s (const float*, int, const uint8_t*, int,
-        // int*, unsigned*, int*); x holds rows·n floats and mask n bytes (checked), part/cnt/out are sized for
-        // `rows` rows of the kernel's layout (TOPK_BLOCKS_MAX partials of 2·TOPK_MAX + 1 words).
-        unsafe { b.launch(cfg) }.map_err(drv(what))?;
+        {
+            let (x_p, _x_sync) = x.device_ptr(&self.stream);
+            // no mask: a null pointer (every id)
+            let (mask_p, _mask_sync) = match mask {
+                Some(m) => {
+                    let (mask_p, mask_sync) = m.device_ptr(&self.stream);
+                    (mask_p, Some(mask_sync))
+                }
+                None => (0, None),
+            };
+            let (part_p, _part_sync) = part.device_ptr(&self.stream);
+            let (cnt_p, _cnt_sync) = cnt.device_ptr(&self.stream);
+            let (out_p, _out_sync) = out.device_ptr(&self.stream);
+            let args = [
+                Arg::P(x_p),
+                Arg::I(nn),
+                Arg::P(mask_p),
+                Arg::I(kk),
+                Arg::P(part_p),
+                Arg::P(cnt_p),
+                Arg::P(out_p),
+            ];
+            // The parameters of `topk_f32` and `topk1_f32`: (const float*, int, const uint8_t*,
+            // int, int*, unsigned*, int*) (checked against the driver's list in launch_plain); x
+            // holds rows·n floats and mask n bytes (checked), part/cnt/out are sized for `rows`
+            // rows of the kernel's layout (TOPK_BLOCKS_MAX partials of 2·TOPK_MAX + 1 words).
+            crate::forward::launch_plain(self, &f, name, cfg, &args)?;
+        }
         let raw = self.stream.clone_dtoh(&out).map_err(drv(what))?;
         Ok(raw
             .chunks_exact(stride)
@@ -984,11 +1081,12 @@ impl Gpu {
         }
         let f = self.func(Family::Reduce, "fill_u32")?;
         let n = n as u64;
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(&p).arg(&n).arg(&bits);
-        // SAFETY: `fill_u32(uint32_t*, uint64_t, uint32_t)` (a grid-stride loop) over the n words
-        // at p, which every caller takes from a live buffer of at least n words.
-        unsafe { b.launch(blocks_1d(what, n.min(1 << 24), 256)?) }.map_err(drv(what))?;
+        let cfg = blocks_1d(what, n.min(1 << 24), 256)?;
+        let args = [Arg::P(p), Arg::U(n), Arg::I(bits as i32)];
+        // The parameters of `fill_u32(uint32_t*, uint64_t, uint32_t)` (checked against the
+        // driver's list in launch_plain; a grid-stride loop) over the n words at p, which every
+        // caller takes from a live buffer of at least n words.
+        crate::forward::launch_plain(self, &f, "fill_u32", cfg, &args)?;
         Ok(())
     }
 
@@ -1018,11 +1116,13 @@ impl Gpu {
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(x).arg(&n4).arg(partial);
-        // SAFETY: `sum_f32x4(const float4*, uint64_t, float*)`; x holds n4 float4 values at a
-        // 16-byte aligned address (both checked) and partial one float per block.
-        unsafe { b.launch(cfg) }.map_err(drv(what))?;
+        let (x_p, _x_sync) = x.device_ptr(&self.stream);
+        let (partial_p, _partial_sync) = partial.device_ptr_mut(&self.stream);
+        let args = [Arg::P(x_p), Arg::U(n4), Arg::P(partial_p)];
+        // The parameters of `sum_f32x4(const float4*, uint64_t, float*)` (checked against the
+        // driver's list in launch_plain); x holds n4 float4 values at a 16-byte aligned address
+        // (both checked) and partial one float per block.
+        crate::forward::launch_plain(self, &f, what, cfg, &args)?;
         Ok(())
     }
 }
@@ -1032,10 +1132,11 @@ impl Gpu {
     /// busy while the host queues the launches being timed).
     pub fn spin(&self, ns: u64) -> Result<(), RuntimeError> {
         let f = self.func(Family::Reduce, "spin_ns")?;
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(&ns);
-        // SAFETY: `spin_ns(uint64_t)`; touches no memory.
-        unsafe { b.launch(blocks_1d("spin_ns", 1, 1)?) }.map_err(drv("spin_ns"))?;
+        let cfg = blocks_1d("spin_ns", 1, 1)?;
+        // The parameters of `spin_ns(uint64_t)` (checked against the driver's list in
+        // launch_plain); touches no memory.
+        let args = [Arg::U(ns)];
+        crate::forward::launch_plain(self, &f, "spin_ns", cfg, &args)?;
         Ok(())
     }
 }
