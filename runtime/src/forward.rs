@@ -751,6 +751,12 @@ fn lc(grid: (u32, u32, u32), block: u32, smem: u32) -> LaunchConfig {
 ///   every kernel in forwards of ≤ 4 rows and the matvecs only above, 234.6 / 232.7 against
 ///   234.0 / 233.3 tok/s at batch 1, 1348.4 / 1350.7 against 1337.1 / 1330.3 at batch 8, and a
 ///   verify of 9 rows 10.00 / 9.98 against 10.21 / 10.23 ms.
+///
+/// Again at ffbcb59 (H100, one binary, `all` / `mv` / `off` alternating, three runs of `all` and
+/// `mv`, two of `off`): batch 1 313.2 / 312.9 / 312.6 tok/s against 286.7 / 287.0 / 286.8 and
+/// 264.4 / 264.7, batch 8 1830.2 / 1823.2 / 1823.1 against 1735.3 / 1732.3 / 1735.5 and
+/// 1633.3 / 1632.5 — `all` the fastest at both (the batch-8 ratio of the others is higher only
+/// because their batch 1 is slower).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PdlPolicy {
     /// No programmatic dependencies (`GEMMA4_PDL=off`).
