@@ -1206,6 +1206,25 @@ mod tests {
         assert!(!super::tc_softcap_fused("q2_k"));
     }
 
+    /// k = 1 takes the one-entry-list kernel, every other k the 16-entry one; both are kernels
+    /// of the reduce family (so compiled and loaded with it) and defined in reduce.cu.
+    #[test]
+    fn topk_kernel_by_k() {
+        assert_eq!(super::topk_kernel(1), "topk1_f32");
+        for k in [2, 4, 16] {
+            assert_eq!(super::topk_kernel(k), "topk_f32");
+        }
+        let names = super::Family::Reduce.kernel_names();
+        let body = include_str!("../reduce.cu");
+        for k in ["topk_f32", "topk1_f32"] {
+            assert!(names.iter().any(|n| n == k), "{k} not in Family::Reduce");
+            assert!(
+                body.contains(&format!("\n    {k}(")),
+                "reduce.cu does not define {k}"
+            );
+        }
+    }
+
     #[test]
     fn topk_blocks_and_defines() {
         // By hand: one block per 2048 ids, 1 ≤ blocks ≤ 128 (262144 = 128 · 2048).
