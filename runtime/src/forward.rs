@@ -1222,7 +1222,7 @@ pub(crate) fn launch(
 
 /// [`launch`] without programmatic stream serialization and never skipped: the kernel starts
 /// after the previous stream work ends, as a plain launch does (the single-kernel wrappers of
-/// [`crate::ops`], which `gpu-check` tests, some of whose kernels do not wait with
+/// [`crate::ops`] that `gpu-check` and the benchmarks call, e.g. `spin_ns`, which has no
 /// `griddepcontrol.wait`). The same argument check.
 ///
 /// Errors: as [`launch`].
