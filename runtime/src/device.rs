@@ -38,8 +38,9 @@ pub struct Gpu {
     /// exponents (`TC_XF_OFFSET`; the digits' area holds either `TC_XLAYOUT`, each with room for
     /// all [`kernels::TC_MAX_GROUPS`] column groups, which the matvecs' unclamped reads rely on).
     pub(crate) tc_xs: CudaSlice<f32>,
-    /// Kernel profile being recorded ([`Gpu::profile_start`]): per launch of the forward, the
-    /// kernel name and an event recorded right after it. `None` when not profiling.
+    /// Kernel profile being recorded ([`Gpu::profile_start`]): per launch (the forward's and the
+    /// `ops.rs` wrappers', both through `forward::launch_with`), the kernel name and an event
+    /// recorded right after it. `None` when not profiling.
     pub(crate) prof: std::sync::Mutex<Option<Vec<(String, CudaEvent)>>>,
     /// Per (loaded tensor-core function, as its `CUfunction` address; tiles): the dynamic shared
     /// memory that spreads its launch (`forward::tc_spread_smem`; 0 = none).
@@ -146,8 +147,8 @@ impl Gpu {
         })
     }
 
-    /// Starts recording a kernel profile: from now on every forward launch is followed by an
-    /// event on [`Gpu::stream`] (see [`Gpu::profile_take`]). A start event is recorded first.
+    /// Starts recording a kernel profile: from now on every launch (forward and `ops.rs`
+    /// wrappers) is followed by an event on [`Gpu::stream`] (see [`Gpu::profile_take`]). A start event is recorded first.
     ///
     /// Errors: driver errors creating or recording the event.
     pub fn profile_start(&self) -> Result<(), RuntimeError> {

@@ -1123,10 +1123,13 @@ fn skipped(name: &str) -> bool {
 ///
 /// Errors: [`RuntimeError::Driver`] from the version query or a parameter query that fails
 /// other than past the last parameter.
-fn param_sizes(f: &CudaFunction, name: &str) -> Result<Option<Vec<usize>>, RuntimeError> {
+fn param_sizes(
+    f: &CudaFunction,
+    name: &str,
+) -> Result<Option<std::sync::Arc<[usize]>>, RuntimeError> {
     use cudarc::driver::sys;
     use std::sync::{Mutex, OnceLock};
-    static SIZES: OnceLock<Mutex<HashMap<String, Vec<usize>>>> = OnceLock::new();
+    static SIZES: OnceLock<Mutex<HashMap<String, std::sync::Arc<[usize]>>>> = OnceLock::new();
     static DRIVER: OnceLock<i32> = OnceLock::new();
     let driver = match DRIVER.get() {
         Some(&v) => v,
@@ -1146,8 +1149,12 @@ fn param_sizes(f: &CudaFunction, name: &str) -> Result<Option<Vec<usize>>, Runti
     if let Some(v) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(name) {
         return Ok(Some(v.clone()));
     }
+    // Every kernel of this project takes at least one parameter and at most a few dozen: a
+    // failure at index 0 (e.g. no current context) is an error, not an empty list to cache, and
+    // the loop stops at MAX_PARAMS.
+    const MAX_PARAMS: usize = 256;
     let mut sizes = Vec::new();
-    loop {
+    while sizes.len() < MAX_PARAMS {
         let (mut off, mut size) = (0usize, 0usize);
         // SAFETY: `f` is a live function of a loaded module; the two outputs are valid pointers.
         let r =
@@ -1155,14 +1162,17 @@ fn param_sizes(f: &CudaFunction, name: &str) -> Result<Option<Vec<usize>>, Runti
         match r {
             sys::CUresult::CUDA_SUCCESS => sizes.push(size),
             // past the last parameter
-            sys::CUresult::CUDA_ERROR_INVALID_VALUE => break,
+            sys::CUresult::CUDA_ERROR_INVALID_VALUE if !sizes.is_empty() => break,
             e => {
-                e.result()
-                    .map_err(drv(format!("cuFuncGetParamInfo of {name}")))?;
+                e.result().map_err(drv(format!(
+                    "cuFuncGetParamInfo of {name}, parameter {}",
+                    sizes.len()
+                )))?;
                 break; // not reached: `e` is an error
             }
         }
     }
+    let sizes: std::sync::Arc<[usize]> = sizes.into();
     cache
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -1179,18 +1189,15 @@ pub(crate) fn check_params(f: &CudaFunction, name: &str, args: &[Arg]) -> Result
     let Some(takes) = param_sizes(f, name)? else {
         return Ok(());
     };
-    let passed: Vec<usize> = args
-        .iter()
-        .map(|a| match a {
-            Arg::P(_) | Arg::U(_) => 8,
-            Arg::I(_) | Arg::F(_) => 4,
-        })
-        .collect();
-    if passed != takes {
+    let size = |a: &Arg| match a {
+        Arg::P(_) | Arg::U(_) => 8,
+        Arg::I(_) | Arg::F(_) => 4,
+    };
+    if args.len() != takes.len() || args.iter().zip(takes.iter()).any(|(a, &t)| size(a) != t) {
         return Err(RuntimeError::Params {
             kernel: name.to_string(),
-            passed,
-            takes,
+            passed: args.iter().map(size).collect(),
+            takes: takes.to_vec(),
         });
     }
     Ok(())
@@ -1245,6 +1252,8 @@ fn launch_with(
     pdl: bool,
 ) -> Result<(), RuntimeError> {
     use cudarc::driver::sys;
+    // the parameter queries need the context current on this thread, as the launch does
+    gpu.ctx.bind_to_thread().map_err(drv(name.to_string()))?;
     check_params(f, name, args)?;
     // One 8-byte slot per parameter; the driver copies the parameter's size (4 or 8 bytes)
     // from the slot's start (little-endian, so the low half for 4-byte values).
@@ -1277,12 +1286,11 @@ fn launch_with(
         attrs: if pdl { &mut attr } else { std::ptr::null_mut() },
         numAttrs: u32::from(pdl),
     };
-    gpu.ctx.bind_to_thread().map_err(drv(name.to_string()))?;
     // SAFETY: every call site passes the argument list of the named kernel's signature (stated
     // in its .cu file; count and sizes checked against the driver's above, driver 12.4+) with
     // device addresses of live buffers sized by the forward's shapes (or, for `launch_plain`,
-    // by the shape checks of its `ops.rs` wrapper, which holds the buffers' guards across the
-    // call);
+    // by the shape checks of its `ops.rs` wrapper, whose borrows of those buffers last across
+    // the call);
     // `params` points into `vals`, and `attr`, both alive until the call returns (the driver
     // copies the parameters at launch).
     unsafe {
@@ -1902,7 +1910,8 @@ impl Forward<'_> {
     }
 
     /// Runs one chunk like [`Forward::chunk`] but returns, per selected row, the top-`k`
-    /// `(id, logit)` computed on the device (`topk_f32`, suppressed ids masked); all-logits
+    /// `(id, logit)` computed on the device (`topk_f32`, `topk1_f32` for k = 1: suppressed ids
+    /// masked); all-logits
     /// chunks of ≤ [`GRAPH_MAX_ROWS`] rows are replayed from a captured CUDA graph after their
     /// first (eager) run. Errors: [`RuntimeError::NonFinite`] naming the chunk row.
     #[allow(clippy::too_many_arguments)]
@@ -2510,9 +2519,11 @@ mod tests {
     use super::*;
 
     /// On a GPU: `fill_u32(uint32_t*, uint64_t, uint32_t)` (reduce.cu) reports parameter sizes
-    /// [8, 8, 4]; a launch of it with the last argument missing, or with a 4-byte value where the
-    /// u64 goes, is refused as [`RuntimeError::Params`] naming both lists, and the right list
-    /// launches and fills (checked by reading back). Without a GPU: skipped.
+    /// [8, 8, 4]; through both launchers ([`launch`], [`launch_plain`]), a launch of it with the
+    /// last argument missing, or with a 4-byte value where the u64 goes, is refused as
+    /// [`RuntimeError::Params`] naming both lists (the explicit match: the second list would
+    /// fill correctly if it were launched), and the right list launches and fills (read back).
+    /// Without a GPU: skipped.
     #[test]
     fn launch_refuses_a_wrong_parameter_list() {
         if let Some(why) = crate::device::unavailable_reason() {
@@ -2521,39 +2532,54 @@ mod tests {
         }
         let gpu = Gpu::new(0).unwrap();
         let f = gpu.modules.function(Family::Reduce, "fill_u32").unwrap();
-        let buf = gpu.stream.alloc_zeros::<u32>(4).unwrap();
-        let p = ptr(&gpu, &buf);
         let cfg = lc((1, 1, 1), 32, 0);
+        gpu.ctx.bind_to_thread().unwrap();
         if param_sizes(&f, "fill_u32").unwrap().is_none() {
             println!("skipped: driver older than 12.4 (no cuFuncGetParamInfo)");
             return;
         }
-        for (args, passed) in [
-            (vec![Arg::P(p), Arg::U(4)], vec![8, 8]),
-            (vec![Arg::P(p), Arg::I(4), Arg::I(7)], vec![8, 4, 4]),
-        ] {
-            match launch(&gpu, &f, "fill_u32", cfg, &args) {
-                Err(RuntimeError::Params {
-                    kernel,
-                    passed: got,
-                    takes,
-                }) => {
-                    assert_eq!(kernel, "fill_u32");
-                    assert_eq!(got, passed);
-                    assert_eq!(takes, vec![8, 8, 4]);
+        type Launcher =
+            fn(&Gpu, &CudaFunction, &str, LaunchConfig, &[Arg]) -> Result<(), RuntimeError>;
+        let launchers: [(&str, Launcher); 2] = [("launch", launch), ("launch_plain", launch_plain)];
+        for (which, run) in launchers {
+            let buf = gpu.stream.alloc_zeros::<u32>(4).unwrap();
+            let p = ptr(&gpu, &buf);
+            for (args, passed) in [
+                (vec![Arg::P(p), Arg::U(4)], vec![8, 8]),
+                (vec![Arg::P(p), Arg::I(4), Arg::I(7)], vec![8, 4, 4]),
+            ] {
+                match run(&gpu, &f, "fill_u32", cfg, &args) {
+                    Err(RuntimeError::Params {
+                        kernel,
+                        passed: got,
+                        takes,
+                    }) => {
+                        assert_eq!(kernel, "fill_u32", "{which}");
+                        assert_eq!(got, passed, "{which}");
+                        assert_eq!(takes, vec![8, 8, 4], "{which}");
+                    }
+                    other => panic!("{which}: expected a Params error, got {other:?}"),
                 }
-                other => panic!("expected a Params error, got {other:?}"),
             }
+            assert_eq!(
+                gpu.stream.clone_dtoh(&buf).unwrap(),
+                vec![0u32; 4],
+                "{which}"
+            );
+            run(
+                &gpu,
+                &f,
+                "fill_u32",
+                cfg,
+                &[Arg::P(p), Arg::U(4), Arg::I(7)],
+            )
+            .unwrap();
+            assert_eq!(
+                gpu.stream.clone_dtoh(&buf).unwrap(),
+                vec![7u32; 4],
+                "{which}"
+            );
         }
-        launch(
-            &gpu,
-            &f,
-            "fill_u32",
-            cfg,
-            &[Arg::P(p), Arg::U(4), Arg::I(7)],
-        )
-        .unwrap();
-        assert_eq!(gpu.stream.clone_dtoh(&buf).unwrap(), vec![7u32; 4]);
     }
 
     /// The cap: one-wave launches below the kernel's bound only. Hand-derived from the 12B

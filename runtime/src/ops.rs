@@ -992,7 +992,7 @@ impl Gpu {
         mask: Option<&CudaView<'_, u8>>,
         k: usize,
     ) -> Result<Vec<TopkRow>, RuntimeError> {
-        let what = "topk_f32";
+        let what = kernels::topk_kernel(k);
         let (tmax, stride) = (crate::forward::TOPK_MAX, crate::forward::TK_STRIDE);
         let len = rows_len(what, rows, n, I32_MAX)?;
         checked_len(

@@ -35,8 +35,10 @@
 #
 # Every compute-sanitizer run takes `--report-api-errors no`: the runtime's check of each
 # launch's arguments (forward.rs `param_sizes`) asks the driver for one parameter past each
-# kernel's last, which fails by design (CUDA_ERROR_INVALID_VALUE) once per kernel; any other
-# failing driver call is an error the runtime returns, so the run's own exit status shows it.
+# kernel's last, which fails by design (CUDA_ERROR_INVALID_VALUE) once per kernel. The cost:
+# the sanitizer then reports no failing API call at all, only memory errors; a failing driver
+# call the runtime makes itself is still an error it returns (the run's exit status), but one
+# that cudarc makes while dropping a resource is only recorded, not returned.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
