@@ -74,6 +74,11 @@ def bench(d):
 def model_check(path):
     rows = []
     for m in json.load(open(path)):
+        if "error" in m:
+            # a target that failed (runtime model-check writes {"model", "error"}): its error kept,
+            # the verdict fails on it
+            rows.append({"model": os.path.basename(m["model"]), "error": m["error"]})
+            continue
         sc = m["self_consistency"]
         rows.append({
             "model": os.path.basename(m["model"]),
@@ -149,7 +154,7 @@ def main():
             elif name == "model-check":
                 res["model_check"] = model_check(os.path.join(work, "mc", "model-check.json"))
                 verdicts.append((name, bool(res["model_check"]) and all(
-                    m["self_consistency_rows_differing"] == 0 and m["repeat10_differing"] == 0
+                    "error" not in m and m["self_consistency_rows_differing"] == 0 and m["repeat10_differing"] == 0
                     and m["argmax_agree_all"] and math.isfinite(m["max_abs_logit_diff"])
                     and m["max_abs_logit_diff"] <= MODEL_CHECK_MAX for m in res["model_check"])))
             elif name == "spec-check":
