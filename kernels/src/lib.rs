@@ -481,6 +481,50 @@ pub fn topk_kernel(k: usize) -> &'static str {
     }
 }
 
+/// The parameter sizes in bytes of every kernel (`.entry`) of a PTX module, by kernel name, in
+/// order (PTX ISA "Kernel Function Parameters": `.param .<type> [.ptr …] [.align N] name[[N]]`;
+/// `.b8`/`.u8`/`.s8` 1 byte … `.b64`/`.u64`/`.s64`/`.f64` 8, times an array length). A
+/// parameter whose type it cannot read counts 0 bytes (so it matches no host argument). The
+/// host's argument lists are checked against these in tests (runtime `tc_args`) and, on the
+/// GPU, against the driver's (runtime `forward::check_params`).
+pub fn ptx_param_sizes(ptx: &str) -> std::collections::HashMap<String, Vec<usize>> {
+    let mut out = std::collections::HashMap::new();
+    for (i, _) in ptx.match_indices(".entry ") {
+        let rest = &ptx[i + ".entry ".len()..];
+        let Some(open) = rest.find('(') else { continue };
+        let Some(close) = rest[open..].find(')') else {
+            continue;
+        };
+        let name = rest[..open].trim().to_string();
+        let list = &rest[open + 1..open + close];
+        let sizes = list
+            .split(',')
+            .filter(|p| p.contains(".param"))
+            .map(|p| {
+                let bytes = p
+                    .split_whitespace()
+                    .find_map(|t| {
+                        let bits = t.strip_prefix('.')?;
+                        let (kind, n) = bits.split_at(1);
+                        (["b", "u", "s", "f"].contains(&kind))
+                            .then(|| n.parse::<usize>().ok())
+                            .flatten()
+                            .filter(|n| [8, 16, 32, 64].contains(n))
+                            .map(|n| n / 8)
+                    })
+                    .unwrap_or(0);
+                let count = p
+                    .split_once('[')
+                    .and_then(|(_, r)| r.split(']').next()?.trim().parse::<usize>().ok())
+                    .unwrap_or(1);
+                bytes * count
+            })
+            .collect();
+        out.insert(name, sizes);
+    }
+    out
+}
+
 /// One kernel family: one `.cu` file, compiled as one NVRTC program / one CUDA module.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Family {
@@ -1204,6 +1248,21 @@ mod tests {
         }
         assert!(super::tc_softcap_fused("q6_k"));
         assert!(!super::tc_softcap_fused("q2_k"));
+    }
+
+    /// Hand-written PTX in NVRTC's form (the `fill_u32` entry of reduce.cu's PTX as NVRTC 13.0
+    /// writes it, and a made-up entry with a pointer annotation and a by-value 16-byte array):
+    /// sizes 8, 8, 4 and 8, 16, 2.
+    #[test]
+    fn ptx_param_sizes_reads_entries() {
+        let ptx = ".visible .entry fill_u32(\n\t.param .u64 fill_u32_param_0,\n\t.param .u64 \
+                   fill_u32_param_1,\n\t.param .u32 fill_u32_param_2\n)\n{\n}\n\
+                   .entry k2(.param .u64 .ptr .global .align 16 k2_param_0, .param .align 8 .b8 \
+                   k2_param_1[16], .param .f16 k2_param_2)\n{\n}\n";
+        let m = super::ptx_param_sizes(ptx);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m["fill_u32"], vec![8, 8, 4]);
+        assert_eq!(m["k2"], vec![8, 16, 2]);
     }
 
     /// k = 1 takes the one-entry-list kernel, every other k the 16-entry one; both are kernels

@@ -21,7 +21,9 @@ fn compile_all_kernels_sm90() {
             "{}: no sm_90 target",
             family.file()
         );
-        // Every kernel the host side launches by name must be an entry of the PTX.
+        // Every kernel the host side launches by name must be an entry of the PTX, with a
+        // parameter list whose every type ptx_param_sizes reads (no 0-byte parameter).
+        let params = kernels::ptx_param_sizes(&ptx);
         for name in family.kernel_names() {
             let entry = format!(".entry {name}(");
             assert!(
@@ -29,6 +31,16 @@ fn compile_all_kernels_sm90() {
                 "{}: kernel {name} missing",
                 family.file()
             );
+            let sizes = &params[&name];
+            assert!(
+                !sizes.is_empty() && sizes.iter().all(|&b| b > 0),
+                "{}: kernel {name} parameters {sizes:?}",
+                family.file()
+            );
+        }
+        if family == Family::Reduce {
+            // fill_u32(uint32_t*, uint64_t, uint32_t): by hand 8, 8, 4
+            assert_eq!(params["fill_u32"], vec![8, 8, 4]);
         }
         println!(
             "{}: {} kernels, {} bytes of PTX, {:.2} s",

@@ -1029,6 +1029,59 @@ fn tc_spread_smem(
     Ok(smem)
 }
 
+/// One matrix of a tensor-core matvec launch, as [`tc_args`] passes it: device addresses of the
+/// weights (`w`, GGUF blocks) and the output (`y`, f32 `[nc, rows]`), its rows and bytes per row.
+/// A missing second matrix is all zeros (null pointers, 0 rows: no block takes it).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct TcMatArgs {
+    pub(crate) w: u64,
+    pub(crate) y: u64,
+    pub(crate) rows: usize,
+    pub(crate) row_bytes: usize,
+}
+
+/// The argument list of a tensor-core matvec launch, in the kernels' parameter order
+/// (`matvec.cu`): `mvtc_<fmt>_<NG>[w](W, xp, xs, y, rows, K, row_bytes, nc, W2, y2, rows2, cap)`
+/// when `third` is `None`, `mvtcx_<fmt>_<g>_<NG>[w](W, xp, xs, y, rows, K, row_bytes, nc, W2, y2,
+/// rows2, W3, y3, rows3, row_bytes3)` otherwise (no cap: the three-matrix kernels take none).
+/// `scratch` = the addresses of the prep buffers `[tc_xp, tc_xs]`; `k` the row length; the
+/// second matrix shares the first's row bytes (its own `row_bytes` is not passed). The one builder of these lists, for the forward
+/// ([`Forward::tc_matvec`], [`Forward::tc_matvec3`]) and `Gpu::matvec_tc`; a test compares it
+/// with the kernels' PTX parameter lists.
+pub(crate) fn tc_args(
+    first: TcMatArgs,
+    k: usize,
+    nc: usize,
+    scratch: [u64; 2],
+    second: TcMatArgs,
+    third: Option<TcMatArgs>,
+    cap: f32,
+) -> Vec<Arg> {
+    let mut args = vec![
+        Arg::P(first.w),
+        Arg::P(scratch[0]),
+        Arg::P(scratch[1]),
+        Arg::P(first.y),
+        Arg::I(first.rows as i32),
+        Arg::I(k as i32),
+        Arg::U(first.row_bytes as u64),
+        Arg::I(nc as i32),
+        Arg::P(second.w),
+        Arg::P(second.y),
+        Arg::I(second.rows as i32),
+    ];
+    match third {
+        Some(t) => args.extend([
+            Arg::P(t.w),
+            Arg::P(t.y),
+            Arg::I(t.rows as i32),
+            Arg::U(t.row_bytes as u64),
+        ]),
+        None => args.push(Arg::F(cap)),
+    }
+    args
+}
+
 /// The blocks per SM that [`tc_spread_smem`] caps a launch of `tiles` blocks at on `sms` SMs,
 /// where the kernel alone allows `occ`: `⌈tiles / sms⌉` when the launch fits in one wave
 /// (`tiles ≤ occ · sms`) and that is below `occ`; `None` (no cap) otherwise.
@@ -1533,35 +1586,37 @@ impl Forward<'_> {
             None => tc_kernel(w.fmt, nc, w.rows, rows2, gpu.sm_count),
         };
         let f = gpu.modules.function_fmt(Family::Matvec, w.fmt, &name)?;
-        let mut args = vec![
-            Arg::P(ptr(gpu, &w.data)),
-            Arg::P(ptr(gpu, &gpu.tc_xp)),
-            Arg::P(ptr(gpu, &gpu.tc_xs)),
-            Arg::P(y),
-            Arg::I(w.rows as i32),
-            Arg::I(w.cols as i32),
-            Arg::U(w.row_bytes as u64),
-            Arg::I(nc as i32),
-            Arg::P(w2),
-            Arg::P(y2),
-            Arg::I(rows2 as i32),
-        ];
-        match third {
-            Some((w3, y3)) => {
-                // Callers pass no cap here (tc_matvec3: 0; mvs_cap takes mvtcx only without one).
-                debug_assert!(
-                    cap <= 0.0,
-                    "{name}: a three-matrix launch takes no soft-cap"
-                );
-                args.extend([
-                    Arg::P(ptr(gpu, &w3.data)),
-                    Arg::P(y3),
-                    Arg::I(w3.rows as i32),
-                    Arg::U(w3.row_bytes as u64),
-                ]);
-            }
-            None => args.push(Arg::F(cap)),
+        if third.is_some() {
+            // Callers pass no cap here (tc_matvec3: 0; mvs_cap takes mvtcx only without one).
+            debug_assert!(
+                cap <= 0.0,
+                "{name}: a three-matrix launch takes no soft-cap"
+            );
         }
+        let args = tc_args(
+            TcMatArgs {
+                w: ptr(gpu, &w.data),
+                y,
+                rows: w.rows,
+                row_bytes: w.row_bytes,
+            },
+            w.cols,
+            nc,
+            [ptr(gpu, &gpu.tc_xp), ptr(gpu, &gpu.tc_xs)],
+            TcMatArgs {
+                w: w2,
+                y: y2,
+                rows: rows2,
+                row_bytes: w.row_bytes,
+            },
+            third.map(|(w3, y3)| TcMatArgs {
+                w: ptr(gpu, &w3.data),
+                y: y3,
+                rows: w3.rows,
+                row_bytes: w3.row_bytes,
+            }),
+            cap,
+        );
         let grid = tc_tiles(&[w.rows, rows2, rows3]) as u32;
         let smem = tc_spread_smem(gpu, &f, &name, grid)?;
         launch(
@@ -2517,6 +2572,105 @@ fn split_chunk(ch: &[(i32, i32, i32, bool)]) -> (Vec<i32>, Vec<i32>, Vec<i32>, V
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`tc_args`]'s values in the kernels' order (by hand), and its sizes against the kernels
+    /// themselves, no GPU needed: every `mvtc_*` entry (but
+    /// `mvtc_prep`) and every `mvtcx_*` entry of the per-format matvec PTX (NVRTC, sm_90) of the
+    /// formats with a tensor-core kernel takes exactly the sizes of the list `tc_args` builds
+    /// without and with a third matrix (a kernel signature changed without its host list fails
+    /// here, in CI, before a GPU run). Without NVRTC: skipped.
+    #[test]
+    fn tc_args_match_the_kernels_ptx() {
+        if let Err(why) = kernels::nvrtc_available() {
+            println!("skipped: {why}");
+            return;
+        }
+        let size = |a: &Arg| match a {
+            Arg::P(_) | Arg::U(_) => 8usize,
+            Arg::I(_) | Arg::F(_) => 4,
+        };
+        let m = TcMatArgs::default();
+        let two: Vec<usize> = tc_args(m, 256, 1, [0, 0], m, None, 0.0)
+            .iter()
+            .map(size)
+            .collect();
+        let three: Vec<usize> = tc_args(m, 256, 1, [0, 0], m, Some(m), 0.0)
+            .iter()
+            .map(size)
+            .collect();
+        // The values in the kernels' order (matvec.cu MVTC_ENTRY_V / MVTCX_ENTRY_V), by hand:
+        // W, xp, xs, y, rows, K, row_bytes, nc, W2, y2, rows2, then cap or W3, y3, rows3,
+        // row_bytes3 (the second matrix's own row_bytes, 99, is not passed).
+        let val = |a: &Arg| match *a {
+            Arg::P(v) => ('P', v),
+            Arg::U(v) => ('U', v),
+            Arg::I(v) => ('I', v as u64),
+            Arg::F(v) => ('F', v.to_bits() as u64),
+        };
+        let mat = |w, y, rows, row_bytes| TcMatArgs {
+            w,
+            y,
+            rows,
+            row_bytes,
+        };
+        let got: Vec<_> = tc_args(
+            mat(1, 2, 3, 4),
+            5,
+            6,
+            [7, 8],
+            mat(9, 10, 11, 99),
+            None,
+            30.0,
+        )
+        .iter()
+        .map(val)
+        .collect();
+        let head = [
+            ('P', 1),
+            ('P', 7),
+            ('P', 8),
+            ('P', 2),
+            ('I', 3),
+            ('I', 5),
+            ('U', 4),
+            ('I', 6),
+            ('P', 9),
+            ('P', 10),
+            ('I', 11),
+        ];
+        assert_eq!(got[..11], head);
+        assert_eq!(got[11..], [('F', 30f32.to_bits() as u64)]);
+        let third = Some(mat(12, 13, 14, 15));
+        let got: Vec<_> = tc_args(
+            mat(1, 2, 3, 4),
+            5,
+            6,
+            [7, 8],
+            mat(9, 10, 11, 99),
+            third,
+            0.0,
+        )
+        .iter()
+        .map(val)
+        .collect();
+        assert_eq!(got[..11], head);
+        assert_eq!(got[11..], [('P', 12), ('P', 13), ('I', 14), ('U', 15)]);
+        let (mut n2, mut n3) = (0, 0);
+        for fmt in kernels::TC_FORMATS {
+            let ptx = kernels::compile_ptx_format(Family::Matvec, fmt, (9, 0)).unwrap();
+            for (name, sizes) in kernels::ptx_param_sizes(&ptx) {
+                if name.starts_with("mvtcx_") {
+                    assert_eq!(sizes, three, "{name}");
+                    n3 += 1;
+                } else if name.starts_with("mvtc_") && name != "mvtc_prep" {
+                    assert_eq!(sizes, two, "{name}");
+                    n2 += 1;
+                }
+            }
+        }
+        println!("{n2} mvtc and {n3} mvtcx kernels checked");
+        assert!(n2 >= kernels::TC_FORMATS.len() && n3 > 0, "{n2} / {n3}");
+    }
 
     /// On a GPU: `fill_u32(uint32_t*, uint64_t, uint32_t)` (reduce.cu) reports parameter sizes
     /// [8, 8, 4]; through both launchers ([`launch`], [`launch_plain`]), a launch of it with the

@@ -579,20 +579,23 @@ impl Gpu {
         };
         let (wp, _w_sync) = w.device_ptr(&self.stream);
         let (yp, _y_sync) = y.device_ptr_mut(&self.stream);
-        let args = [
-            Arg::P(wp),
-            Arg::P(crate::forward::ptr(self, &self.tc_xp)),
-            Arg::P(crate::forward::ptr(self, &self.tc_xs)),
-            Arg::P(yp),
-            Arg::I(rows as i32),
-            Arg::I(k as i32),
-            Arg::U(rb as u64),
-            Arg::I(ncols as i32),
-            Arg::P(0), // no second matrix: W2, y2 null, rows2 0 (no block takes it)
-            Arg::P(0),
-            Arg::I(0),
-            Arg::F(0.0), // no soft-cap
-        ];
+        let args = crate::forward::tc_args(
+            crate::forward::TcMatArgs {
+                w: wp,
+                y: yp,
+                rows,
+                row_bytes: rb,
+            },
+            k,
+            ncols,
+            [
+                crate::forward::ptr(self, &self.tc_xp),
+                crate::forward::ptr(self, &self.tc_xs),
+            ],
+            crate::forward::TcMatArgs::default(), // no second matrix
+            None,
+            0.0, // no soft-cap
+        );
         // The parameters of `mvtc_<fmt>_<NG>(const uint8_t*, const uint32_t*, const float*,
         // float*, int, int, uint64_t, int, const uint8_t*, float*, int, float)` (checked against
         // the driver's list in `launch_plain`); w is rows·row_bytes bytes and y ≥ ncols·rows
