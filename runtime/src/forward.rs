@@ -2613,18 +2613,13 @@ mod tests {
             rows,
             row_bytes,
         };
-        let got: Vec<_> = tc_args(
-            mat(1, 2, 3, 4),
-            5,
-            6,
-            [7, 8],
-            mat(9, 10, 11, 99),
-            None,
-            30.0,
-        )
-        .iter()
-        .map(val)
-        .collect();
+        let list = |third, cap| -> Vec<_> {
+            let (first, second) = (mat(1, 2, 3, 4), mat(9, 10, 11, 99));
+            tc_args(first, 5, 6, [7, 8], second, third, cap)
+                .iter()
+                .map(val)
+                .collect()
+        };
         let head = [
             ('P', 1),
             ('P', 7),
@@ -2638,21 +2633,10 @@ mod tests {
             ('P', 10),
             ('I', 11),
         ];
+        let got = list(None, 30.0);
         assert_eq!(got[..11], head);
         assert_eq!(got[11..], [('F', 30f32.to_bits() as u64)]);
-        let third = Some(mat(12, 13, 14, 15));
-        let got: Vec<_> = tc_args(
-            mat(1, 2, 3, 4),
-            5,
-            6,
-            [7, 8],
-            mat(9, 10, 11, 99),
-            third,
-            0.0,
-        )
-        .iter()
-        .map(val)
-        .collect();
+        let got = list(Some(mat(12, 13, 14, 15)), 0.0);
         assert_eq!(got[..11], head);
         assert_eq!(got[11..], [('P', 12), ('P', 13), ('I', 14), ('U', 15)]);
         let (mut n2, mut n3) = (0, 0);
