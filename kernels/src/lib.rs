@@ -484,9 +484,8 @@ pub fn topk_kernel(k: usize) -> &'static str {
 /// The parameter sizes in bytes of every kernel (`.entry`) of a PTX module, by kernel name, in
 /// order (PTX ISA "Kernel Function Parameters": `.param .<type> [.ptr …] [.align N] name[[N]]`;
 /// `.b8`/`.u8`/`.s8` 1 byte … `.b64`/`.u64`/`.s64`/`.f64` 8, times an array length). A
-/// parameter whose type it cannot read counts 0 bytes (so it matches no host argument). The
-/// host's argument lists are checked against these in tests (runtime `tc_args`) and, on the
-/// GPU, against the driver's (runtime `forward::check_params`).
+/// parameter whose type it cannot read counts 0 bytes (so it matches no host argument). Every
+/// compiled module's lists are kept for [`kernel_param_sizes`].
 pub fn ptx_param_sizes(ptx: &str) -> std::collections::HashMap<String, Vec<usize>> {
     let mut out = std::collections::HashMap::new();
     for (i, _) in ptx.match_indices(".entry ") {
@@ -802,6 +801,27 @@ pub fn arch_option(cc: (i32, i32)) -> String {
 type PtxMap = HashMap<(Family, String, String), Arc<str>>;
 
 /// Process-wide PTX cache, keyed by family and architecture option.
+/// Parameter sizes (bytes, in order) of every kernel of every PTX module this process compiled
+/// ([`compile_ptx`], [`compile_ptx_format`]), by kernel name: filled from each new module's PTX
+/// ([`ptx_param_sizes`]). A name in several modules (e.g. `mvtc_prep` in every per-format matvec
+/// module) comes from the same source text there, so it has one list.
+fn param_map() -> &'static Mutex<HashMap<String, Arc<[usize]>>> {
+    static MAP: OnceLock<Mutex<HashMap<String, Arc<[usize]>>>> = OnceLock::new();
+    MAP.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The parameter sizes in bytes, in order, of kernel `name` as compiled in this process (the
+/// `.entry` of the PTX that every loaded module comes from: what the driver will take at
+/// launch); `None` when no module compiled so far holds `name`. The runtime checks each
+/// launch's argument list against it (`runtime::forward::check_params`).
+pub fn kernel_param_sizes(name: &str) -> Option<Arc<[usize]>> {
+    param_map()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(name)
+        .cloned()
+}
+
 fn ptx_cache() -> &'static Mutex<PtxMap> {
     static CACHE: OnceLock<Mutex<PtxMap>> = OnceLock::new();
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
@@ -880,6 +900,14 @@ fn compile_keyed(
         }
     })?;
     let text: Arc<str> = Arc::from(ptx.to_src());
+    param_map()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .extend(
+            ptx_param_sizes(&text)
+                .into_iter()
+                .map(|(k, v)| (k, Arc::from(v))),
+        );
     ptx_cache()
         .lock()
         .unwrap_or_else(|e| e.into_inner())

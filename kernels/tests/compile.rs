@@ -37,6 +37,12 @@ fn compile_all_kernels_sm90() {
                 "{}: kernel {name} parameters {sizes:?}",
                 family.file()
             );
+            // the process-wide lists the runtime checks launches against
+            assert_eq!(
+                kernels::kernel_param_sizes(&name).as_deref(),
+                Some(&sizes[..]),
+                "{name}"
+            );
         }
         if family == Family::Reduce {
             // fill_u32(uint32_t*, uint64_t, uint32_t): by hand 8, 8, 4

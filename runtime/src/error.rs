@@ -23,7 +23,8 @@ pub enum RuntimeError {
         source: cudarc::driver::DriverError,
     },
     /// A launch's arguments do not match the kernel's parameter list (count or sizes in bytes,
-    /// as the driver reports them: `cuFuncGetParamInfo`); nothing was launched.
+    /// from the PTX this process compiled: `kernels::kernel_param_sizes`; an empty `takes`: no
+    /// compiled module holds the kernel); nothing was launched.
     #[error("kernel {kernel}: the launch passes parameters of {passed:?} bytes, the kernel takes {takes:?}")]
     Params {
         /// The kernel's name.

@@ -722,6 +722,17 @@ pub(crate) enum Arg {
     F(f32),
 }
 
+impl Arg {
+    /// The size in bytes of the kernel parameter it fills: 8 for a pointer or u64, 4 for an
+    /// i32 or f32.
+    fn bytes(&self) -> usize {
+        match self {
+            Arg::P(_) | Arg::U(_) => 8,
+            Arg::I(_) | Arg::F(_) => 4,
+        }
+    }
+}
+
 pub(crate) fn ptr<T>(gpu: &Gpu, s: &CudaSlice<T>) -> u64 {
     let (p, _sync) = s.device_ptr(&gpu.stream);
     p
@@ -1045,9 +1056,9 @@ pub(crate) struct TcMatArgs {
 /// when `third` is `None`, `mvtcx_<fmt>_<g>_<NG>[w](W, xp, xs, y, rows, K, row_bytes, nc, W2, y2,
 /// rows2, W3, y3, rows3, row_bytes3)` otherwise (no cap: the three-matrix kernels take none).
 /// `scratch` = the addresses of the prep buffers `[tc_xp, tc_xs]`; `k` the row length; the
-/// second matrix shares the first's row bytes (its own `row_bytes` is not passed). The one builder of these lists, for the forward
-/// ([`Forward::tc_matvec`], [`Forward::tc_matvec3`]) and `Gpu::matvec_tc`; a test compares it
-/// with the kernels' PTX parameter lists.
+/// second matrix shares the first's row bytes (its own `row_bytes` is not passed). The one
+/// builder of these lists, for the forward ([`Forward::tc_matvec`], [`Forward::tc_matvec3`])
+/// and `Gpu::matvec_tc`; a test compares it with the kernels' PTX parameter lists.
 pub(crate) fn tc_args(
     first: TcMatArgs,
     k: usize,
@@ -1166,90 +1177,19 @@ fn skipped(name: &str) -> bool {
     prefixes.iter().any(|p| name.starts_with(p.as_str())) != *all_but
 }
 
-/// The parameter sizes in bytes of kernel `f` named `name`, in order, as the driver reports them
-/// (`cuFuncGetParamInfo`, CUDA 12.4+; the query past the last parameter is the one that fails,
-/// so compute-sanitizer reports one API error per kernel unless run with `--report-api-errors
-/// no`, as `scripts/gpu/run.sh` does), cached per kernel name for the process (every module
-/// that holds a name compiles it from the same sources; not per function handle, which a
-/// module loaded after another's drop may reuse for another kernel); `None` where the driver is
-/// older than 12.4 (the call does not exist there).
+/// Checks that `args` match kernel `name`'s parameter list, count and sizes in bytes (8 for
+/// P/U, 4 for I/F) as compiled in this process ([`kernels::kernel_param_sizes`], from the PTX
+/// every loaded module comes from), so that a launch with a missing, extra or wrong-size
+/// argument is a typed error, not a driver read past the argument array.
 ///
-/// Errors: [`RuntimeError::Driver`] from the version query or a parameter query that fails
-/// other than past the last parameter.
-fn param_sizes(
-    f: &CudaFunction,
-    name: &str,
-) -> Result<Option<std::sync::Arc<[usize]>>, RuntimeError> {
-    use cudarc::driver::sys;
-    use std::sync::{Mutex, OnceLock};
-    static SIZES: OnceLock<Mutex<HashMap<String, std::sync::Arc<[usize]>>>> = OnceLock::new();
-    static DRIVER: OnceLock<i32> = OnceLock::new();
-    let driver = match DRIVER.get() {
-        Some(&v) => v,
-        None => {
-            let mut v = 0i32;
-            // SAFETY: writes one int through a valid pointer.
-            unsafe { sys::cuDriverGetVersion(&mut v) }
-                .result()
-                .map_err(drv("cuDriverGetVersion"))?;
-            *DRIVER.get_or_init(|| v)
-        }
-    };
-    if driver < 12040 {
-        return Ok(None);
-    }
-    let cache = SIZES.get_or_init(|| Mutex::new(HashMap::new()));
-    if let Some(v) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(name) {
-        return Ok(Some(v.clone()));
-    }
-    // Every kernel of this project takes at least one parameter and at most a few dozen: a
-    // failure at index 0 (e.g. no current context) is an error, not an empty list to cache, and
-    // the loop stops at MAX_PARAMS.
-    const MAX_PARAMS: usize = 256;
-    let mut sizes = Vec::new();
-    while sizes.len() < MAX_PARAMS {
-        let (mut off, mut size) = (0usize, 0usize);
-        // SAFETY: `f` is a live function of a loaded module; the two outputs are valid pointers.
-        let r =
-            unsafe { sys::cuFuncGetParamInfo(f.cu_function(), sizes.len(), &mut off, &mut size) };
-        match r {
-            sys::CUresult::CUDA_SUCCESS => sizes.push(size),
-            // past the last parameter
-            sys::CUresult::CUDA_ERROR_INVALID_VALUE if !sizes.is_empty() => break,
-            e => {
-                e.result().map_err(drv(format!(
-                    "cuFuncGetParamInfo of {name}, parameter {}",
-                    sizes.len()
-                )))?;
-                break; // not reached: `e` is an error
-            }
-        }
-    }
-    let sizes: std::sync::Arc<[usize]> = sizes.into();
-    cache
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(name.to_string(), sizes.clone());
-    Ok(Some(sizes))
-}
-
-/// Checks that `args` match kernel `f`'s parameter list, count and sizes ([`param_sizes`]; no
-/// check on a driver older than 12.4), so that a launch with a missing or extra argument is a
-/// typed error, not a driver read past the argument array.
-///
-/// Errors: [`RuntimeError::Params`] on a mismatch; driver errors of the query.
-pub(crate) fn check_params(f: &CudaFunction, name: &str, args: &[Arg]) -> Result<(), RuntimeError> {
-    let Some(takes) = param_sizes(f, name)? else {
-        return Ok(());
-    };
-    let size = |a: &Arg| match a {
-        Arg::P(_) | Arg::U(_) => 8,
-        Arg::I(_) | Arg::F(_) => 4,
-    };
-    if args.len() != takes.len() || args.iter().zip(takes.iter()).any(|(a, &t)| size(a) != t) {
+/// Errors: [`RuntimeError::Params`] on a mismatch, with an empty `takes` when no module compiled
+/// in this process holds `name`.
+pub(crate) fn check_params(name: &str, args: &[Arg]) -> Result<(), RuntimeError> {
+    let takes = kernels::kernel_param_sizes(name).unwrap_or_else(|| Vec::new().into());
+    if args.len() != takes.len() || args.iter().zip(takes.iter()).any(|(a, &t)| a.bytes() != t) {
         return Err(RuntimeError::Params {
             kernel: name.to_string(),
-            passed: args.iter().map(size).collect(),
+            passed: args.iter().map(Arg::bytes).collect(),
             takes: takes.to_vec(),
         });
     }
@@ -1305,9 +1245,7 @@ fn launch_with(
     pdl: bool,
 ) -> Result<(), RuntimeError> {
     use cudarc::driver::sys;
-    // the parameter queries need the context current on this thread, as the launch does
-    gpu.ctx.bind_to_thread().map_err(drv(name.to_string()))?;
-    check_params(f, name, args)?;
+    check_params(name, args)?;
     // One 8-byte slot per parameter; the driver copies the parameter's size (4 or 8 bytes)
     // from the slot's start (little-endian, so the low half for 4-byte values).
     let vals: Vec<u64> = args
@@ -1339,8 +1277,9 @@ fn launch_with(
         attrs: if pdl { &mut attr } else { std::ptr::null_mut() },
         numAttrs: u32::from(pdl),
     };
+    gpu.ctx.bind_to_thread().map_err(drv(name.to_string()))?;
     // SAFETY: every call site passes the argument list of the named kernel's signature (stated
-    // in its .cu file; count and sizes checked against the driver's above, driver 12.4+) with
+    // in its .cu file; count and sizes checked against its PTX above) with
     // device addresses of live buffers sized by the forward's shapes (or, for `launch_plain`,
     // by the shape checks of its `ops.rs` wrapper, whose borrows of those buffers last across
     // the call);
@@ -2585,18 +2524,14 @@ mod tests {
             println!("skipped: {why}");
             return;
         }
-        let size = |a: &Arg| match a {
-            Arg::P(_) | Arg::U(_) => 8usize,
-            Arg::I(_) | Arg::F(_) => 4,
-        };
         let m = TcMatArgs::default();
         let two: Vec<usize> = tc_args(m, 256, 1, [0, 0], m, None, 0.0)
             .iter()
-            .map(size)
+            .map(Arg::bytes)
             .collect();
         let three: Vec<usize> = tc_args(m, 256, 1, [0, 0], m, Some(m), 0.0)
             .iter()
-            .map(size)
+            .map(Arg::bytes)
             .collect();
         // The values in the kernels' order (matvec.cu MVTC_ENTRY_V / MVTCX_ENTRY_V), by hand:
         // W, xp, xs, y, rows, K, row_bytes, nc, W2, y2, rows2, then cap or W3, y3, rows3,
@@ -2656,6 +2591,43 @@ mod tests {
         assert!(n2 >= kernels::TC_FORMATS.len() && n3 > 0, "{n2} / {n3}");
     }
 
+    /// [`check_params`] without a GPU, after reduce.cu's PTX is compiled (NVRTC):
+    /// `fill_u32(uint32_t*, uint64_t, uint32_t)` takes 8, 8, 4 bytes (by hand from the
+    /// signature); a missing, an extra and a wrong-size argument are refused naming both lists,
+    /// a kernel no compiled module holds is refused with an empty list, the right list passes.
+    /// Without NVRTC: skipped.
+    #[test]
+    fn check_params_against_the_compiled_ptx() {
+        if let Err(why) = kernels::nvrtc_available() {
+            println!("skipped: {why}");
+            return;
+        }
+        kernels::compile_ptx(Family::Reduce, (9, 0)).unwrap();
+        let refused = |name: &str, args: &[Arg]| match check_params(name, args) {
+            Err(RuntimeError::Params {
+                kernel,
+                passed,
+                takes,
+            }) => {
+                assert_eq!(kernel, name);
+                (passed, takes)
+            }
+            other => panic!("{name}: expected a Params error, got {other:?}"),
+        };
+        let ok = [Arg::P(1), Arg::U(2), Arg::I(3)];
+        check_params("fill_u32", &ok).unwrap();
+        let short = [Arg::P(1), Arg::U(2)];
+        assert_eq!(refused("fill_u32", &short), (vec![8, 8], vec![8, 8, 4]));
+        let long = [Arg::P(1), Arg::U(2), Arg::I(3), Arg::I(4)];
+        assert_eq!(
+            refused("fill_u32", &long),
+            (vec![8, 8, 4, 4], vec![8, 8, 4])
+        );
+        let narrow = [Arg::P(1), Arg::I(2), Arg::I(3)];
+        assert_eq!(refused("fill_u32", &narrow), (vec![8, 4, 4], vec![8, 8, 4]));
+        assert_eq!(refused("no_such_kernel", &ok), (vec![8, 8, 4], vec![]));
+    }
+
     /// On a GPU: `fill_u32(uint32_t*, uint64_t, uint32_t)` (reduce.cu) reports parameter sizes
     /// [8, 8, 4]; through both launchers ([`launch`], [`launch_plain`]), a launch of it with the
     /// last argument missing, or with a 4-byte value where the u64 goes, is refused as
@@ -2671,11 +2643,6 @@ mod tests {
         let gpu = Gpu::new(0).unwrap();
         let f = gpu.modules.function(Family::Reduce, "fill_u32").unwrap();
         let cfg = lc((1, 1, 1), 32, 0);
-        gpu.ctx.bind_to_thread().unwrap();
-        if param_sizes(&f, "fill_u32").unwrap().is_none() {
-            println!("skipped: driver older than 12.4 (no cuFuncGetParamInfo)");
-            return;
-        }
         type Launcher =
             fn(&Gpu, &CudaFunction, &str, LaunchConfig, &[Arg]) -> Result<(), RuntimeError>;
         let launchers: [(&str, Launcher); 2] = [("launch", launch), ("launch_plain", launch_plain)];

@@ -200,7 +200,7 @@ impl Gpu {
         let (out_p, _out_sync) = out.device_ptr_mut(&self.stream);
         let args = [Arg::P(src_p), Arg::P(out_p), Arg::U(n_pieces)];
         // The parameters of `dequant_<fmt>(const uint8_t*, float*, uint64_t)` (checked against
-        // the driver's list in launch_plain); src holds the blocks of n_pieces·8 elements and
+        // its PTX list in launch_plain); src holds the blocks of n_pieces·8 elements and
         // out ≥ n_pieces·8 floats (checked).
         crate::forward::launch_plain(self, &f, &name, cfg, &args)?;
         Ok(())
@@ -250,7 +250,7 @@ impl Gpu {
             Arg::U(rb_u),
         ];
         // The parameters of `matvec_<fmt>_<nc>(const uint8_t*, const float*, float*, int, int,
-        // uint64_t)` (checked against the driver's list in launch_plain); buffer lengths checked
+        // uint64_t)` (checked against its PTX list in launch_plain); buffer lengths checked
         // above against rows, k, ncols.
         crate::forward::launch_plain(self, &f, &name, cfg, &args)?;
         Ok(())
@@ -363,7 +363,7 @@ impl Gpu {
         ];
         // The parameters of `qkv_post_f32(float*, const float*, const float*, float*, float*,
         // const float*, const float*, const int*, const int*, const double*, int, int, int, int,
-        // float, int)` (checked against the driver's list in launch_plain); every buffer holds
+        // float, int)` (checked against its PTX list in launch_plain); every buffer holds
         // the shape checked above (the caller guarantees the slot/pos values address rows inside
         // the caches); dynamic shared memory d floats.
         crate::forward::launch_plain(self, &f, what, cfg, &args)?;
@@ -521,7 +521,7 @@ impl Gpu {
         ];
         // The parameters of `attention_f32(const float*, const float*, const float*, const int*,
         // const int*, float*, int, int, int, int, int, float*, unsigned*, uint32_t*, float*, int,
-        // int)` (checked against the driver's list in launch_plain), the signature of every entry
+        // int)` (checked against its PTX list in launch_plain), the signature of every entry
         // point (the d256 / d512 ones only for their d, the two-head ones with (nh / nkv) even
         // and grid x = nh / 2, checked above); q, out, part and cnt hold the checked shapes; every
         // slot and position was checked to address rows inside the caches with no visible key
@@ -598,7 +598,7 @@ impl Gpu {
         );
         // The parameters of `mvtc_<fmt>_<NG>(const uint8_t*, const uint32_t*, const float*,
         // float*, int, int, uint64_t, int, const uint8_t*, float*, int, float)` (checked against
-        // the driver's list in `launch_plain`); w is rows·row_bytes bytes and y ≥ ncols·rows
+        // its PTX list in `launch_plain`); w is rows·row_bytes bytes and y ≥ ncols·rows
         // (checked); the scratch was filled by the prep launch above on the same stream.
         crate::forward::launch_plain(self, &f, &name, cfg, &args)?;
         Ok(())
@@ -650,7 +650,7 @@ impl Gpu {
             Arg::F(eps),
         ];
         // The parameters of `rmsnorm_f32(const float*, const float* /*nullable*/, float*, int,
-        // float)` (checked against the driver's list in launch_plain); a 0 is passed as the null
+        // float)` (checked against its PTX list in launch_plain); a 0 is passed as the null
         // weight pointer; lengths checked above.
         crate::forward::launch_plain(self, &f, what, cfg, &args)?;
         Ok(())
@@ -700,7 +700,7 @@ impl Gpu {
             Arg::I(dd),
         ];
         // The parameters of `rope_neox_f32(const float*, float*, const int*, const double*, int,
-        // int, int)` (checked against the driver's list in launch_plain); lengths checked above.
+        // int, int)` (checked against its PTX list in launch_plain); lengths checked above.
         crate::forward::launch_plain(self, &f, what, cfg, &args)?;
         Ok(())
     }
@@ -725,7 +725,7 @@ impl Gpu {
         let (out_p, _out_sync) = out.device_ptr_mut(&self.stream);
         let args = [Arg::P(gate_p), Arg::P(up_p), Arg::P(out_p), Arg::U(nn)];
         // The parameters of `geglu_f32(const float*, const float*, float*, uint64_t)` (checked
-        // against the driver's list in launch_plain); gate, up and out hold n floats (checked).
+        // against its PTX list in launch_plain); gate, up and out hold n floats (checked).
         crate::forward::launch_plain(self, &f, what, cfg, &args)?;
         Ok(())
     }
@@ -759,7 +759,7 @@ impl Gpu {
             Arg::I(kinds),
         ];
         // The parameters of `mvtc_prep(const float*, int, int, uint32_t*, float*, int)` (checked
-        // against the driver's list in launch_plain); x holds nc·k floats (checked), the scratch
+        // against its PTX list in launch_plain); x holds nc·k floats (checked), the scratch
         // holds 8 columns of TC_MAX_K ≥ k elements.
         crate::forward::launch_plain(self, &f, what, cfg, &args)?;
         Ok(())
@@ -906,7 +906,7 @@ impl Gpu {
             shared_mem_bytes: 0,
         };
         // The parameters of `geglu_prep_f32(const float*, const float*, float*, int, uint32_t*,
-        // float*, int, int)` (checked against the driver's list in launch_plain); lengths checked
+        // float*, int, int)` (checked against its PTX list in launch_plain); lengths checked
         // above, the scratch holds 8 columns of TC_MAX_K ≥ n.
         crate::forward::launch_plain(self, &f, what, cfg, &args)?;
         Ok(())
@@ -940,7 +940,7 @@ impl Gpu {
         let (y_p, _y_sync) = y.device_ptr_mut(&self.stream);
         let args = [Arg::P(x_p), Arg::P(y_p), Arg::U(nn), Arg::F(cap)];
         // The parameters of `softcap_f32(const float*, float*, uint64_t, float)` (checked against
-        // the driver's list in launch_plain); x and y hold n floats (checked).
+        // its PTX list in launch_plain); x and y hold n floats (checked).
         crate::forward::launch_plain(self, &f, what, cfg, &args)?;
         Ok(())
     }
@@ -972,7 +972,7 @@ impl Gpu {
         let (val_p, _val_sync) = val.device_ptr_mut(&self.stream);
         let args = [Arg::P(x_p), Arg::P(idx_p), Arg::P(val_p), Arg::I(nn)];
         // The parameters of `argmax_f32(const float*, int*, float*, int)` (checked against the
-        // driver's list in launch_plain); lengths checked.
+        // PTX list in launch_plain); lengths checked.
         crate::forward::launch_plain(self, &f, what, cfg, &args)?;
         Ok(())
     }
@@ -1051,7 +1051,7 @@ impl Gpu {
                 Arg::P(out_p),
             ];
             // The parameters of `topk_f32` and `topk1_f32`: (const float*, int, const uint8_t*,
-            // int, int*, unsigned*, int*) (checked against the driver's list in launch_plain); x
+            // int, int*, unsigned*, int*) (checked against its PTX list in launch_plain); x
             // holds rows·n floats and mask n bytes (checked), part/cnt/out are sized for `rows`
             // rows of the kernel's layout (TOPK_BLOCKS_MAX partials of 2·TOPK_MAX + 1 words).
             crate::forward::launch_plain(self, &f, name, cfg, &args)?;
@@ -1087,7 +1087,7 @@ impl Gpu {
         let cfg = blocks_1d(what, n.min(1 << 24), 256)?;
         let args = [Arg::P(p), Arg::U(n), Arg::I(bits as i32)];
         // The parameters of `fill_u32(uint32_t*, uint64_t, uint32_t)` (checked against the
-        // driver's list in launch_plain; a grid-stride loop) over the n words at p, which every
+        // PTX list in launch_plain; a grid-stride loop) over the n words at p, which every
         // caller takes from a live buffer of at least n words.
         crate::forward::launch_plain(self, &f, "fill_u32", cfg, &args)?;
         Ok(())
@@ -1123,7 +1123,7 @@ impl Gpu {
         let (partial_p, _partial_sync) = partial.device_ptr_mut(&self.stream);
         let args = [Arg::P(x_p), Arg::U(n4), Arg::P(partial_p)];
         // The parameters of `sum_f32x4(const float4*, uint64_t, float*)` (checked against the
-        // driver's list in launch_plain); x holds n4 float4 values at a 16-byte aligned address
+        // PTX list in launch_plain); x holds n4 float4 values at a 16-byte aligned address
         // (both checked) and partial one float per block.
         crate::forward::launch_plain(self, &f, what, cfg, &args)?;
         Ok(())
@@ -1136,7 +1136,7 @@ impl Gpu {
     pub fn spin(&self, ns: u64) -> Result<(), RuntimeError> {
         let f = self.func(Family::Reduce, "spin_ns")?;
         let cfg = blocks_1d("spin_ns", 1, 1)?;
-        // The parameters of `spin_ns(uint64_t)` (checked against the driver's list in
+        // The parameters of `spin_ns(uint64_t)` (checked against its PTX list in
         // launch_plain); touches no memory.
         let args = [Arg::U(ns)];
         crate::forward::launch_plain(self, &f, "spin_ns", cfg, &args)?;

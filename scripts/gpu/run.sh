@@ -32,13 +32,6 @@
 # kernel vs the CPU reference + B_read and matvec bandwidth) writing gpu-check.log/json to
 # $OUT, then a quick check under compute-sanitizer memcheck into $OUT/memcheck, plus
 # nvidia-smi facts. Each step has its own timeout so the whole call stays under ~5 minutes.
-#
-# Every compute-sanitizer run takes `--report-api-errors no`: the runtime's check of each
-# launch's arguments (forward.rs `param_sizes`) asks the driver for one parameter past each
-# kernel's last, which fails by design (CUDA_ERROR_INVALID_VALUE) once per kernel. The cost:
-# the sanitizer then reports no failing API call at all, only memory errors; a failing driver
-# call the runtime makes itself is still an error it returns (the run's exit status), but one
-# that cudarc makes while dropping a resource is only recorded, not returned.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -88,7 +81,7 @@ device)
     if [ "${SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer >/dev/null; then
         mkdir -p "$OUT/memcheck"
         src=0
-        timeout "${SANITIZER_TIMEOUT:-90}" compute-sanitizer --tool memcheck --error-exitcode 9 --report-api-errors no \
+        timeout "${SANITIZER_TIMEOUT:-90}" compute-sanitizer --tool memcheck --error-exitcode 9 \
             local/gpu/runtime gpu-check --quick --out "$OUT/memcheck" > "$OUT/memcheck/sanitizer.txt" 2>&1 || src=$?
         echo "memcheck exit status: $src" | tee -a "$OUT/status.txt"
         tail -n 5 "$OUT/memcheck/sanitizer.txt"
@@ -193,13 +186,13 @@ engine)
     if [ -n "${MEMCHECK:-}" ] && command -v compute-sanitizer >/dev/null; then
         echo "== memcheck (model-check e2b+moe, spec-check quick)" | tee -a "$log"
         rc=0
-        timeout "${MEMCHECK_TIMEOUT:-150}" compute-sanitizer --tool memcheck --error-exitcode 9 --report-api-errors no \
+        timeout "${MEMCHECK_TIMEOUT:-150}" compute-sanitizer --tool memcheck --error-exitcode 9 \
             local/gpu/runtime model-check $fm/e2b-target.Q4_0.gguf $fm/moe-target.Q4_K_M.gguf --gen 4 \
             --out /tmp/mc > "$OUT/memcheck-model.txt" 2>&1 || rc=$?
         echo "memcheck model-check rc=$rc" | tee -a "$log"
         tail -n 3 "$OUT/memcheck-model.txt" | tee -a "$log"
         rc=0
-        timeout "${MEMCHECK_TIMEOUT:-150}" compute-sanitizer --tool memcheck --error-exitcode 9 --report-api-errors no \
+        timeout "${MEMCHECK_TIMEOUT:-150}" compute-sanitizer --tool memcheck --error-exitcode 9 \
             local/gpu/runtime spec-check $fm/e2b-target.Q4_0.gguf=$fm/e2b-assistant.Q8_0.gguf \
             $fm/dense-target.Q4_K_M.gguf=$fm/dense-assistant.F32.gguf \
             --ks 2 --max-tokens 12 --prompts 1 --no-oracle --rollback-tokens 64 --out /tmp/mc > "$OUT/memcheck-spec.txt" 2>&1 || rc=$?
@@ -399,7 +392,7 @@ all)
             --modes spec:4 --out "$w/conf/strict-${pr%%=*}"
     done
     if command -v compute-sanitizer > /dev/null; then
-        ms="compute-sanitizer --tool memcheck --error-exitcode 9 --report-api-errors no"
+        ms="compute-sanitizer --tool memcheck --error-exitcode 9"
         # shellcheck disable=SC2086
         step memcheck-gpu-check 120 $ms "$rt" gpu-check --quick --out /tmp/all-mc1
         # shellcheck disable=SC2086
