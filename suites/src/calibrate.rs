@@ -274,7 +274,8 @@ pub struct ModelCalibration {
 /// Errors ([`crate::conformance::Fatal`]), the first four before anything is measured or any
 /// model file read: a bad engine spec ([`crate::conformance::check_engine`]), a
 /// `budgets.toml` the result could not be written into (when `write`), a suite that does not
-/// load, a suite file given twice or two with one name; unreadable model, missing goldens (run
+/// load, a suite file given twice or two with one name; a model that is not a file
+/// ([`crate::conformance::NotAFile`]) or does not read, missing goldens (run
 /// `bless`), golden pinned to another SHA-256, engine or oracle failure; a measurement τ may
 /// not be proposed from ([`Calibration::refusal`]: no pair, or fewer than [`MIN_PAIRS`]),
 /// naming model and engine — that model's `budgets.toml` is not written (a model calibrated
@@ -312,6 +313,8 @@ pub fn calibrate_models(
     let loaded = load_suites(opts)?;
     let mut out = Vec::new();
     for m in &opts.models {
+        // a missing file in the wording of the other verbs (`--model PATH: no such file`)
+        crate::conformance::NotAFile::check(Some("model"), &m.path).map_err(|e| fatal(&e))?;
         let mut oracle = ReferenceOracle::load_with(&m.path, opts.load).map_err(|e| fatal(&e))?;
         let sha = oracle.model_sha256().to_string();
         let stem = golden::model_stem(&m.path);

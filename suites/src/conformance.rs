@@ -283,22 +283,70 @@ pub(crate) struct OpenedModel {
     pub(crate) codec: GemmaCodec,
 }
 
+/// A file named by a command-line flag that is not a regular file: one wording for every verb
+/// (`--model /nope.gguf: no such file`, `--draft DIR: is a directory, not a file`; a verb's
+/// positional FILE without the flag, `/nope.gguf: no such file`), the path once.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}{}: {why}", flag.map_or(String::new(), |f| format!("--{f} ")), path.display())]
+pub struct NotAFile {
+    /// The flag without its dashes (`model`, `draft`); `None` for a positional argument.
+    pub flag: Option<&'static str>,
+    /// The path given.
+    pub path: PathBuf,
+    /// `no such file`, `is a directory, not a file` or `not a regular file`.
+    pub why: &'static str,
+}
+
+impl NotAFile {
+    /// `Ok` when `path` is a regular file (links followed); else what it is instead, for
+    /// `--flag` (`None`: a positional argument).
+    pub fn check(flag: Option<&'static str>, path: &Path) -> Result<(), NotAFile> {
+        if path.is_file() {
+            return Ok(());
+        }
+        let why = if path.is_dir() {
+            "is a directory, not a file"
+        } else if path.exists() {
+            "not a regular file"
+        } else {
+            "no such file"
+        };
+        Err(NotAFile {
+            flag,
+            path: path.to_path_buf(),
+            why,
+        })
+    }
+}
+
+/// The message of `e`, an error opening the GGUF `path`, for a line that names `path` already:
+/// an I/O error on `path` itself is its cause alone (`Permission denied (os error 13)`, not `I/O
+/// error on PATH: …` after the path); any other error (one on another shard of a split file
+/// included) in full.
+pub fn gguf_open_cause(path: &Path, e: &reference::gguf::GgufError) -> String {
+    match e {
+        reference::gguf::GgufError::Io {
+            path: Some(p),
+            source,
+        } if p == path => source.to_string(),
+        e => e.to_string(),
+    }
+}
+
 /// Opens the model file `path` once for the up-front check and the run: its configuration and
 /// tokenizer read from that one open file, which the caller keeps to build the oracle's model
-/// (`ReferenceOracle::from_gguf`) instead of opening the file again. Errors: the file does not
-/// exist (`model not found: …`), or its GGUF, configuration or tokenizer does not read (the
-/// cause, naming the path).
+/// (`ReferenceOracle::from_gguf`) instead of opening the file again. Errors: the file is not a
+/// regular file ([`NotAFile`], `--model PATH: no such file`), or its GGUF, configuration or
+/// tokenizer does not read (the cause, naming the path).
 pub(crate) fn open_model(path: &Path) -> Result<OpenedModel, Fatal> {
-    if !path.exists() {
-        return Err(Fatal(format!("model not found: {}", path.display())));
-    }
+    NotAFile::check(Some("model"), path).map_err(fatal)?;
     let cannot = |message: String| {
         fatal(crate::engine::EngineError::Load {
             path: path.to_path_buf(),
             message,
         })
     };
-    let file = GgufFile::open(path).map_err(|e| cannot(e.to_string()))?;
+    let file = GgufFile::open(path).map_err(|e| cannot(gguf_open_cause(path, &e)))?;
     let config = Config::from_gguf(&file).map_err(|e| cannot(e.to_string()))?;
     let codec = GemmaCodec::from_gguf(&file, path).map_err(Fatal)?;
     Ok(OpenedModel {
@@ -401,11 +449,12 @@ fn load_budgets(opts: &Options) -> Result<Vec<Budgets>, Fatal> {
 /// The drafter `draft` is a readable assistant GGUF that pairs with the target `model` (config
 /// `target`, the loaded oracle's; `AssistantConfig::check_pairing`): checked once up front, so a
 /// truncated or mismatched drafter stops the run with its cause instead of failing every spec:K
-/// entry with "error".
+/// entry with "error"; a missing one is [`NotAFile`] (`--draft PATH: no such file`).
 pub(crate) fn check_drafter(target: &Config, model: &Path, draft: &Path) -> Result<(), Fatal> {
+    NotAFile::check(Some("draft"), draft).map_err(fatal)?;
     let bad = |e: &dyn std::fmt::Display| Fatal(format!("drafter {}: {e}", draft.display()));
     let a = reference::gguf::GgufFile::open(draft)
-        .map_err(|e| bad(&e))
+        .map_err(|e| bad(&gguf_open_cause(draft, &e)))
         .and_then(|f| AssistantConfig::from_gguf(&f).map_err(|e| bad(&e)))?;
     a.check_pairing(target).map_err(|e| {
         Fatal(format!(
@@ -831,6 +880,15 @@ mod tests {
 
     /// Options reading the repository's smoke suite (ids `count_chat`, `story`, …) for one model
     /// that does not exist: the prompt-id check must answer before any model is opened.
+    /// The error of a run whose first model is [`smoke_options`]' missing one.
+    fn no_model_error() -> String {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        format!(
+            "--model {}: no such file",
+            root.join("no-such-model.gguf").display()
+        )
+    }
+
     fn smoke_options(prompts: &[&str]) -> Options {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         Options {
@@ -1012,6 +1070,46 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// A file flag that names no regular file is one line naming flag and path once: missing,
+    /// a folder; a positional argument without a flag; an I/O error on the file itself is its
+    /// cause alone after the path, one on another file (a split's shard) in full.
+    #[test]
+    fn not_a_file_names_the_flag_and_the_path_once() {
+        let dir = std::env::temp_dir().join(format!("gemma4-not-a-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let nope = dir.join("nope.gguf");
+        let shown = |flag, p: &Path| NotAFile::check(flag, p).unwrap_err().to_string();
+        assert_eq!(
+            shown(Some("model"), &nope),
+            format!("--model {}: no such file", nope.display())
+        );
+        assert_eq!(
+            shown(Some("draft"), &dir),
+            format!("--draft {}: is a directory, not a file", dir.display())
+        );
+        assert_eq!(
+            shown(None, &nope),
+            format!("{}: no such file", nope.display())
+        );
+        assert_eq!(
+            open_model(&dir).err().unwrap().0,
+            format!("--model {}: is a directory, not a file", dir.display())
+        );
+        let file = dir.join("x.gguf");
+        std::fs::write(&file, b"x").unwrap();
+        assert_eq!(NotAFile::check(Some("model"), &file), Ok(()));
+        let io = |p: &Path| reference::gguf::GgufError::Io {
+            path: Some(p.to_path_buf()),
+            source: std::io::Error::new(std::io::ErrorKind::PermissionDenied, "denied"),
+        };
+        assert_eq!(gguf_open_cause(&file, &io(&file)), "denied");
+        assert_eq!(
+            gguf_open_cause(&file, &io(&nope)),
+            format!("I/O error on {}: denied", nope.display())
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// One open of the model file gives the check its configuration and codec and the run its
     /// oracle ([`open_model`], `ReferenceOracle::from_gguf`): the same as opening it for each
     /// (`GemmaCodec::load`, `ReferenceOracle::load`) — prompt ids, SHA-256 (the goldens' pin),
@@ -1048,7 +1146,7 @@ mod tests {
         let missing = path.with_file_name("no-such.gguf");
         assert_eq!(
             open_model(&missing).err().unwrap().0,
-            format!("model not found: {}", missing.display())
+            format!("--model {}: no such file", missing.display())
         );
         let not_gguf = std::env::temp_dir().join(format!("not-gguf-{}.gguf", std::process::id()));
         std::fs::write(&not_gguf, b"not a gguf file at all").unwrap();
@@ -1143,7 +1241,7 @@ mod tests {
         assert!(e.contains("unknown prompt id(s) nosuch"), "{e}");
         // a known id reaches the model check
         let e = conformance(&smoke_options(&["story"])).unwrap_err().0;
-        assert!(e.contains("model not found"), "{e}");
+        assert_eq!(e, no_model_error());
     }
 
     /// Each suite file is read once per run (the prompt-id check read every suite, then each
@@ -1269,10 +1367,7 @@ mod tests {
         let missing = dir.join("no-such-assistant.gguf");
         o.models[1].draft = Some(missing.clone());
         let e = conformance(&o).unwrap_err().0;
-        assert!(
-            e.starts_with(&format!("drafter {}: ", missing.display())),
-            "{e}"
-        );
+        assert_eq!(e, format!("--draft {}: no such file", missing.display()));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -1299,7 +1394,7 @@ mod tests {
         assert_eq!(conformance(&o).unwrap_err().0, want);
         std::fs::remove_file(&bad).unwrap();
         let e = conformance(&o).unwrap_err().0;
-        assert!(e.starts_with("model not found"), "{e}");
+        assert_eq!(e, no_model_error());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -1354,7 +1449,7 @@ mod tests {
         o.models.push(second);
         assert_eq!(load_suites(&o).unwrap().len(), 1);
         let e = conformance(&o).unwrap_err().0;
-        assert!(e.starts_with("model not found"), "{e}");
+        assert_eq!(e, no_model_error());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -1397,7 +1492,7 @@ mod tests {
             let mut o = smoke_options(&[]);
             o.suites = vec![file];
             let e = bless(&o, false).unwrap_err().0;
-            assert!(e.starts_with("model not found"), "{e}");
+            assert_eq!(e, no_model_error());
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -1437,7 +1532,7 @@ mod tests {
             )
             .unwrap();
             let e = conformance(&o).unwrap_err().0;
-            assert!(e.starts_with("model not found"), "{key}: {e}");
+            assert_eq!(e, no_model_error(), "{key}");
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -150,7 +150,9 @@ fn is_http(engine: &str) -> bool {
 }
 
 /// What explain adds when the engine does not declare `md` (the engine declares `declared`):
-/// a reference or CUDA engine runs `spec:K` with a drafter (`--draft`); an HTTP engine runs
+/// a reference or CUDA engine runs `spec:K` with a drafter (`--draft`), said only when it
+/// declares no `spec:K` (with a drafter, `spec:99` is just not among the declared modes, which
+/// the message lists); an HTTP engine runs
 /// `spec:K` only with `,spec=K` in `--engine` (its server drafting), and then nothing else, so
 /// explain cannot compare it with a non-speculative mode of the same engine: each server is
 /// judged in its own labelled run and the runs compared (`cargo xtask compare`). Empty for a
@@ -158,7 +160,7 @@ fn is_http(engine: &str) -> bool {
 fn undeclared_hint(http: bool, md: Mode, declared: &[Mode]) -> &'static str {
     let spec_declared = declared.iter().any(|d| matches!(d, Mode::Spec { .. }));
     match (http, matches!(md, Mode::Spec { .. }), spec_declared) {
-        (false, true, _) => "; spec:K needs a drafter: --draft",
+        (false, true, false) => "; spec:K needs a drafter: --draft",
         (true, true, false) => {
             "; an HTTP engine runs spec:K when its server drafts and --engine ends in ,spec=K, \
              and then only spec:K: to compare with plain, judge each server in its own \
@@ -577,6 +579,24 @@ mod tests {
         );
     }
 
+    /// The `--draft` hint is given for a spec mode only when the engine declares none (no
+    /// drafter loaded); with a drafter an undeclared `spec:99` gets no hint (the message lists
+    /// the declared modes); a batch mode never gets it.
+    #[test]
+    fn the_drafter_hint_only_without_a_drafter() {
+        let (plain, b4) = (Mode::Plain, Mode::Batch { n: 4 });
+        let with = [plain, b4, Mode::Spec { k: 1 }, Mode::Spec { k: 4 }];
+        assert_eq!(
+            undeclared_hint(false, Mode::Spec { k: 99 }, &[plain, b4]),
+            "; spec:K needs a drafter: --draft"
+        );
+        assert_eq!(undeclared_hint(false, Mode::Spec { k: 99 }, &with), "");
+        assert_eq!(
+            undeclared_hint(false, Mode::Batch { n: 8 }, &[plain, b4]),
+            ""
+        );
+    }
+
     /// Options for `prompt` of the suite file `suite` on `model`, with an HTTP engine spec that
     /// passes [`check_engine`] but whose server is not there (port 1, no retries): a check
     /// that passes reaches `make_engine` and stops there, so a run never starts.
@@ -680,10 +700,7 @@ mod tests {
         let missing = dir.join("no-such-assistant.gguf");
         o.model.draft = Some(missing.clone());
         let e = explain(&o).unwrap_err().0;
-        assert!(
-            e.starts_with(&format!("drafter {}: ", missing.display())),
-            "{e}"
-        );
+        assert_eq!(e, format!("--draft {}: no such file", missing.display()));
         o.model.draft = None;
         let e = explain(&o).unwrap_err().0;
         assert!(

@@ -409,7 +409,7 @@ impl ReferenceOracle {
     pub fn load_with(path: &Path, opts: LoadOptions) -> Result<ReferenceOracle, EngineError> {
         let file = GgufFile::open(path).map_err(|e| EngineError::Load {
             path: path.to_path_buf(),
-            message: e.to_string(),
+            message: crate::conformance::gguf_open_cause(path, &e),
         })?;
         ReferenceOracle::from_gguf_with(path, file, opts)
     }

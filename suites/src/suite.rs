@@ -174,11 +174,17 @@ pub enum SuiteError {
         /// Parser message.
         message: String,
     },
-    /// One prompt table is invalid.
-    #[error("{path}: prompt {id:?}: {message}")]
+    /// One prompt table is invalid: `bad suite TOML` as the other errors of the file, with the
+    /// place of the key at fault (of the table when no key is) when the text gives one.
+    #[error(
+        "{path}: bad suite TOML: {}prompt {id:?}: {message}",
+        at.map_or(String::new(), |(l, c)| format!("line {l} column {c}: "))
+    )]
     Prompt {
         /// Suite file.
         path: PathBuf,
+        /// 1-based line and column (characters) of the key at fault, if found.
+        at: Option<(usize, usize)>,
         /// Prompt id (or `#<index>` when the id itself is missing).
         id: String,
         /// What is wrong.
@@ -363,6 +369,29 @@ fn table_key(keys: &str) -> String {
     }
 }
 
+/// The byte offset in `text` (a suite file that parsed) of the value at `keys` below prompt
+/// table `index` (keys of tables and indices of arrays, `["messages", "1", "role"]`): of the
+/// deepest of them found, the prompt table itself (its header) when none is; `None` when the
+/// table has no place in the text.
+fn prompt_offset(text: &str, index: usize, keys: &[&str]) -> Option<usize> {
+    let doc = toml_edit::Document::parse(text).ok()?;
+    let mut item = doc.as_item().get("prompt")?.get(index)?;
+    let mut at = item.span().map(|s| s.start);
+    for k in keys {
+        let next = item
+            .get(*k)
+            .or_else(|| k.parse::<usize>().ok().and_then(|n| item.get(n)));
+        match next {
+            Some(n) => {
+                item = n;
+                at = n.span().map(|s| s.start).or(at);
+            }
+            None => break,
+        }
+    }
+    at
+}
+
 impl Suite {
     /// Reads and validates a suite file.
     ///
@@ -469,31 +498,39 @@ impl Suite {
                 .and_then(|v| v.as_str())
                 .map(str::to_string)
                 .unwrap_or_else(|| format!("#{}", i + 1));
-            let perr = |message: String| SuiteError::Prompt {
+            // the error of this prompt, placed at the value of `keys` below its table (keys
+            // and array indices; the table itself for none)
+            let perr = |keys: &[&str], message: String| SuiteError::Prompt {
                 path: path.to_path_buf(),
+                at: prompt_offset(text, i, keys).map(|o| crate::toml_error::line_column(text, o)),
                 id: id_hint.clone(),
                 message,
             };
             let rp: RawPrompt = value.try_into().map_err(|e: toml::de::Error| {
-                perr(crate::toml_error::line(&e, None, str::to_string))
+                let keys = crate::toml_error::keys(&e).unwrap_or_default();
+                let keys: Vec<&str> = keys.split('.').filter(|k| !k.is_empty()).collect();
+                perr(&keys, crate::toml_error::line(&e, None, str::to_string))
             })?;
-            let id = rp.id.ok_or_else(|| perr("missing `id`".into()))?;
+            let id = rp.id.ok_or_else(|| perr(&[], "missing `id`".into()))?;
             if id.is_empty()
                 || !id
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
             {
-                return Err(perr("id must be non-empty [A-Za-z0-9_-]".into()));
+                return Err(perr(&["id"], "id must be non-empty [A-Za-z0-9_-]".into()));
             }
             if prompts.iter().any(|p| p.id == id) {
-                return Err(perr("duplicate id".into()));
+                return Err(perr(&["id"], "duplicate id".into()));
             }
             if let Some(other) = prompts.iter().find(|p| p.id.eq_ignore_ascii_case(&id)) {
-                return Err(perr(format!(
+                return Err(perr(
+                    &["id"],
+                    format!(
                     "id differs from prompt {:?} only in case: their goldens ({id}.snap, {}.snap) \
                      would be one file on a case-insensitive file system",
                     other.id, other.id
-                )));
+                ),
+                ));
             }
             let input = match (rp.messages, rp.text) {
                 (Some(m), None) => {
@@ -501,6 +538,7 @@ impl Suite {
                         toml::Value::Array(a) => a,
                         toml::Value::Table(_) => {
                             return Err(perr(
+                                &["messages"],
                                 "messages: a single [prompt.messages] table; messages are an \
                                  array: [[prompt.messages]] tables or messages = [{role = …, \
                                  content = …}]"
@@ -508,7 +546,7 @@ impl Suite {
                             ))
                         }
                         other => {
-                            return Err(perr(format!(
+                            return Err(perr(&["messages"], format!(
                                 "messages: invalid type: {}, expected an array of {{role, content}} tables",
                                 other.type_str()
                             )))
@@ -519,37 +557,49 @@ impl Suite {
                         .enumerate()
                         .map(|(j, v)| {
                             v.try_into::<Message>().map_err(|e| {
-                                let at = crate::toml_error::keys(&e)
-                                    .map_or(String::new(), |k| format!(".{k}"));
-                                perr(format!(
-                                    "messages[{j}]{at}: {}",
-                                    crate::toml_error::message(&e).replace(
-                                        "expected struct Message",
-                                        "expected a {role, content} table"
-                                    )
-                                ))
+                                let key = crate::toml_error::keys(&e);
+                                let index = j.to_string();
+                                let mut keys = vec!["messages", index.as_str()];
+                                keys.extend(key.as_deref());
+                                let at = key.as_ref().map_or(String::new(), |k| format!(".{k}"));
+                                perr(
+                                    &keys,
+                                    format!(
+                                        "messages[{j}]{at}: {}",
+                                        crate::toml_error::message(&e).replace(
+                                            "expected struct Message",
+                                            "expected a {role, content} table"
+                                        )
+                                    ),
+                                )
                             })
                         })
                         .collect::<Result<Vec<Message>, SuiteError>>()?;
                     if m.is_empty() {
-                        return Err(perr("`messages` is empty".into()));
+                        return Err(perr(&["messages"], "`messages` is empty".into()));
                     }
-                    if let Some(bad) = m.iter().find(|m| {
+                    if let Some((j, bad)) = m.iter().enumerate().find(|(_, m)| {
                         !matches!(m.role.as_str(), "system" | "user" | "assistant" | "model")
                     }) {
-                        return Err(perr(format!("unknown role {:?}", bad.role)));
+                        let index = j.to_string();
+                        return Err(perr(
+                            &["messages", &index, "role"],
+                            format!("unknown role {:?}", bad.role),
+                        ));
                     }
                     PromptInput::Messages(m)
                 }
                 (None, Some(t)) => PromptInput::Text(t),
-                (Some(_), Some(_)) => return Err(perr("has both `messages` and `text`".into())),
-                (None, None) => return Err(perr("needs `messages` or `text`".into())),
+                (Some(_), Some(_)) => {
+                    return Err(perr(&["text"], "has both `messages` and `text`".into()))
+                }
+                (None, None) => return Err(perr(&[], "needs `messages` or `text`".into())),
             };
             let max_tokens = rp
                 .max_tokens
-                .ok_or_else(|| perr("missing `max_tokens`".into()))?;
+                .ok_or_else(|| perr(&[], "missing `max_tokens`".into()))?;
             if max_tokens == 0 {
-                return Err(perr("`max_tokens` must be >= 1".into()));
+                return Err(perr(&["max_tokens"], "`max_tokens` must be >= 1".into()));
             }
             prompts.push(Prompt {
                 id,
@@ -757,8 +807,8 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             e.to_string(),
-            "suites/t.toml: prompt \"m1\": messages[1]: unknown field `contnet`, expected `role` \
-             or `content`"
+            "suites/t.toml: bad suite TOML: line 3 column 47: prompt \"m1\": messages[1]: unknown \
+             field `contnet`, expected `role` or `content`"
         );
         // the same as a [[prompt.messages]] table
         let e = parse(
@@ -766,8 +816,10 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            e.to_string()
-                .starts_with("suites/t.toml: prompt \"m2\": messages[0]: unknown field `name`"),
+            e.to_string().starts_with(
+                "suites/t.toml: bad suite TOML: line 4 column 1: prompt \"m2\": \
+                              messages[0]: unknown field `name`"
+            ),
             "{e}"
         );
         // a missing content is still named
@@ -775,8 +827,28 @@ mod tests {
             .unwrap_err();
         assert!(
             e.to_string()
-                .contains("prompt \"m3\": messages[0]: missing field `content`"),
+                .contains("line 3 column 13: prompt \"m3\": messages[0]: missing field `content`"),
             "{e}"
+        );
+    }
+
+    /// A prompt's error is placed where the text has it: at the key's value (an unknown role at
+    /// that message's `role`), at the table's header when no key is at fault.
+    #[test]
+    fn prompt_errors_are_placed_at_the_key_or_table() {
+        let e =
+            parse("[suite]\ntop_k = 4\n[[prompt]]\ntext = \"hi\"\nmax_tokens = 1\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "suites/t.toml: bad suite TOML: line 3 column 1: prompt \"#1\": missing `id`"
+        );
+        let e = parse(
+            "[[prompt]]\nid = \"r\"\nmessages = [{role = \"user\", content = \"a\"}, {role = \"bot\", content = \"b\"}]\nmax_tokens = 1\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "suites/t.toml: bad suite TOML: line 3 column 53: prompt \"r\": unknown role \"bot\""
         );
     }
 
@@ -818,8 +890,8 @@ mod tests {
         for (toml, want) in [
             (
                 format!("{p}max_tokens = -1\n"),
-                "suites/t.toml: prompt \"a\": max_tokens: invalid value: integer `-1`, expected \
-                 usize",
+                "suites/t.toml: bad suite TOML: line 4 column 14: prompt \"a\": max_tokens: invalid \
+                 value: integer `-1`, expected usize",
             ),
             (
                 format!("{p}max_tokens = 99999999999999999999\n"),
@@ -844,24 +916,25 @@ mod tests {
             (
                 "[[prompt]]\nid = \"m\"\nmessages = [{role = 5, content = \"x\"}]\nmax_tokens = 4\n"
                     .into(),
-                "suites/t.toml: prompt \"m\": messages[0].role: invalid type: integer `5`, \
-                 expected a string",
+                "suites/t.toml: bad suite TOML: line 3 column 21: prompt \"m\": messages[0].role: \
+                 invalid type: integer `5`, expected a string",
             ),
             (
                 "[[prompt]]\nid = \"m\"\nmessages = [{role = \"user\", content.text = \"x\"}]\nmax_tokens = 4\n"
                     .into(),
-                "suites/t.toml: prompt \"m\": messages[0].content: invalid type: map, expected \
-                 a string",
+                "suites/t.toml: bad suite TOML: line 3 column 29: prompt \"m\": \
+                 messages[0].content: invalid type: map, expected a string",
             ),
             (
                 "[[prompt]]\nid = \"m\"\nmessages = [\"hello\"]\nmax_tokens = 4\n".into(),
-                "suites/t.toml: prompt \"m\": messages[0]: invalid type: string \"hello\", \
-                 expected a {role, content} table",
+                "suites/t.toml: bad suite TOML: line 3 column 13: prompt \"m\": messages[0]: \
+                 invalid type: string \"hello\", expected a {role, content} table",
             ),
             (
                 "[[prompt]]\nid = \"m\"\nmax_tokens = 4\n[prompt.messages]\nrole = \"user\"\ncontent = \"x\"\n"
                     .into(),
-                "suites/t.toml: prompt \"m\": messages: a single [prompt.messages] table; \
+                "suites/t.toml: bad suite TOML: line 4 column 1: prompt \"m\": messages: a single \
+                 [prompt.messages] table; \
                  messages are an array: [[prompt.messages]] tables or messages = [{role = …, \
                  content = …}]",
             ),
@@ -884,8 +957,8 @@ mod tests {
         let e = parse(&format!("{p}{}", p.replace("\"a\"", "\"A\""))).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "suites/t.toml: prompt \"A\": id differs from prompt \"a\" only in case: their \
-             goldens (A.snap, a.snap) would be one file on a case-insensitive file system"
+            "suites/t.toml: bad suite TOML: line 6 column 6: prompt \"A\": id differs from prompt \
+             \"a\" only in case: their goldens (A.snap, a.snap) would be one file on a case-insensitive file system"
         );
         parse(&format!("{p}{}", p.replace("\"a\"", "\"b\""))).unwrap();
     }

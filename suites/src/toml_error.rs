@@ -76,7 +76,7 @@ pub(crate) fn edit_line(e: &toml_edit::TomlError, input: &str) -> String {
 }
 
 /// 1-based line and column (in characters) of byte offset `at` in `text`.
-fn line_column(text: &str, at: usize) -> (usize, usize) {
+pub(crate) fn line_column(text: &str, at: usize) -> (usize, usize) {
     let at = at.min(text.len());
     let before = text.get(..at).unwrap_or(text);
     let line = before.matches('\n').count() + 1;

@@ -136,6 +136,19 @@ pub enum CompareError {
         /// The label rule.
         rule: &'static str,
     },
+    /// A label (an argument that is no file or folder) with no saved run: the folder
+    /// `target/conformance/runs/LABEL` holds no `report.json`.
+    #[error(
+        "no conformance run is labelled {label:?} (expected {}): run `cargo xtask conformance \
+         --label {label}` first, or give a report.json or its folder",
+        path.display()
+    )]
+    NoRun {
+        /// The label.
+        label: String,
+        /// The report it would be ([`report_path`]).
+        path: PathBuf,
+    },
     /// A run or entry of a report holds a value no conformance run writes: a τ outside
     /// `[0, TAU_MAX]`, an unknown mode, or a (prompt, mode) recorded twice.
     #[error("{}: {at}: {what}", report.display())]
@@ -298,7 +311,7 @@ pub fn read_report(path: &Path) -> Result<Report, CompareError> {
 }
 
 /// Reads a run's report: its path and contents. Errors: a run that is neither a file, a folder
-/// nor a label, or [`read_report`]'s.
+/// nor a label, a label with no saved run ([`CompareError::NoRun`]), or [`read_report`]'s.
 fn load(run: &OsStr) -> Result<(PathBuf, Report), CompareError> {
     if !Path::new(run).exists() && !run.to_str().is_some_and(suites::suite::is_safe_name) {
         return Err(CompareError::NotARun {
@@ -307,6 +320,14 @@ fn load(run: &OsStr) -> Result<(PathBuf, Report), CompareError> {
         });
     }
     let path = report_path(run);
+    if let (false, Some(label)) = (Path::new(run).exists(), run.to_str()) {
+        if !path.exists() {
+            return Err(CompareError::NoRun {
+                label: label.to_string(),
+                path,
+            });
+        }
+    }
     let report = read_report(&path)?;
     check_report(&path, &report)?;
     Ok((path, report))

@@ -72,8 +72,7 @@ fn scan(f: &GgufFile, args: &Args) -> Option<reference::quant::NonFiniteError> {
 /// Runs the verb: open, scan the weights (unless `--no-scan`), render, print; with
 /// `--strict`, then the layout, config, non-finite and tokenizer checks.
 pub fn run(args: &Args) -> Result<()> {
-    let f =
-        GgufFile::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?;
+    let f = crate::open_gguf(None, &args.file)?;
     let nonfinite = scan(&f, args);
     print!(
         "{}",

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use reference::config::{AssistantConfig, Config, ConfigError};
-use reference::gguf::{GgufError, GgufFile};
+use reference::gguf::GgufFile;
 use signal_hook::consts::signal::{SIGHUP, SIGINT, SIGTERM};
 
 use crate::conformance::{default_fixture, workspace_root};
@@ -133,26 +133,14 @@ pub enum ArgError {
     /// The default model (no `--model`) cannot be found.
     #[error("{0}")]
     NoDefaultModel(String),
-    /// A file flag names no regular file ([`missing`]).
-    #[error("--{flag} {}: {why}", path.display())]
-    Missing {
-        /// `model`, `draft` or `server-bin`.
-        flag: &'static str,
-        /// The path given.
-        path: PathBuf,
-        /// `no such file`, `is a directory, not a file` or `not a regular file`.
-        why: &'static str,
-    },
-    /// A model file that is not a readable GGUF.
-    #[error("--{flag} {}: {source}", path.display())]
-    Gguf {
-        /// `model` or `draft`.
-        flag: &'static str,
-        /// The path given.
-        path: PathBuf,
-        /// The GGUF error.
-        source: Box<GgufError>,
-    },
+    /// `--server-bin` names no regular file (`no such file`, `is a directory, not a file`, …),
+    /// in the wording of every verb's file flags.
+    #[error(transparent)]
+    Missing(#[from] suites::conformance::NotAFile),
+    /// `--model` or `--draft` names no regular file or no readable GGUF
+    /// ([`crate::open_gguf`], the wording of every verb).
+    #[error(transparent)]
+    Gguf(#[from] crate::FileArgError),
     /// `--model` is not a Gemma-4 target (an assistant, another architecture, a bad header).
     #[error("--model {}: not a Gemma-4 target model (gemma4): {source}", path.display())]
     NotTarget {
@@ -212,22 +200,6 @@ pub struct Checked {
     pub port: Option<u16>,
 }
 
-/// [`ArgError::Missing`] for `--flag path`, which is not a regular file: what it is instead.
-fn missing(flag: &'static str, path: &Path) -> ArgError {
-    let why = if path.is_dir() {
-        "is a directory, not a file"
-    } else if path.exists() {
-        "not a regular file"
-    } else {
-        "no such file"
-    };
-    ArgError::Missing {
-        flag,
-        path: path.to_path_buf(),
-        why,
-    }
-}
-
 /// `value` within `min..=max`, else [`ArgError::OutOfRange`] naming `flag`.
 fn in_range(
     flag: &'static str,
@@ -251,18 +223,6 @@ fn in_range(
 /// `path` absolute and without `..` when it can be resolved (it exists), else as given.
 fn absolute(path: &Path) -> PathBuf {
     path.canonicalize().unwrap_or_else(|_| path.to_path_buf())
-}
-
-/// Opens `path` as a GGUF for `--flag`. Errors: [`ArgError::Missing`], [`ArgError::Gguf`].
-fn open_gguf(flag: &'static str, path: &Path) -> Result<GgufFile, ArgError> {
-    if !path.is_file() {
-        return Err(missing(flag, path));
-    }
-    GgufFile::open(path).map_err(|source| ArgError::Gguf {
-        flag,
-        path: path.to_path_buf(),
-        source: Box::new(source),
-    })
 }
 
 /// Every argument of the verb, checked before anything is built or started: the counts
@@ -320,8 +280,7 @@ pub fn check_args(a: &Args) -> Result<Checked, ArgError> {
         }
     }
     match &a.server_bin {
-        Some(bin) if !bin.is_file() => return Err(missing("server-bin", bin)),
-        Some(_) => {}
+        Some(bin) => suites::conformance::NotAFile::check(Some("server-bin"), bin)?,
         None => in_range("jobs", a.jobs, (1, MAX_JOBS), "compile jobs")?,
     }
     if a.build_only && a.model.is_none() && a.draft.is_none() {
@@ -337,7 +296,7 @@ pub fn check_args(a: &Args) -> Result<Checked, ArgError> {
             default_fixture("models/dense-target.F32.gguf").map_err(ArgError::NoDefaultModel)?
         }
     };
-    let target = open_gguf("model", &model)?;
+    let target = crate::open_gguf(Some("model"), &model)?;
     let config = Config::from_gguf(&target).map_err(|source| ArgError::NotTarget {
         path: model.clone(),
         source: Box::new(source),
@@ -345,7 +304,7 @@ pub fn check_args(a: &Args) -> Result<Checked, ArgError> {
     let draft = match &a.draft {
         None => None,
         Some(d) => {
-            let file = open_gguf("draft", d)?;
+            let file = crate::open_gguf(Some("draft"), d)?;
             let assistant =
                 AssistantConfig::from_gguf(&file).map_err(|source| ArgError::NotDrafter {
                     path: d.clone(),

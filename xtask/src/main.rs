@@ -64,7 +64,28 @@ enum Command {
     #[command(allow_negative_numbers = true)]
     #[cfg(feature = "cuda")]
     Run(run::Args),
+    /// Greedy generation with the CUDA engine: not in this build, which lacks the `cuda` feature
+    /// (`cargo run -p xtask --features cuda -- run …`). Hidden; refused with exit 2.
+    #[command(hide = true, disable_help_flag = true)]
+    #[cfg(not(feature = "cuda"))]
+    Run(Unbuilt),
 }
+
+/// The arguments of a verb this build lacks, taken unread (`--help` included), so that the verb
+/// is refused by name instead of clap's `unrecognized subcommand`.
+#[cfg(not(feature = "cuda"))]
+#[derive(Debug, clap::Args)]
+struct Unbuilt {
+    /// Whatever followed the verb (not read).
+    #[arg(num_args = 0.., trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<std::ffi::OsString>,
+}
+
+/// Why `run` stops in a build without the `cuda` feature (exit 2).
+#[cfg(not(feature = "cuda"))]
+const NO_CUDA_RUN: &str = "the run verb drives the CUDA engine, which this build leaves out: \
+     build it with the cuda feature, `cargo run -p xtask --features cuda -- run --model M \
+     --prompt TEXT` (`-- run --help` for its flags)";
 
 /// The options of an HTTP engine (`--engine llama-server=URL,…` / `openai=URL,…`), shown after
 /// the flags of the verbs that take `--engine` (`suites::http::HttpSpec::parse` reads them).
@@ -113,6 +134,57 @@ impl clap::builder::TypedValueParser for Text {
     }
 }
 
+/// The value parser of a count flag that must be at least 1 (`score --topk`, `run
+/// --max-tokens`): `0` is refused as `must be at least 1` (clap's ranged parser said `0 is not in
+/// 1..18446744073709551615`), a value that is no count with the parse error.
+pub(crate) fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_string()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// A GGUF named on the command line that cannot be opened, in one wording for every verb: the
+/// flag (none for a verb's positional FILE) and the path once, then why
+/// (`--model /nope.gguf: no such file`, `--model README.md: bad magic …`).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FileArgError {
+    /// Not a regular file (missing, a folder, a device).
+    #[error(transparent)]
+    NotAFile(#[from] suites::conformance::NotAFile),
+    /// A file that is not a readable GGUF (an I/O error on the file itself given by its cause
+    /// alone, `suites::conformance::gguf_open_cause`: the path is already named).
+    #[error(
+        "{}{}: {}",
+        flag.map_or(String::new(), |f| format!("--{f} ")),
+        path.display(),
+        suites::conformance::gguf_open_cause(path, error)
+    )]
+    Gguf {
+        /// The flag without its dashes (`model`, `draft`); `None` for a positional FILE.
+        flag: Option<&'static str>,
+        /// The path given.
+        path: std::path::PathBuf,
+        /// Why it does not open.
+        error: Box<reference::gguf::GgufError>,
+    },
+}
+
+/// Opens the GGUF `path` named by `--flag` (`None`: a verb's positional FILE). Errors:
+/// [`FileArgError`].
+pub(crate) fn open_gguf(
+    flag: Option<&'static str>,
+    path: &std::path::Path,
+) -> Result<reference::gguf::GgufFile, FileArgError> {
+    suites::conformance::NotAFile::check(flag, path)?;
+    reference::gguf::GgufFile::open(path).map_err(|error| FileArgError::Gguf {
+        flag,
+        path: path.to_path_buf(),
+        error: Box::new(error),
+    })
+}
+
 /// Exit status of every verb: 0 done (conformance: all pass), 1 a finding (conformance: an entry
 /// fails; bless: a golden changed; compare: a side is wrong), 2 could not do it (bad arguments,
 /// unreadable input; the cause is printed as one `error: …` line).
@@ -132,6 +204,8 @@ fn main() {
         Command::Calibrate(a) => std::process::exit(calibrate::run(&a)),
         #[cfg(feature = "cuda")]
         Command::Run(a) => run::run(&a),
+        #[cfg(not(feature = "cuda"))]
+        Command::Run(_) => Err(anyhow::anyhow!(NO_CUDA_RUN)),
         Command::Explain(a) => std::process::exit(explain::run(&a)),
         Command::Bench(a) => bench::run(&a),
     };
@@ -186,6 +260,18 @@ fn error_line(e: &anyhow::Error) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// `0` is refused as "must be at least 1", a count taken, and text or a negative number
+    /// refused with the parse error.
+    #[test]
+    fn at_least_one_refuses_zero() {
+        assert_eq!(super::at_least_one("0").unwrap_err(), "must be at least 1");
+        assert_eq!(super::at_least_one("3"), Ok(3));
+        assert_eq!(
+            super::at_least_one("-1").unwrap_err(),
+            "invalid digit found in string"
+        );
+    }
+
     /// A cause already printed by its wrapper is not repeated; others are joined with ": ".
     #[test]
     fn error_line_joins_causes_once() {

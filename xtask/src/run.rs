@@ -8,7 +8,6 @@ use std::time::Instant;
 use anyhow::Context;
 
 use reference::config::Config;
-use reference::gguf::GgufFile;
 use reference::model::LoadOptions;
 use reference::tokenizer::{ChatMessage, GemmaTokenizer};
 use runtime::forward::Row;
@@ -27,18 +26,10 @@ pub struct Args {
     #[arg(long)]
     pub chat: bool,
     /// Maximum generated tokens (at least 1).
-    #[arg(long, default_value_t = 64, value_parser = parse_max_tokens)]
+    // (the prefill row already gives one token, so 0 could only be honoured by not running the
+    // model at all)
+    #[arg(long, default_value_t = 64, value_parser = crate::at_least_one)]
     pub max_tokens: usize,
-}
-
-/// `--max-tokens`: a count of at least 1 (the prefill row already gives one token, so 0 could
-/// only be honoured by not running the model at all).
-fn parse_max_tokens(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(0) => Err("must be at least 1".to_string()),
-        Ok(n) => Ok(n),
-        Err(e) => Err(e.to_string()),
-    }
 }
 
 /// The greedy pick of one logits row (`[n_vocab]`): the largest logit outside `suppressed`
@@ -66,7 +57,7 @@ fn pick(row: &[f32], suppressed: &[u32], index: usize) -> anyhow::Result<u32> {
 /// Runs the verb: the model file is opened once, for the tokenizer and the engine
 /// ([`CudaEngine::from_gguf_with`]).
 pub fn run(a: &Args) -> anyhow::Result<()> {
-    let file = GgufFile::open(&a.model)?;
+    let file = crate::open_gguf(Some("model"), &a.model)?;
     let config = Config::from_gguf(&file)
         .with_context(|| format!("Gemma-4 config of {}", a.model.display()))?;
     let tok = GemmaTokenizer::from_gguf(&file)
@@ -151,12 +142,5 @@ mod tests {
             "non-finite logits at output index 7 (2 NaN/Inf)"
         );
         assert!(pick(&[1.0], &[0], 0).is_err());
-    }
-
-    #[test]
-    fn max_tokens_zero_is_refused() {
-        assert_eq!(parse_max_tokens("0").unwrap_err(), "must be at least 1");
-        assert_eq!(parse_max_tokens("3").unwrap(), 3);
-        assert!(parse_max_tokens("-1").is_err());
     }
 }

@@ -23,7 +23,6 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use reference::config::Config;
-use reference::gguf::GgufFile;
 use reference::model::{Float, LoadOptions, Model};
 use reference::score::{score, PositionScore};
 use reference::tokenizer::{ChatMessage, GemmaTokenizer};
@@ -45,7 +44,7 @@ pub struct Args {
     #[arg(long, requires = "text", conflicts_with = "tokens")]
     pub chat: bool,
     /// Candidates per position (at least 1).
-    #[arg(long, default_value_t = 16, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    #[arg(long, default_value_t = 16, value_parser = crate::at_least_one)]
     pub topk: usize,
     /// Score with the f32 engine instead of the f64 oracle.
     #[arg(long)]
@@ -180,7 +179,7 @@ pub fn run(a: &Args) -> Result<i32> {
         None => crate::conformance::default_fixture("models/dense-target.Q4_K_M.gguf")
             .map_err(anyhow::Error::msg)?,
     };
-    let file = GgufFile::open(&model).with_context(|| format!("opening {}", model.display()))?;
+    let file = crate::open_gguf(Some("model"), &model)?;
     let tok = GemmaTokenizer::from_gguf(&file)
         .with_context(|| format!("tokenizer of {}", model.display()))?;
     let ids: Vec<u32> = match (&a.tokens, &a.text) {

@@ -382,3 +382,207 @@ fn a_new_run_removes_the_previous_reports_stale_plots() {
     assert!(!plots.join("story.svg").exists());
     assert!(plots.join("count_chat.svg").is_file() && plots.join("mine.svg").is_file());
 }
+
+/// A model file that is not there is one wording in every verb, the path once (inspect said
+/// `opening P: I/O error on P: …`, conformance/explain/bless `model not found: P`, calibrate
+/// `cannot load P: I/O error on P: …`); a folder is named as one, and a file that is not a GGUF
+/// names its path once before the cause.
+#[test]
+fn a_missing_model_file_is_one_message_in_every_verb() {
+    let nope = "/nonexistent/cli-messages-model.gguf";
+    let verbs: [&[&str]; 7] = [
+        &["score", "--model", nope, "--tokens", "2"],
+        &["conformance", "--model", nope],
+        &["explain", "--model", nope, "--prompt", "count_300"],
+        &["calibrate", "--model", nope, "--dry-run"],
+        &["bless", "--model", nope],
+        &["llama-server", "--model", nope],
+        &["inspect", nope],
+    ];
+    for args in verbs {
+        let flag = if args[0] == "inspect" { "" } else { "--model " };
+        let (code, stdout, stderr) = xtask(args);
+        assert_eq!(
+            (code, stdout.as_str(), stderr.as_str()),
+            (
+                Some(2),
+                "",
+                format!("error: {flag}{nope}: no such file\n").as_str()
+            ),
+            "{args:?}"
+        );
+    }
+    let d = scratch("missing-model");
+    let dir = d.display().to_string();
+    let (code, _, stderr) = xtask(&["conformance", "--model", &dir]);
+    assert_eq!(
+        (code, stderr),
+        (
+            Some(2),
+            format!("error: --model {dir}: is a directory, not a file\n")
+        )
+    );
+    let text = d.join("text.gguf");
+    std::fs::write(&text, b"not a GGUF file").unwrap();
+    let text = text.display().to_string();
+    let magic = "bad magic 0x6e 0x6f 0x74 0x20 (\"not \"): not a GGUF file (expected 0x47 0x47 \
+                 0x55 0x46, \"GGUF\")";
+    for (args, want) in [
+        (
+            vec!["inspect", text.as_str()],
+            format!("error: {text}: {magic}\n"),
+        ),
+        (
+            vec!["score", "--model", &text, "--tokens", "2"],
+            format!("error: --model {text}: {magic}\n"),
+        ),
+    ] {
+        let (code, _, stderr) = xtask(&args);
+        assert_eq!((code, stderr), (Some(2), want), "{args:?}");
+    }
+}
+
+/// `run` (cuda build) names the model file of a GGUF error, as the other verbs do (it printed
+/// `error: bad magic …` alone); checked before any GPU is looked for.
+#[cfg(feature = "cuda")]
+#[test]
+fn run_names_the_model_file_of_a_gguf_error() {
+    let d = scratch("run-magic");
+    let text = d.join("text.gguf");
+    std::fs::write(&text, b"# not a model").unwrap();
+    let text = text.display().to_string();
+    let (code, stdout, stderr) = xtask(&["run", "--model", &text, "--prompt", "hi"]);
+    assert_eq!(
+        (code, stdout.as_str(), stderr),
+        (
+            Some(2),
+            "",
+            format!(
+                "error: --model {text}: bad magic 0x23 0x20 0x6e 0x6f (\"# no\"): not a GGUF \
+                 file (expected 0x47 0x47 0x55 0x46, \"GGUF\")\n"
+            )
+        )
+    );
+    let cut = d.join("cut.gguf");
+    // magic and version 3, then the tensor count cut after 2 of its 8 bytes
+    std::fs::write(&cut, b"GGUF\x03\x00\x00\x00\x00\x00").unwrap();
+    let (code, _, stderr) = xtask(&["run", "--model", cut.to_str().unwrap(), "--prompt", "hi"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "error: --model {}: truncated file: ",
+            cut.display()
+        )),
+        "{stderr}"
+    );
+}
+
+/// `run` in a build without `cuda` (`--help` included) says how to get it, exit 2 (it was
+/// clap's `unrecognized subcommand 'run'`).
+#[cfg(not(feature = "cuda"))]
+#[test]
+fn run_without_cuda_says_how_to_build_it() {
+    for args in [
+        &["run", "--help"][..],
+        &["run", "--model", "m.gguf", "--prompt", "hi"],
+        &["run"],
+    ] {
+        let (code, stdout, stderr) = xtask(args);
+        assert_eq!(
+            (code, stdout.as_str(), stderr.as_str()),
+            (
+                Some(2),
+                "",
+                "error: the run verb drives the CUDA engine, which this build leaves out: build \
+                 it with the cuda feature, `cargo run -p xtask --features cuda -- run --model M \
+                 --prompt TEXT` (`-- run --help` for its flags)\n"
+            ),
+            "{args:?}"
+        );
+    }
+}
+
+/// `compare` of a label with no saved run says so and how to make one (it was `…/report.json:
+/// No such file or directory (os error 2)`).
+#[test]
+fn compare_of_an_unknown_label_says_how_to_make_it() {
+    let label = format!("cli-messages-no-run-{}", std::process::id());
+    let (code, stdout, stderr) = xtask(&["compare", &label, "b"]);
+    let report = root()
+        .join("target/conformance/runs")
+        .join(&label)
+        .join("report.json");
+    assert_eq!(
+        (code, stdout.as_str(), stderr),
+        (
+            Some(2),
+            "",
+            format!(
+                "error: no conformance run is labelled \"{label}\" (expected {}): run `cargo \
+                 xtask conformance --label {label}` first, or give a report.json or its folder\n",
+                report.display()
+            )
+        )
+    );
+}
+
+/// A prompt's mistyped value in a suite file is a `bad suite TOML` error placed at the value,
+/// as the file's other errors are (it was `FILE: prompt "count_chat": max_tokens: …`, with
+/// neither); the suite is read before the (missing) model.
+#[test]
+fn a_prompts_bad_value_is_placed_like_other_suite_errors() {
+    let d = scratch("suite-value");
+    let suite = d.join("neg.toml");
+    std::fs::write(
+        &suite,
+        "[suite]\nname = \"neg\"\n[[prompt]]\nid = \"count_chat\"\ntext = \"1, 2\"\nmax_tokens = -5\n",
+    )
+    .unwrap();
+    let (code, stdout, stderr) = xtask(&[
+        "conformance",
+        "--model",
+        "/nonexistent/cli-messages-model.gguf",
+        "--suite",
+        suite.to_str().unwrap(),
+        "--out",
+        d.join("out").to_str().unwrap(),
+    ]);
+    assert_eq!(
+        (code, stdout.as_str(), stderr),
+        (
+            Some(2),
+            "",
+            format!(
+                "error: {}: bad suite TOML: line 6 column 14: prompt \"count_chat\": max_tokens: \
+                 invalid value: integer `-5`, expected usize\n",
+                suite.display()
+            )
+        )
+    );
+}
+
+/// explain with a drafter loaded (the default model's) and a `spec:K` the engine does not
+/// declare lists the declared modes without the `--draft` hint (it said `spec:K needs a
+/// drafter: --draft` although one was loaded).
+#[test]
+fn explain_of_an_undeclared_spec_mode_with_a_drafter_gives_no_draft_hint() {
+    let Some(_) = fixture("models/dense-target.Q4_K_M.gguf") else {
+        return;
+    };
+    let (code, stdout, stderr) = xtask(&[
+        "explain",
+        "--prompt",
+        "count_300",
+        "--modes",
+        "plain,spec:99",
+    ]);
+    assert_eq!(
+        (code, stdout.as_str(), stderr.as_str()),
+        (
+            Some(2),
+            "",
+            "error: engine reference-f32 cannot generate in mode spec:99 (it declares plain, \
+             batch:4, spec:1, spec:2, spec:4)\n"
+        )
+    );
+}

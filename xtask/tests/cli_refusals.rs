@@ -69,7 +69,7 @@ fn ignored_flags_are_refused() {
         // --topk 0 printed no candidates and exited 0
         (
             &["score", "--model", NO_MODEL, "--tokens", "2", "--topk", "0"],
-            &["'--topk <TOPK>'", "0 is not in 1.."],
+            &["error: invalid value '0' for '--topk <TOPK>': must be at least 1\n"],
         ),
         // a negative value is a bad value of the flag, not an unknown flag '-1'
         (
