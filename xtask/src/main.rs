@@ -65,7 +65,9 @@ enum Command {
     #[cfg(feature = "cuda")]
     Run(run::Args),
     /// Greedy generation with the CUDA engine: not in this build, which lacks the `cuda` feature
-    /// (`cargo run -p xtask --features cuda -- run …`). Hidden; refused with exit 2.
+    /// (`cargo run -p xtask --features cuda -- run …`).
+    // Hidden from the verb list; any use is refused with exit 2 (`xtask help run` shows the
+    // line above, exit 0).
     #[command(hide = true, disable_help_flag = true)]
     #[cfg(not(feature = "cuda"))]
     Run(Unbuilt),
