@@ -330,11 +330,17 @@ fn stem_text(name: &std::ffi::OsStr) -> String {
 
 /// Reads the `model_sha256:` line of a snapshot's header (`info` map).
 fn snapshot_sha(text: &str) -> Option<String> {
+    snapshot_info_value(text, "model_sha256")
+}
+
+/// Reads the value of the `key:` line of a snapshot's header (`info` map), quotes removed.
+fn snapshot_info_value(text: &str, key: &str) -> Option<String> {
     let header = text.strip_prefix("---")?;
     let end = header.find("\n---")?;
     header[..end].lines().find_map(|l| {
         l.trim()
-            .strip_prefix("model_sha256:")
+            .strip_prefix(key)
+            .and_then(|v| v.strip_prefix(':'))
             .map(|v| v.trim().trim_matches('"').to_string())
     })
 }
@@ -504,8 +510,12 @@ pub fn load_goldens(
         // lists one per row; a count mismatch or an empty row is `check_content`'s error) the
         // margins. A margin-only change (same tokens) is a review too: its accepted snapshot
         // must promote the pending sidecar, not keep the old one.
+        // A sidecar pinned to another model does not agree either: after a `bless --force`
+        // whose `.snap.new` was accepted, the old sidecar may hold the same tokens and margins,
+        // and the pending one (this model's) is the reviewed snapshot's.
         let agrees = |g: &Golden| {
-            (g.prompt.len(), &g.tokens) == (body.prompt_tokens, &body.tokens)
+            g.model_sha256 == model_sha256
+                && (g.prompt.len(), &g.tokens) == (body.prompt_tokens, &body.tokens)
                 && (body.margins.len() != g.top_k.len()
                     || g.top_k
                         .iter()
@@ -520,8 +530,15 @@ pub fn load_goldens(
         let (g, promote) = match current {
             Some(g) if agrees(&g) => (g, false),
             other => match read_sidecar(&pending) {
-                Ok(p) if agrees(&p) && p.model_sha256 == model_sha256 => (p, true),
+                Ok(p) if agrees(&p) => (p, true),
                 _ => {
+                    if let Some(g) = other.as_ref().filter(|g| g.model_sha256 != model_sha256) {
+                        return Err(GoldenError::ShaMismatch {
+                            path: side,
+                            golden: g.model_sha256.clone(),
+                            model: model_sha256.to_string(),
+                        });
+                    }
                     return Err(GoldenError::Format {
                         path: side,
                         message: match other {
@@ -541,13 +558,6 @@ pub fn load_goldens(
                 }
             },
         };
-        if g.model_sha256 != model_sha256 {
-            return Err(GoldenError::ShaMismatch {
-                path: side,
-                golden: g.model_sha256,
-                model: model_sha256.to_string(),
-            });
-        }
         check_content(
             &snap,
             if promote { &pending } else { &side },
@@ -745,13 +755,22 @@ pub fn bless_insta_env(accept: bool) -> Vec<(&'static str, &'static str)> {
 
 /// insta's own comparison ([`insta::DefaultComparator`]) that records whether it found the
 /// snapshot unchanged: [`write_golden`] reads the outcome from here, not from insta's panic
-/// (none under [`bless_insta_env`]'s force-pass).
+/// (none under [`bless_insta_env`]'s force-pass). With `repin` (the committed snapshot's
+/// header pins another model SHA-256 or oracle version) it never matches: insta compares
+/// bodies, not the `info` that holds the pin.
 #[derive(Clone)]
-struct Recorded(std::sync::Arc<std::sync::atomic::AtomicBool>);
+struct Recorded {
+    /// Whether the last comparison matched.
+    matched: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The committed snapshot is pinned to another model or oracle: a change.
+    repin: bool,
+}
 
 impl Recorded {
     fn record(&self, matched: bool) -> bool {
-        self.0.store(matched, std::sync::atomic::Ordering::SeqCst);
+        let matched = matched && !self.repin;
+        self.matched
+            .store(matched, std::sync::atomic::Ordering::SeqCst);
         matched
     }
 }
@@ -773,7 +792,11 @@ impl insta::Comparator for Recorded {
 /// `text` is the decoded output. The snapshot goes through insta (`assert_yaml_snapshot!`
 /// with `snapshot_path = dir`, no module prefix, `info` = [`GoldenInfo`]), so its behaviour
 /// follows `INSTA_UPDATE`: `always` writes `.snap`, `new`/`auto` writes `.snap.new` for
-/// `cargo insta review`, `no` (CI) only compares. The sidecar is written next to it unless the
+/// `cargo insta review`, `no` (CI) only compares. A committed `.snap` pinned to another model
+/// SHA-256 or oracle version (`bless --force`) is a change even when its body is the same, and
+/// it is never removed here: only insta replaces it (`always`), or the reviewer accepting the
+/// `.snap.new`. The sidecar follows the snapshot: `.oracle.json` when the `.snap` holds this
+/// golden, `.oracle.json.new` beside a `.snap.new`, and nothing written (nor removed) when the
 /// snapshot mismatched under `no`. The outcome is the same whether insta panics on a change or
 /// not (`INSTA_FORCE_PASS`, [`bless_insta_env`]): insta's comparison is recorded.
 pub fn write_golden(
@@ -798,32 +821,34 @@ pub fn write_golden(
         oracle_version: golden.oracle_version.clone(),
     };
     let snap_path = dir.join(format!("{}.snap", golden.prompt_id));
-    // insta compares bodies only: a snapshot pinned to another model (bless --force) is replaced
-    if let Some(old) = std::fs::read_to_string(&snap_path)
-        .ok()
-        .as_deref()
-        .and_then(snapshot_sha)
-    {
-        if old != golden.model_sha256 {
-            std::fs::remove_file(&snap_path).map_err(|source| GoldenError::Io {
-                path: snap_path.clone(),
-                source,
-            })?;
-        }
-    }
+    let before = std::fs::read_to_string(&snap_path).ok();
+    // insta compares bodies only: a snapshot pinned to another model (bless --force) or oracle
+    // version with the same body would pass and keep its old pin. It counts as changed instead
+    // (`Recorded::repin`), so insta writes it as any change: `.snap` (`always`), `.snap.new`
+    // for review with the `.snap` left as it is (`new`, `auto`), or nothing (`no`)
+    let repin = before.as_deref().is_some_and(|text| {
+        snapshot_sha(text).as_deref() != Some(golden.model_sha256.as_str())
+            || snapshot_info_value(text, "oracle_version").as_deref()
+                != Some(golden.oracle_version.as_str())
+    });
     // a `.snap.new` and `.oracle.json.new` left by an earlier bless of this prompt are stale:
     // this run's outcome replaces them (pending again, accepted as `.snap`, or unchanged); kept,
-    // an accepting bless left them behind and wrote its sidecar as the pending one
-    for stale in [
+    // an accepting bless left them behind and wrote its sidecar as the pending one. They are
+    // put back when this run writes nothing (a mismatch under `no`)
+    let mut stale = Vec::new();
+    for name in [
         format!("{}.snap.new", golden.prompt_id),
         format!("{}.oracle.json.new", golden.prompt_id),
     ] {
-        let path = dir.join(stale);
-        if path.exists() {
-            std::fs::remove_file(&path).map_err(|source| GoldenError::Io { path, source })?;
+        let path = dir.join(name);
+        if let Ok(bytes) = std::fs::read(&path) {
+            std::fs::remove_file(&path).map_err(|source| GoldenError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            stale.push((path, bytes));
         }
     }
-    let before = std::fs::read_to_string(&snap_path).ok();
     let mut settings = insta::Settings::clone_current();
     settings.set_snapshot_path(dir);
     settings.set_prepend_module_to_snapshot(false);
@@ -833,14 +858,17 @@ pub fn write_golden(
         "golden: suite {}, prompt {}",
         golden.suite, golden.prompt_id
     ));
-    let matched = Recorded(Default::default());
+    let matched = Recorded {
+        matched: Default::default(),
+        repin,
+    };
     settings.set_comparator(Box::new(matched.clone()));
     let name = golden.prompt_id.clone();
     // insta panics on a change unless force-pass is set; the outcome does not depend on it
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         settings.bind(|| insta::assert_yaml_snapshot!(name, &snap));
     }));
-    let matched = matched.0.load(std::sync::atomic::Ordering::SeqCst);
+    let matched = matched.matched.load(std::sync::atomic::Ordering::SeqCst);
     let after = std::fs::read_to_string(&snap_path).ok();
     let new_pending = dir.join(format!("{}.snap.new", golden.prompt_id)).exists();
     // a change (or a first snapshot) is written as `.snap` (`always`), as `.snap.new` (`new`,
@@ -852,6 +880,12 @@ pub fn write_golden(
         (true, false) => SnapshotOutcome::Unchanged,
         (false, false) => SnapshotOutcome::Mismatch,
     };
+    if outcome == SnapshotOutcome::Mismatch {
+        // nothing written (`no`): the earlier bless's pending files stay for review
+        for (path, bytes) in stale {
+            std::fs::write(&path, bytes).map_err(|source| GoldenError::Io { path, source })?;
+        }
+    }
     if outcome != SnapshotOutcome::Mismatch {
         // the sidecar follows the snapshot: written when the `.snap` holds this golden, kept
         // pending as `.oracle.json.new` beside a `.snap.new` until `cargo insta review`
