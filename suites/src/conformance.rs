@@ -726,7 +726,7 @@ fn write_plots(out_dir: &Path, run: &Run) {
         by_prompt.entry(&e.prompt).or_default().push(e);
     }
     for (p, entries) in by_prompt {
-        let path = crate::plot::plot_path(out_dir, &run.model.stem, p);
+        let path = crate::plot::plot_path(out_dir, &run.model.stem, &run.suite, p);
         if let Err(e) = crate::plot::margin_plot(&path, p, &entries, run.tau) {
             eprintln!("warning: plot not written: {e}");
             // an earlier run's plot there (or a partial one) is not this run's
@@ -1206,8 +1206,8 @@ mod tests {
         assert_eq!(
             plots.into_iter().collect::<Vec<_>>(),
             [
-                o.out_dir.join("plots/caf%E8/story.svg"),
-                o.out_dir.join("plots/caf%E9/story.svg"),
+                o.out_dir.join("plots/caf%E8/smoke/story.svg"),
+                o.out_dir.join("plots/caf%E9/smoke/story.svg"),
             ]
         );
         for p in crate::plot::report_plots(&o.out_dir, &read) {

@@ -1,5 +1,5 @@
-//! Margin plots (`design/conformance.md` §8): one SVG per (model, prompt) at
-//! `target/conformance/plots/<model>/<prompt>.svg` — the oracle's top-2 margin per output
+//! Margin plots (`design/conformance.md` §8): one SVG per (model, suite, prompt) at
+//! `target/conformance/plots/<model>/<suite>/<prompt>.svg` — the oracle's top-2 margin per output
 //! position on a log scale, the budget line τ, tie-flips (orange) and divergences (red) of every
 //! mode marked. A run removes the plots of the previous report in its folder that it does not
 //! draw again ([`remove_stale_plots`]), so the folder holds only the current report's plots.
@@ -28,35 +28,37 @@ fn drawn(v: f64) -> f64 {
     }
 }
 
-/// The margin plot of `prompt` on the model `stem` in a run's output folder `out_dir`:
-/// `plots/<stem>/<prompt>.svg`.
-pub fn plot_path(out_dir: &Path, stem: &str, prompt: &str) -> PathBuf {
+/// The margin plot of `prompt` of the suite `suite` on the model `stem` in a run's output
+/// folder `out_dir`: `plots/<stem>/<suite>/<prompt>.svg` (two suites may share a prompt id:
+/// `long_context` is in smoke and core).
+pub fn plot_path(out_dir: &Path, stem: &str, suite: &str, prompt: &str) -> PathBuf {
     out_dir
         .join("plots")
         .join(stem)
+        .join(suite)
         .join(format!("{prompt}.svg"))
 }
 
-/// Whether `name` is one plain path component (not empty, `.` or `..`, no separator): a stem
-/// or prompt id of a report read back from disk names a file inside `plots/` only then.
+/// Whether `name` is one plain path component (not empty, `.` or `..`, no separator): a stem,
+/// suite or prompt id of a report read back from disk names a file inside `plots/` only then.
 fn one_component(name: &str) -> bool {
     !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\', '\0'])
 }
 
-/// The plots `report`'s run drew in `out_dir` ([`plot_path`] of each run's model stem and each
-/// entry's prompt; a plot not written, after its warning, is listed too). A stem or prompt that
-/// is not one plain path component (a report edited to name `..`) gives none: such a path is
-/// not one of ours.
+/// The plots `report`'s run drew in `out_dir` ([`plot_path`] of each run's model stem and
+/// suite and each entry's prompt; a plot not written, after its warning, is listed too). A
+/// stem, suite or prompt that is not one plain path component (a report edited to name `..`)
+/// gives none: such a path is not one of ours.
 pub fn report_plots(out_dir: &Path, report: &Report) -> BTreeSet<PathBuf> {
     report
         .runs
         .iter()
-        .filter(|r| one_component(&r.model.stem))
+        .filter(|r| one_component(&r.model.stem) && one_component(&r.suite))
         .flat_map(|r| {
             r.entries
                 .iter()
                 .filter(|e| one_component(&e.prompt))
-                .map(|e| plot_path(out_dir, &r.model.stem, &e.prompt))
+                .map(|e| plot_path(out_dir, &r.model.stem, &r.suite, &e.prompt))
         })
         .collect()
 }
@@ -75,10 +77,10 @@ pub fn previous_plots(out_dir: &Path) -> BTreeSet<PathBuf> {
 /// Removes the plots `previous` (the previous report's, [`previous_plots`]) lists that
 /// `current` (this run's, [`report_plots`]) does not — a prompt, model or suite left out this
 /// time — so that none stays beside the new report as if it were current. Only those files, and
-/// only regular files in a model folder that is not a symlink, are removed (an unknown file in
-/// `plots/` stays, and so does a file a symlinked model folder leads to), then their model
-/// folders when empty. Returns the files removed, and for each one that could not be, the
-/// path and the cause.
+/// only regular files in a suite folder and model folder that are not symlinks, are removed (an
+/// unknown file in `plots/` stays, and so does a file a symlinked folder leads to), then their
+/// suite and model folders when empty. Returns the files removed, and for each one that could
+/// not be, the path and the cause.
 pub fn remove_stale_plots(
     previous: &BTreeSet<PathBuf>,
     current: &BTreeSet<PathBuf>,
@@ -86,18 +88,20 @@ pub fn remove_stale_plots(
     let (mut removed, mut failed) = (Vec::new(), Vec::new());
     let is_link = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
     for p in previous.difference(current) {
-        // a regular file, in a model folder that is not a symlink (one could lead out of the
-        // output folder, to files no run wrote)
+        // a regular file, in a suite and model folder that are not symlinks (one could lead
+        // out of the output folder, to files no run wrote)
+        let (suite_dir, model_dir) = (p.parent(), p.parent().and_then(Path::parent));
         if !std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file())
-            || p.parent().is_some_and(is_link)
+            || suite_dir.is_some_and(is_link)
+            || model_dir.is_some_and(is_link)
         {
             continue;
         }
         match std::fs::remove_file(p) {
             Ok(()) => {
                 removed.push(p.clone());
-                if let Some(dir) = p.parent() {
-                    // only when empty: a folder with other files fails and stays
+                // only when empty: a folder with other files fails and stays
+                for dir in [suite_dir, model_dir].into_iter().flatten() {
                     let _ = std::fs::remove_dir(dir);
                 }
             }
@@ -198,7 +202,7 @@ mod tests {
 
     /// Only the previous report's plots that this run did not draw are removed, and only
     /// regular files; an unknown file beside them stays, and so does a folder that still holds
-    /// one. A stem or prompt that is not one plain path component names no plot of ours.
+    /// one. A stem, suite or prompt that is not one plain path component names no plot of ours.
     #[test]
     fn only_the_previous_reports_undrawn_plots_are_removed() {
         let out = std::env::temp_dir().join(format!("plot-stale-{}", std::process::id()));
@@ -207,38 +211,51 @@ mod tests {
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();
             std::fs::write(p, b"<svg/>").unwrap();
         };
-        let (kept, stale, gone_dir) = (
-            plot_path(&out, "m", "kept"),
-            plot_path(&out, "m", "stale"),
-            plot_path(&out, "old-model", "p"),
+        let (kept, stale, gone_dir, other_suite) = (
+            plot_path(&out, "m", "s", "kept"),
+            plot_path(&out, "m", "s", "stale"),
+            plot_path(&out, "old-model", "s", "p"),
+            plot_path(&out, "m", "gone-suite", "kept"),
         );
-        let unknown = out.join("plots/m/mine.svg");
-        for p in [&kept, &stale, &gone_dir, &unknown] {
+        assert_eq!(kept, out.join("plots/m/s/kept.svg"));
+        let unknown = out.join("plots/m/s/mine.svg");
+        for p in [&kept, &stale, &gone_dir, &unknown, &other_suite] {
             touch(p);
         }
         // listed by the previous report but a folder, not a file: left alone
-        let folder = plot_path(&out, "m", "folder");
+        let folder = plot_path(&out, "m", "s", "folder");
         std::fs::create_dir_all(&folder).unwrap();
-        let previous: BTreeSet<PathBuf> = [&kept, &stale, &gone_dir, &folder]
+        let previous: BTreeSet<PathBuf> = [&kept, &stale, &gone_dir, &folder, &other_suite]
             .into_iter()
             .cloned()
             .collect();
         let current: BTreeSet<PathBuf> = [kept.clone()].into_iter().collect();
         let (removed, failed) = remove_stale_plots(&previous, &current);
-        assert_eq!(removed, [stale.clone(), gone_dir.clone()]);
+        assert_eq!(
+            removed,
+            [other_suite.clone(), stale.clone(), gone_dir.clone()]
+        );
         assert!(failed.is_empty());
         assert!(kept.exists() && unknown.exists() && folder.is_dir());
-        assert!(!stale.exists() && !gone_dir.exists());
-        assert!(!out.join("plots/old-model").exists() && out.join("plots/m").is_dir());
-        // a model folder that is a symlink (to a folder of the user's): nothing removed there
+        assert!(!stale.exists() && !gone_dir.exists() && !other_suite.exists());
+        // emptied suite and model folders go; one that holds a file stays
+        assert!(!out.join("plots/old-model").exists() && !out.join("plots/m/gone-suite").exists());
+        assert!(out.join("plots/m/s").is_dir());
+        // a model or suite folder that is a symlink (to a folder of the user's): nothing
+        // removed there
         let users = out.join("users");
-        touch(&users.join("p.svg"));
+        touch(&users.join("s/p.svg"));
         std::os::unix::fs::symlink(&users, out.join("plots/linked")).unwrap();
-        let through = plot_path(&out, "linked", "p");
-        let (removed, failed) =
-            remove_stale_plots(&[through.clone()].into_iter().collect(), &BTreeSet::new());
+        std::os::unix::fs::symlink(users.join("s"), out.join("plots/m/linked")).unwrap();
+        let through: BTreeSet<PathBuf> = [
+            plot_path(&out, "linked", "s", "p"),
+            plot_path(&out, "m", "linked", "p"),
+        ]
+        .into_iter()
+        .collect();
+        let (removed, failed) = remove_stale_plots(&through, &BTreeSet::new());
         assert!(removed.is_empty() && failed.is_empty());
-        assert!(users.join("p.svg").exists());
+        assert!(users.join("s/p.svg").exists());
         for bad in ["", ".", "..", "a/b", "a\\b", "a\0b"] {
             assert!(!one_component(bad), "{bad:?}");
         }

@@ -433,6 +433,12 @@ fn markdown_run(s: &mut String, run: &Run) {
             ""
         }
     );
+    // where `conformance` draws this run's plots (`plot::plot_path`), relative to the report
+    let _ = writeln!(
+        s,
+        "Margin plots: `plots/{}/{}/<prompt>.svg`.\n",
+        run.model.stem, run.suite
+    );
     for (m, why) in &run.skipped_modes {
         let _ = writeln!(s, "- mode `{m}` skipped: {why}");
     }

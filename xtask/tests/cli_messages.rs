@@ -364,7 +364,7 @@ fn a_new_run_removes_the_previous_reports_stale_plots() {
             "--quiet",
         ])
     };
-    let plots = out.join("plots/dense-target.Q4_K_M");
+    let plots = out.join("plots/dense-target.Q4_K_M/smoke");
     let (code, _, err) = run("story,count_chat");
     assert_eq!(code, Some(0), "{err}");
     assert!(plots.join("story.svg").is_file() && plots.join("count_chat.svg").is_file());
@@ -375,12 +375,51 @@ fn a_new_run_removes_the_previous_reports_stale_plots() {
         err,
         format!(
             "note: removed 1 plot of the previous report in {} (not drawn by this run): \
-             plots/dense-target.Q4_K_M/story.svg\n",
+             plots/dense-target.Q4_K_M/smoke/story.svg\n",
             out.display()
         )
     );
     assert!(!plots.join("story.svg").exists());
     assert!(plots.join("count_chat.svg").is_file() && plots.join("mine.svg").is_file());
+}
+
+/// Two suites that share a prompt id (`long_context` is in smoke, 24 tokens, and core, 48)
+/// each get their plot, in a folder per suite, and report.md says where: there was one
+/// `plots/<model>/long_context.svg`, the last suite's, for two report runs.
+#[test]
+fn suites_sharing_a_prompt_id_keep_a_plot_each() {
+    let Some(m) = fixture("models/dense-target.Q4_K_M.gguf") else {
+        return;
+    };
+    let out = scratch("shared-prompt").join("out");
+    let (code, _, err) = xtask(&[
+        "conformance",
+        "--model",
+        m.to_str().unwrap(),
+        "--suite",
+        "smoke",
+        "--suite",
+        "core",
+        "--modes",
+        "plain",
+        "--prompts",
+        "long_context",
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let plots = out.join("plots/dense-target.Q4_K_M");
+    let svg = |suite: &str| std::fs::read_to_string(plots.join(suite).join("long_context.svg"));
+    let (smoke, core) = (svg("smoke").unwrap(), svg("core").unwrap());
+    assert!(smoke.starts_with("<svg") && core.starts_with("<svg"));
+    assert_ne!(smoke, core, "48 positions drawn in both");
+    assert!(!plots.join("long_context.svg").exists());
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for suite in ["smoke", "core"] {
+        let line = format!("Margin plots: `plots/dense-target.Q4_K_M/{suite}/<prompt>.svg`.");
+        assert!(md.contains(&line), "{md}");
+    }
 }
 
 /// A model file that is not there is one wording in every verb, the path once (inspect said
