@@ -78,6 +78,11 @@ pub struct Entry {
     pub passes: bool,
     /// Prompt length P.
     pub prompt_tokens: usize,
+    /// What identifies the prompt the run judged: [`prompt_sha256`] of its token ids, so that a
+    /// later reader (`cargo xtask compare`) can tell whether the suite file in hand still
+    /// encodes it. Absent in reports written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_sha256: Option<String>,
     /// Output ids.
     pub tokens: Vec<u32>,
     /// Decoded output.
@@ -110,6 +115,17 @@ pub struct Entry {
     /// checked (plain mode, `error` entries, or the flag off). `passes` is false when it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub row_invariance: Option<RowInvariance>,
+}
+
+/// SHA-256 of prompt token ids `[P]` (each id as 4 little-endian bytes, in order), lowercase
+/// hex: [`Entry::prompt_sha256`].
+pub fn prompt_sha256(ids: &[u32]) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    for id in ids {
+        h.update(id.to_le_bytes());
+    }
+    hex::encode(h.finalize())
 }
 
 /// A cross-mode fork (§4) with decoded tokens.

@@ -397,6 +397,7 @@ pub fn make_entry(
         verdict: j.verdict,
         passes: j.verdict.passes(),
         prompt_tokens: prompt.len(),
+        prompt_sha256: Some(crate::report::prompt_sha256(prompt)),
         text: codec.decode(&tokens),
         tokens: tokens.clone(),
         identical_to_golden: judged.identical,

@@ -14,8 +14,10 @@
 //!
 //! Refused before anything is printed (exit 2): a report of another schema than
 //! [`REPORT_SCHEMA`], a token id outside the model's vocabulary in a compared entry (naming
-//! the report, the entry and the output index), a prompt whose token count is not the one the
-//! run recorded, runs of one model stem with different files.
+//! the report, the entry and the output index), a prompt that the suite file now encodes to
+//! other token ids than a run recorded (`prompt_sha256`, or for a report written before that
+//! field the token count only, with a warning; naming the prompt and both reports), runs of one
+//! model stem with different files.
 //!
 //! Only forks and pairs with an `error` side are listed; identical outputs are counted in the
 //! closing summary line. Exit code 0: no side wrong; 1: some side diverges from the oracle at a
@@ -48,8 +50,9 @@ Measured against the f64 oracle, at the fork (the first output index where A's a
 differ) of each (model, suite, prompt, mode of A, mode of B):
   The oracle is the model file both runs judged (the recorded path, or a --model file; its
   SHA-256 must be the recorded one). It scores the shared prefix: the prompt, encoded again from
-  the suite file (suites/<suite>.toml, or a --suite file; its token count must be the recorded
-  one), then the output tokens both sides share. Each side's token y there gets
+  the suite file (suites/<suite>.toml, or a --suite file; its token ids must be the ones each
+  run recorded: prompt_sha256, or the token count alone for a report written before that field,
+  with a warning), then the output tokens both sides share. Each side's token y there gets
   m = l[a] - l[y] from those logits, a = the oracle's argmax (suppressed ids excluded; a
   suppressed y: m = inf): m = 0 it is the argmax, m <= tau a tie, m > tau wrong.
   tau = the smaller of the two runs' tau. Class: tie-split (both sides within tau),
@@ -58,7 +61,7 @@ differ) of each (model, suite, prompt, mode of A, mode of B):
 Checked before anything is printed (exit 2, one error line): the report schema
 (conformance-report/1), every token id of a compared entry against the model's vocabulary
 (naming the report, the entry and the output index; entries whose verdict is error are not
-compared and not checked), the prompt token counts, the model files.
+compared and not checked), the prompts (SHA-256 of the token ids), the model files.
 Taken from the reports as written: the output tokens, each run's tau, the verdicts column (the
 runs' own verdicts, not judged again) and the engine gaps (each engine's own top-2 logit gap at
 the fork, where the run recorded its top-5 there).
@@ -121,6 +124,56 @@ impl std::fmt::Display for EntryRef {
             self.prompt,
             self.mode
         )
+    }
+}
+
+/// What one run's entry recorded of its prompt (`prompt_tokens`, `prompt_sha256`), as
+/// [`CompareError::PromptChanged`] names it: `(REPORT, mode M) recorded N tokens, SHA-256 H`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedPrompt {
+    /// The report file.
+    pub report: PathBuf,
+    /// The entry's mode.
+    pub mode: String,
+    /// Recorded `prompt_tokens`.
+    pub tokens: usize,
+    /// Recorded `prompt_sha256` (`None`: a report written before it was recorded).
+    pub sha256: Option<String>,
+}
+
+impl RecordedPrompt {
+    /// What entry `e` of `report` recorded.
+    fn of(report: &Path, e: &Entry) -> RecordedPrompt {
+        RecordedPrompt {
+            report: report.to_path_buf(),
+            mode: e.mode.clone(),
+            tokens: e.prompt_tokens,
+            sha256: e.prompt_sha256.clone(),
+        }
+    }
+
+    /// Whether it is (as far as it tells) the prompt of `ids`, whose SHA-256 is `sha256`.
+    fn matches(&self, ids: &[u32], sha256: &str) -> bool {
+        self.tokens == ids.len() && self.sha256.as_deref().is_none_or(|h| h == sha256)
+    }
+}
+
+impl std::fmt::Display for RecordedPrompt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "({}, mode {}) recorded {} tokens, ",
+            self.report.display(),
+            self.mode,
+            self.tokens
+        )?;
+        match &self.sha256 {
+            Some(h) => write!(f, "SHA-256 {h}"),
+            None => write!(
+                f,
+                "no SHA-256 (a report written before prompt_sha256 was recorded)"
+            ),
+        }
     }
 }
 
@@ -245,17 +298,27 @@ pub enum CompareError {
         /// What failed.
         message: String,
     },
-    /// The prompt encodes to another length than the run recorded.
-    #[error("{entry}: the run recorded {recorded} prompt tokens, {} encodes the prompt to {encoded} (the suite or the tokenizer changed since the run)", suite_file.display())]
-    PromptLength {
-        /// The entry.
-        entry: Box<EntryRef>,
+    /// The suite file in hand encodes a prompt to other token ids than a run judged (another
+    /// SHA-256 of the ids, or another count): the oracle would score a prompt neither run used.
+    #[error(
+        "{at}: {} now encodes the prompt to {encoded} tokens \
+         (SHA-256 {sha256}), not the prompt the runs judged: A {}; B {} (the suite or the \
+         tokenizer changed since the runs; compare them with the suite file they ran)",
+        suite_file.display(),
+        sides[0],
+        sides[1]
+    )]
+    PromptChanged {
+        /// `STEM / SUITE / prompt P`.
+        at: String,
         /// The suite file read.
         suite_file: PathBuf,
-        /// Recorded `prompt_tokens`.
-        recorded: usize,
-        /// Tokens now.
+        /// Token count now.
         encoded: usize,
+        /// [`suites::report::prompt_sha256`] of the ids now.
+        sha256: String,
+        /// What run A and run B recorded.
+        sides: Box<[RecordedPrompt; 2]>,
     },
     /// The oracle could not score a fork.
     #[error("{at}: oracle at output index {index}: {source}")]
@@ -599,9 +662,13 @@ struct Comparison<'a> {
     args: &'a Args,
     models: BTreeMap<String, ModelCtx>,
     suites: BTreeMap<String, Suite>,
-    /// Each shared prompt encoded once: (model SHA-256, suite, prompt) → token ids.
-    prompt_ids: BTreeMap<(String, String, String), Vec<u32>>,
+    /// Each shared prompt encoded once: (model SHA-256, suite, prompt) → token ids and their
+    /// [`suites::report::prompt_sha256`].
+    prompt_ids: BTreeMap<(String, String, String), (Vec<u32>, String)>,
     cache: ScoreCache,
+    /// Reports with a compared entry that has no `prompt_sha256` (written before it was
+    /// recorded): their prompts are checked by token count only, with a warning.
+    unhashed: std::collections::BTreeSet<PathBuf>,
 }
 
 impl Comparison<'_> {
@@ -718,18 +785,22 @@ impl Comparison<'_> {
                     name: run.suite.clone(),
                     message: format!("prompt {}: {message}", ea.prompt),
                 })?;
-            self.prompt_ids.insert(key.clone(), ids);
+            let sha = suites::report::prompt_sha256(&ids);
+            self.prompt_ids.insert(key.clone(), (ids, sha));
         }
-        let ids = &self.prompt_ids[&key];
-        for (path, e) in [(pa, ea), (pb, eb)] {
-            if e.prompt_tokens != ids.len() {
-                return Err(CompareError::PromptLength {
-                    entry: EntryRef::new(path, run, e),
-                    suite_file: suite.path.clone(),
-                    recorded: e.prompt_tokens,
-                    encoded: ids.len(),
-                });
-            }
+        let (ids, sha) = &self.prompt_ids[&key];
+        let sides = [RecordedPrompt::of(pa, ea), RecordedPrompt::of(pb, eb)];
+        if !sides.iter().all(|r| r.matches(ids, sha)) {
+            return Err(CompareError::PromptChanged {
+                at: format!("{} / {} / prompt {}", run.model.stem, run.suite, ea.prompt),
+                suite_file: suite.path.clone(),
+                encoded: ids.len(),
+                sha256: sha.clone(),
+                sides: Box::new(sides),
+            });
+        }
+        for r in sides.iter().filter(|r| r.sha256.is_none()) {
+            self.unhashed.insert(r.report.clone());
         }
         if first_fork(&ea.tokens, &eb.tokens).is_none() {
             return Ok(row);
@@ -794,10 +865,14 @@ fn fmt_m(m: Option<f64>) -> String {
     }
 }
 
+/// What [`compare`] found: the rows, each run's τ, and the warnings to print (one per report
+/// whose prompts could be checked by token count only).
+type Compared = (Vec<Row>, (f64, f64), Vec<String>);
+
 /// Every row of the two reports' shared (model, suite) runs, forks judged by the oracle.
 ///
 /// Errors: [`CompareError`], the first found.
-fn compare(a: &Args) -> Result<(Vec<Row>, (f64, f64)), CompareError> {
+fn compare(a: &Args) -> Result<Compared, CompareError> {
     let (pa, ra) = load(&a.run_a)?;
     let (pb, rb) = load(&a.run_b)?;
     let mut cmp = Comparison {
@@ -806,6 +881,7 @@ fn compare(a: &Args) -> Result<(Vec<Row>, (f64, f64)), CompareError> {
         suites: BTreeMap::new(),
         prompt_ids: BTreeMap::new(),
         cache: ScoreCache::new(Some(workspace_root().join("target/conformance/cache"))),
+        unhashed: Default::default(),
     };
     let mut rows = Vec::new();
     for run_a in &ra.runs {
@@ -824,18 +900,34 @@ fn compare(a: &Args) -> Result<(Vec<Row>, (f64, f64)), CompareError> {
         ra.runs.first().map_or(f64::NAN, |r| r.tau),
         rb.runs.first().map_or(f64::NAN, |r| r.tau),
     );
-    Ok((rows, taus))
+    let warnings = cmp
+        .unhashed
+        .iter()
+        .map(|p| {
+            format!(
+                "warning: {}: written before reports recorded each prompt's SHA-256 \
+                 (prompt_sha256): its prompts were checked by token count only, so a prompt \
+                 changed since that run to one of the same length is not noticed (run it again \
+                 to check)",
+                p.display()
+            )
+        })
+        .collect();
+    Ok((rows, taus, warnings))
 }
 
 /// Runs the verb; returns the exit code.
 pub fn run(a: &Args) -> i32 {
-    let (rows, taus) = match compare(a) {
+    let (rows, taus, warnings) = match compare(a) {
         Ok(x) => x,
         Err(e) => {
             crate::print_error(e);
             return 2;
         }
     };
+    for w in &warnings {
+        eprintln!("{w}");
+    }
     let (mut identical, mut forks, mut wrong, mut errors) = (0usize, 0usize, 0usize, 0usize);
     let mut lines: Vec<String> = Vec::new();
     for row in &rows {

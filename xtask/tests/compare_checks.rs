@@ -101,6 +101,42 @@ fn story_logits(model: &Path, id: u32) -> (u32, f64, f64) {
     (top, top_logit, l)
 }
 
+/// The token ids of `STORY` (BOS added) and their SHA-256 (each id as 4 little-endian bytes),
+/// computed here with the tokenizer and the file hasher of `reference`.
+fn story_prompt(model: &Path, name: &str) -> (Vec<u32>, String) {
+    let file = reference::gguf::GgufFile::open(model).unwrap();
+    let tok = reference::tokenizer::GemmaTokenizer::from_gguf(&file).unwrap();
+    let ids = tok.encode(STORY, true).unwrap();
+    let bytes: Vec<u8> = ids.iter().flat_map(|i| i.to_le_bytes()).collect();
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("story-ids-{name}"));
+    std::fs::write(&path, bytes).unwrap();
+    let sha = reference::gguf::sha256_file(&path).unwrap();
+    (ids, sha)
+}
+
+/// The error `compare` stops with when `suites/smoke.toml` encodes `story` to `(n, sha)` and
+/// the two sides recorded `(report, tokens, SHA-256 or none)`.
+fn prompt_changed((n, sha): (usize, &str), sides: [(&Path, usize, Option<&str>); 2]) -> String {
+    let side = |(p, k, h): (&Path, usize, Option<&str>)| {
+        format!(
+            "({}, mode plain) recorded {k} tokens, {}",
+            p.display(),
+            match h {
+                Some(h) => format!("SHA-256 {h}"),
+                None => "no SHA-256 (a report written before prompt_sha256 was recorded)".into(),
+            }
+        )
+    };
+    format!(
+        "error: dense-target.Q4_K_M / smoke / prompt story: {} now encodes the prompt to {n} \
+         tokens (SHA-256 {sha}), not the prompt the runs judged: A {}; B {} (the suite or the \
+         tokenizer changed since the runs; compare them with the suite file they ran)\n",
+        root().join("suites/smoke.toml").display(),
+        side(sides[0]),
+        side(sides[1])
+    )
+}
+
 /// A report that says `exact` for an output whose first token the oracle ranks far below its
 /// argmax: compare classified the fork `tie-split` (0 with a side wrong), exit 0, from the
 /// report's own margins. Now the oracle's logits on the prefix decide: B wrong, with the margin
@@ -214,17 +250,88 @@ fn the_model_file_and_the_prompt_are_checked() {
     assert_eq!(code, Some(1), "{out}{err}");
     assert!(out.contains("B:plain wrong"), "{out}");
 
+    let (ids, sha) = story_prompt(&model, "files");
     story(&mut json)["prompt_tokens"] = 12.into();
     let longer = write(&report, "longer.json", &json);
     let (code, out, err) = xtask(&["compare", s(&report), s(&longer), "--model", s(&model)]);
-    assert_eq!((code, out.as_str()), (Some(2), ""), "{err}");
-    assert!(
-        err.starts_with(&format!(
-            "error: {}: dense-target.Q4_K_M / smoke / prompt story / mode plain: the run \
-             recorded 12 prompt tokens, ",
-            longer.display()
-        )) && err.contains("encodes the prompt to 11"),
-        "{err}"
+    assert_eq!(
+        (code, out.as_str(), err.as_str()),
+        (
+            Some(2),
+            "",
+            prompt_changed(
+                (ids.len(), &sha),
+                [(&report, 11, Some(&sha)), (&longer, 12, Some(&sha))]
+            )
+            .as_str()
+        )
+    );
+}
+
+/// A run whose prompt was another one of the same length (the suite edited since: only its
+/// `prompt_sha256` tells) is refused, naming the prompt and both reports (compare scored the
+/// suite's current prompt, which neither run used). A report written before `prompt_sha256`
+/// existed is compared with a warning that its prompts were checked by count only.
+#[test]
+fn a_prompt_the_runs_did_not_judge_is_refused() {
+    let Some((model, report, mut json)) = saved_run("prompt-sha") else {
+        return;
+    };
+    let (ids, sha) = story_prompt(&model, "prompt-sha");
+    assert_eq!(ids.len(), 11);
+    // the report records the SHA-256 computed here
+    assert_eq!(story(&mut json)["prompt_sha256"], sha.as_str());
+    let mut other = json.clone();
+    let fake = "0".repeat(64);
+    story(&mut other)["prompt_sha256"] = fake.as_str().into();
+    let edited = write(&report, "other-prompt.json", &other);
+    let (code, out, err) = xtask(&["compare", s(&report), s(&edited)]);
+    assert_eq!(
+        (code, out.as_str(), err.as_str()),
+        (
+            Some(2),
+            "",
+            prompt_changed(
+                (11, &sha),
+                [(&report, 11, Some(&sha)), (&edited, 11, Some(&fake))]
+            )
+            .as_str()
+        )
+    );
+
+    // an old report (no prompt_sha256 anywhere): compared, with one warning for that report
+    let mut old = json.clone();
+    for e in old["runs"][0]["entries"].as_array_mut().unwrap() {
+        e.as_object_mut().unwrap().remove("prompt_sha256");
+    }
+    let old_path = write(&report, "old.json", &old);
+    let (code, out, err) = xtask(&["compare", s(&report), s(&old_path)]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(
+        err,
+        format!(
+            "warning: {}: written before reports recorded each prompt's SHA-256 \
+             (prompt_sha256): its prompts were checked by token count only, so a prompt changed \
+             since that run to one of the same length is not noticed (run it again to check)\n",
+            old_path.display()
+        )
+    );
+    assert!(out.contains("no forks"), "{out}");
+    // and its count still checked: refused, saying it recorded no SHA-256
+    story(&mut old)["prompt_tokens"] = 10.into();
+    let shorter = write(&report, "old-shorter.json", &old);
+    let (code, out, err) = xtask(&["compare", s(&report), s(&shorter)]);
+    assert_eq!(
+        (code, out.as_str(), err.as_str()),
+        (
+            Some(2),
+            "",
+            prompt_changed(
+                (11, &sha),
+                [(&report, 11, Some(&sha)), (&shorter, 10, None)]
+            )
+            .as_str()
+        )
     );
 }
 
@@ -285,8 +392,9 @@ fn report_values_are_checked_before_judging() {
     let (code, out, err) = xtask(&["compare", s(&report), s(&p), "--model", m]);
     assert_eq!((code, out.as_str()), (Some(2), ""), "{err}");
     assert!(
-        err.contains("prompt story / mode plain: the run recorded 12 prompt tokens, ")
-            && err.contains("encodes the prompt to 11"),
+        err.contains("prompt story: ")
+            && err.contains("now encodes the prompt to 11 tokens")
+            && err.contains(&format!("{}, mode plain) recorded 12 tokens", p.display())),
         "{err}"
     );
 }
