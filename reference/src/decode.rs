@@ -509,11 +509,24 @@ impl<F: Float> Model<F> {
     /// Plain greedy decoding (§13.6 rule 3): prefill `prompt` in one forward, then repeatedly
     /// emit `argmax` over the non-suppressed ids (lowest id on exact ties) and feed it back,
     /// until a token in `stop` is emitted (it is included) or `max_tokens` tokens are emitted.
+    /// Each token's row is reported with [`GREEDY_TOP_K`] candidates.
     pub fn greedy(
         &self,
         prompt: &[u32],
         max_tokens: usize,
         stop: &[u32],
+    ) -> Result<Generation, ModelError> {
+        self.greedy_top_k(prompt, max_tokens, stop, GREEDY_TOP_K)
+    }
+
+    /// [`Model::greedy`] reporting `k` candidates per row (fewer when fewer ids are not
+    /// suppressed): the same tokens for every `k`.
+    pub fn greedy_top_k(
+        &self,
+        prompt: &[u32],
+        max_tokens: usize,
+        stop: &[u32],
+        k: usize,
     ) -> Result<Generation, ModelError> {
         let mut cache = self.new_cache();
         let mut gen = Generation {
@@ -535,7 +548,7 @@ impl<F: Float> Model<F> {
                 break;
             };
             gen.tokens.push(next);
-            gen.top_k.push(top_k(&row, GREEDY_TOP_K, suppressed));
+            gen.top_k.push(top_k(&row, k, suppressed));
             if stop.contains(&next) || gen.tokens.len() >= max_tokens {
                 break;
             }

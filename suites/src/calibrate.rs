@@ -332,7 +332,11 @@ pub fn calibrate_models(
                 &suite.prompts,
                 &suite.settings.stop_ids,
                 &sha,
-                oracle.vocab_size(),
+                golden::RowLimits::new(
+                    oracle.vocab_size(),
+                    &oracle.suppressed_ids(),
+                    suite.settings.top_k,
+                ),
             )
             .map_err(|e| fatal(&e))?;
             // `load_goldens` refused a golden no greedy run of this model writes, naming its file

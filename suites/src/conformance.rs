@@ -549,7 +549,11 @@ fn run_models(
                         &suite.prompts,
                         &suite.settings.stop_ids,
                         &sha,
-                        oracle.vocab_size(),
+                        golden::RowLimits::new(
+                            oracle.vocab_size(),
+                            &oracle.suppressed_ids(),
+                            suite.settings.top_k,
+                        ),
                     )
                     .map_err(fatal)?,
                 )
@@ -786,7 +790,7 @@ pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
                         one,
                         &suite.settings.stop_ids,
                         &sha,
-                        vocab,
+                        golden::RowLimits::new(vocab, model.suppressed_ids(), suite.settings.top_k),
                     ) {
                         Err(e @ GoldenError::ShaMismatch { .. }) => {
                             return Err(Fatal(format!(
@@ -806,7 +810,12 @@ pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
                 bar.set_message(req.id.clone());
                 // the plain mode of the f64 reference engine, with its non-finite rows named
                 let gen = model
-                    .greedy(&req.prompt, req.max_tokens, &req.stop)
+                    .greedy_top_k(
+                        &req.prompt,
+                        req.max_tokens,
+                        &req.stop,
+                        golden::bless_width(suite.settings.top_k),
+                    )
                     .map_err(fatal)?;
                 if let Some((i, bad)) = gen.nonfinite {
                     return Err(Fatal(format!(

@@ -26,6 +26,49 @@ pub const ORACLE_VERSION: &str = "reference-f64 0.1.0";
 /// Sidecar schema name.
 pub const SIDECAR_SCHEMA: &str = "golden-oracle/1";
 
+/// What [`load_goldens`] checks a golden's top-k rows against: the model's vocabulary and the
+/// suite's `top_k`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowLimits {
+    /// The model's vocabulary size: every id is below it.
+    pub vocab: usize,
+    /// Ids a row can list: the vocabulary less the model's suppressed ids.
+    pub rankable: usize,
+    /// The suite's `top_k`: every row lists `min(top_k, rankable)` ids at least.
+    pub top_k: usize,
+}
+
+impl RowLimits {
+    /// The limits of a model of `vocab` ids with the suppressed ids `suppressed`, for a suite
+    /// of `top_k`.
+    pub fn new(vocab: usize, suppressed: &[u32], top_k: usize) -> RowLimits {
+        let mut s: Vec<u32> = suppressed
+            .iter()
+            .copied()
+            .filter(|&i| (i as usize) < vocab)
+            .collect();
+        s.sort_unstable();
+        s.dedup();
+        RowLimits {
+            vocab,
+            rankable: vocab - s.len(),
+            top_k,
+        }
+    }
+
+    /// The fewest ids a row must list: `min(top_k, rankable)`.
+    pub fn width(&self) -> usize {
+        self.top_k.min(self.rankable)
+    }
+}
+
+/// The top-k width `cargo xtask bless` writes for a suite of `top_k`: the oracle's greedy
+/// width ([`reference::decode::GREEDY_TOP_K`]), or the suite's when larger, so that a golden
+/// blessed for a suite always holds what its `top_k` asks of it ([`RowLimits::width`]).
+pub fn bless_width(top_k: usize) -> usize {
+    top_k.max(reference::decode::GREEDY_TOP_K)
+}
+
 /// A golden: the oracle's greedy output for (model, suite, prompt) with full-precision top-k.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Golden {
@@ -434,8 +477,8 @@ fn read_sidecar(path: &Path) -> Result<Golden, GoldenError> {
 }
 
 /// Loads the goldens of every prompt of `prompts` (a suite's, with its stop ids `stop_ids`)
-/// from `dir`, checking each sidecar and snapshot against `model_sha256` (a model of `vocab`
-/// token ids), and the sidecar
+/// from `dir`, checking each sidecar and snapshot against `model_sha256` (a model of
+/// `limits.vocab` token ids, for a suite of `limits.top_k`), and the sidecar
 /// against the reviewed snapshot (`INSTA_UPDATE=no` semantics: the `.snap` is the truth, a
 /// pending `.snap.new` is never read). When the sidecar disagrees with the snapshot but a
 /// pending `<prompt>.oracle.json.new` (written by `bless` next to a `.snap.new`) agrees — the
@@ -446,8 +489,10 @@ fn read_sidecar(path: &Path) -> Result<Golden, GoldenError> {
 /// tokens must be a greedy output for the prompt's `max_tokens` and `stop_ids`
 /// ([`Golden::length_problem`]: `1..=max_tokens` tokens, fewer only when the last is a stop
 /// id, none before it — an empty list, as written from a NaN model, is refused), the prompt
-/// non-empty, one non-empty top-k row per token, each row the oracle's greedy choice over the
-/// model's `vocab` ids ([`Golden::problem`]: ids in the vocabulary, each once, logits
+/// non-empty, one top-k row per token listing at least [`RowLimits::width`] ids (the suite's
+/// `top_k`, or every id that is not suppressed when fewer: a narrower row, hand-edited or
+/// blessed before `top_k` was raised, has no margin to judge by), each row the oracle's
+/// greedy choice over the model's `vocab` ids ([`Golden::problem`]: ids in the vocabulary, each once, logits
 /// descending, headed by the golden token — a token that is not its row's argmax is a
 /// tampered or stale golden), the snapshot's `margins` one per token and
 /// equal to the sidecar's rows' ([`snapshot_margin`]), the sidecar's `schema` [`SIDECAR_SCHEMA`]
@@ -470,7 +515,7 @@ pub fn load_goldens(
     prompts: &[Prompt],
     stop_ids: &[u32],
     model_sha256: &str,
-    vocab: usize,
+    limits: RowLimits,
 ) -> Result<BTreeMap<String, Golden>, GoldenError> {
     let mut out = BTreeMap::new();
     for prompt in prompts {
@@ -563,7 +608,7 @@ pub fn load_goldens(
             if promote { &pending } else { &side },
             suite,
             prompt,
-            (stop_ids, vocab),
+            (stop_ids, limits),
             &body,
             &g,
         )?;
@@ -620,13 +665,13 @@ fn disagreement(g: &Golden, body: &SnapshotBody) -> String {
 
 /// The content checks of [`load_goldens`] on a golden whose sidecar `side` agrees with the
 /// snapshot `snap` (same prompt length, tokens and margins, same model), for the suite's stop
-/// ids and the model's vocabulary size `(stop_ids, vocab)`.
+/// ids and the model's and suite's row limits `(stop_ids, limits)`.
 fn check_content(
     snap: &Path,
     side: &Path,
     suite: &str,
     prompt: &Prompt,
-    (stop_ids, vocab): (&[u32], usize),
+    (stop_ids, limits): (&[u32], RowLimits),
     body: &SnapshotBody,
     g: &Golden,
 ) -> Result<(), GoldenError> {
@@ -702,6 +747,20 @@ fn check_content(
             format!("top-k row {i} (of output token {i}) is empty"),
         ));
     }
+    let width = limits.width();
+    if let Some((i, row)) = g.top_k.iter().enumerate().find(|(_, r)| r.len() < width) {
+        return Err(impossible(
+            side,
+            format!(
+                "top-k row {i} (of output token {i}) lists {} ids, fewer than the {width} the \
+                 suite's top_k = {} asks for (of {} ids that are not suppressed; was [suite] \
+                 top_k raised since the golden was blessed?)",
+                row.len(),
+                limits.top_k,
+                limits.rankable
+            ),
+        ));
+    }
     if body.margins.len() != body.tokens.len() {
         return Err(impossible(
             snap,
@@ -714,7 +773,7 @@ fn check_content(
     }
     // the rows are the oracle's greedy choices (the token its row's argmax, ids in the
     // vocabulary): named here, with the sidecar that holds them (the run named only the suite)
-    if let Some(why) = g.problem(vocab) {
+    if let Some(why) = g.problem(limits.vocab) {
         return Err(impossible(side, why));
     }
     // each margin equals its sidecar row's: `load_goldens` takes only a sidecar that agrees
@@ -927,6 +986,19 @@ mod tests {
         assert_eq!(round_sig4(9.99996), 10.0);
         assert_eq!(round_sig4(0.0), 0.0);
         assert!(round_sig4(f64::INFINITY).is_infinite());
+    }
+
+    /// A row must list the suite's top_k ids, or every id that is not suppressed when fewer
+    /// (suppressed ids outside the vocabulary or listed twice count once or not at all); bless
+    /// writes at least the oracle's 16, and the suite's top_k when larger.
+    #[test]
+    fn row_width_is_top_k_or_every_rankable_id() {
+        assert_eq!(RowLimits::new(262_144, &[0, 1], 16).width(), 16);
+        let tiny = RowLimits::new(10, &[1, 2, 2, 99], 16);
+        assert_eq!((tiny.rankable, tiny.width()), (8, 8));
+        assert_eq!(bless_width(2), 16);
+        assert_eq!(bless_width(16), 16);
+        assert_eq!(bless_width(32), 32);
     }
 
     #[test]

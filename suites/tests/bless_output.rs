@@ -150,7 +150,7 @@ fn a_changed_golden_shows_its_diff_and_no_stop_line() {
 /// `--accept` rewrites the pin in place.
 #[test]
 fn a_golden_pinned_to_another_model_stays_until_its_change_is_accepted() {
-    use suites::golden::load_goldens;
+    use suites::golden::{load_goldens, RowLimits};
     use suites::suite::{Prompt, PromptInput};
     let dir = std::env::temp_dir().join(format!("golden-bless-repin-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -201,13 +201,13 @@ fn a_golden_pinned_to_another_model_stays_until_its_change_is_accepted() {
         input: PromptInput::Text("x".into()),
         max_tokens: 3,
     }];
-    let e = load_goldens(&dir, "t", &prompts, &[], "def", 32).unwrap_err();
+    let e = load_goldens(&dir, "t", &prompts, &[], "def", RowLimits::new(32, &[], 2)).unwrap_err();
     assert!(
         e.to_string().contains("golden pinned to model SHA-256 abc"),
         "{e}"
     );
     std::fs::rename(dir.join("p.snap.new"), dir.join("p.snap")).unwrap();
-    let g = load_goldens(&dir, "t", &prompts, &[], "def", 32).unwrap();
+    let g = load_goldens(&dir, "t", &prompts, &[], "def", RowLimits::new(32, &[], 2)).unwrap();
     assert_eq!(g["p"].model_sha256, "def");
     assert_eq!(sha_of("p.oracle.json"), "def");
     assert!(!dir.join("p.oracle.json.new").exists());

@@ -16,7 +16,7 @@
 
 use std::path::{Path, PathBuf};
 
-use suites::golden::load_goldens;
+use suites::golden::{load_goldens, RowLimits};
 use suites::suite::Suite;
 
 const STEM: &str = "syn-dense-target.UD-Q2_K_XL";
@@ -100,6 +100,19 @@ fn load(
     snap: &str,
     sha: &str,
 ) -> Result<Vec<u32>, String> {
+    load_top_k(dir, name, suite, side, snap, sha, suite.settings.top_k)
+}
+
+/// [`load`] for a suite whose `top_k` is `top_k`.
+fn load_top_k(
+    dir: &Path,
+    name: &str,
+    suite: &Suite,
+    side: &serde_json::Value,
+    snap: &str,
+    sha: &str,
+    top_k: usize,
+) -> Result<Vec<u32>, String> {
     let d = dir.join(name);
     std::fs::create_dir_all(&d).unwrap();
     std::fs::write(
@@ -115,7 +128,7 @@ fn load(
         &[prompt],
         &suite.settings.stop_ids,
         sha,
-        vocab(),
+        RowLimits::new(vocab(), &[], top_k),
     )
     .map(|g| g[ID].tokens.clone())
     .map_err(|e| e.to_string())
@@ -311,6 +324,35 @@ fn impossible_goldens_are_refused_naming_file_and_problem() {
             side_path("empty-row").display()
         )
     );
+
+    // a top-k row narrower than the suite's top_k (16; bless writes 16): row 5 cut to its first
+    // 8 ids (its top-2 margin, the snapshot's, unchanged) loaded and judged with a bound from the
+    // 8th id; refused naming the sidecar and the row
+    assert_eq!(suite.settings.top_k, 16);
+    assert_eq!(side["top_k"][5].as_array().unwrap().len(), 16);
+    let mut s = side.clone();
+    s["top_k"][5].as_array_mut().unwrap().truncate(8);
+    let e = load(&dir, "narrow-row", &suite, &s, &snap, &sha).unwrap_err();
+    assert_eq!(
+        e,
+        format!(
+            "{}: prompt \"story\": impossible golden: top-k row 5 (of output token 5) lists 8 \
+             ids, fewer than the 16 the suite's top_k = 16 asks for (of {} ids that are not \
+             suppressed; was [suite] top_k raised since the golden was blessed?); re-bless it \
+             (`cargo xtask bless --prompts story`)",
+            side_path("narrow-row").display(),
+            vocab()
+        )
+    );
+    // the committed golden (16 ids a row) for a suite whose top_k was raised to 32: re-bless
+    let e = load_top_k(&dir, "raised", &suite, &side, &snap, &sha, 32).unwrap_err();
+    assert!(
+        e.contains("top-k row 0 (of output token 0) lists 16 ids, fewer than the 32 the suite's top_k = 32 asks for")
+            && e.ends_with("re-bless it (`cargo xtask bless --prompts story`)"),
+        "{e}"
+    );
+    // and lowered to 8: the wider rows load
+    assert!(load_top_k(&dir, "lowered", &suite, &side, &snap, &sha, 8).is_ok());
 
     // the snapshot's prompt_tokens one more than the sidecar's prompt: the prompt's length is
     // named as what differs (it said "sidecar (N tokens) disagrees with … (N tokens)")

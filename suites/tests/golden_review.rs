@@ -5,12 +5,19 @@
 //! sidecar; a sidecar of another oracle version is stale until blessed again. Expected values
 //! are the goldens written by the test itself.
 
-use suites::golden::{load_goldens, write_golden, Golden, SnapshotOutcome, ORACLE_VERSION};
+use suites::golden::{
+    load_goldens, write_golden, Golden, RowLimits, SnapshotOutcome, ORACLE_VERSION,
+};
 use suites::suite::{Prompt, PromptInput};
 
 /// The vocabulary size of the model the goldens below are pinned to (every id they hold is
 /// below it).
 const VOCAB: usize = 32;
+
+/// The vocabulary above, no suppressed ids, a suite of top_k 2 (the goldens' rows list 2 ids).
+fn limits() -> RowLimits {
+    RowLimits::new(VOCAB, &[], 2)
+}
 
 fn golden(tokens: Vec<u32>) -> Golden {
     Golden {
@@ -49,10 +56,10 @@ fn unreviewed_changes_stay_pending_until_accepted() {
         SnapshotOutcome::Pending
     );
     // nothing reviewed yet: no golden to judge against
-    assert!(load_goldens(&dir, "t", &prompts, &stop, "abc", VOCAB).is_err());
+    assert!(load_goldens(&dir, "t", &prompts, &stop, "abc", limits()).is_err());
     std::fs::rename(dir.join("p.snap.new"), dir.join("p.snap")).unwrap();
     assert_eq!(
-        load_goldens(&dir, "t", &prompts, &stop, "abc", VOCAB).unwrap()["p"].tokens,
+        load_goldens(&dir, "t", &prompts, &stop, "abc", limits()).unwrap()["p"].tokens,
         [7, 8, 9]
     );
 
@@ -65,14 +72,14 @@ fn unreviewed_changes_stay_pending_until_accepted() {
     assert!(dir.join("p.oracle.json.new").exists());
     // conformance still judges against the reviewed golden
     assert_eq!(
-        load_goldens(&dir, "t", &prompts, &stop, "abc", VOCAB).unwrap()["p"].tokens,
+        load_goldens(&dir, "t", &prompts, &stop, "abc", limits()).unwrap()["p"].tokens,
         [7, 8, 9]
     );
 
     // `cargo insta review` accepting = renaming .snap.new over .snap
     std::fs::rename(dir.join("p.snap.new"), dir.join("p.snap")).unwrap();
     assert_eq!(
-        load_goldens(&dir, "t", &prompts, &stop, "abc", VOCAB).unwrap()["p"].tokens,
+        load_goldens(&dir, "t", &prompts, &stop, "abc", limits()).unwrap()["p"].tokens,
         [7, 8, 10]
     );
     assert!(!dir.join("p.oracle.json.new").exists());
@@ -83,7 +90,7 @@ fn unreviewed_changes_stay_pending_until_accepted() {
         serde_json::to_string(&old).unwrap(),
     )
     .unwrap();
-    let e = load_goldens(&dir, "t", &prompts, &stop, "abc", VOCAB).unwrap_err();
+    let e = load_goldens(&dir, "t", &prompts, &stop, "abc", limits()).unwrap_err();
     assert!(e.to_string().contains("disagrees"), "{e}");
     // blessing again repairs that sidecar and says so (the snapshot itself is unchanged);
     // once repaired, a second bless changes nothing
@@ -92,7 +99,7 @@ fn unreviewed_changes_stay_pending_until_accepted() {
         SnapshotOutcome::Written
     );
     assert_eq!(
-        load_goldens(&dir, "t", &prompts, &stop, "abc", VOCAB).unwrap()["p"].tokens,
+        load_goldens(&dir, "t", &prompts, &stop, "abc", limits()).unwrap()["p"].tokens,
         [7, 8, 10]
     );
     assert_eq!(
@@ -109,14 +116,14 @@ fn unreviewed_changes_stay_pending_until_accepted() {
         serde_json::to_string(&stale).unwrap(),
     )
     .unwrap();
-    let e = load_goldens(&dir, "t", &prompts, &stop, "abc", VOCAB).unwrap_err();
+    let e = load_goldens(&dir, "t", &prompts, &stop, "abc", limits()).unwrap_err();
     assert!(e.to_string().contains("stale golden"), "{e}");
     assert_eq!(
         write_golden(&dir, &new, "abd").unwrap(),
         SnapshotOutcome::Written
     );
     assert_eq!(
-        load_goldens(&dir, "t", &prompts, &stop, "abc", VOCAB).unwrap()["p"].oracle_version,
+        load_goldens(&dir, "t", &prompts, &stop, "abc", limits()).unwrap()["p"].oracle_version,
         ORACLE_VERSION
     );
 
@@ -130,12 +137,12 @@ fn unreviewed_changes_stay_pending_until_accepted() {
         SnapshotOutcome::Pending
     );
     assert_eq!(
-        load_goldens(&dir, "t", &prompts, &stop, "abc", VOCAB).unwrap()["p"].top_k[1][1].1,
+        load_goldens(&dir, "t", &prompts, &stop, "abc", limits()).unwrap()["p"].top_k[1][1].1,
         1.25
     );
     std::fs::rename(dir.join("p.snap.new"), dir.join("p.snap")).unwrap();
     assert_eq!(
-        load_goldens(&dir, "t", &prompts, &stop, "abc", VOCAB).unwrap()["p"].top_k[1][1].1,
+        load_goldens(&dir, "t", &prompts, &stop, "abc", limits()).unwrap()["p"].top_k[1][1].1,
         1.0
     );
     assert!(!dir.join("p.oracle.json.new").exists());

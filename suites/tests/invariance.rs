@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use suites::conformance::{conformance, ModelSpec, Options};
-use suites::golden::{golden_dir, load_goldens, Golden};
+use suites::golden::{golden_dir, load_goldens, Golden, RowLimits};
 use suites::oracle::{Oracle, ScoreCache};
 use suites::reference_engine::{GemmaCodec, ReferenceEngine, ReferenceOracle};
 use suites::report::{ModelRef, Report};
@@ -96,7 +96,11 @@ fn setup(fx: &Path) -> Setup {
         &suite.prompts,
         &suite.settings.stop_ids,
         oracle.model_sha256(),
-        oracle.vocab_size(),
+        RowLimits::new(
+            oracle.vocab_size(),
+            &oracle.suppressed_ids(),
+            suite.settings.top_k,
+        ),
     )
     .unwrap();
     let codec = GemmaCodec::load(&model).unwrap();
