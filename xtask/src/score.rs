@@ -43,7 +43,7 @@ pub struct Args {
     /// Apply the chat template to `--text` as one user message (generation prompt added).
     #[arg(long, requires = "text", conflicts_with = "tokens")]
     pub chat: bool,
-    /// Candidates per position (at least 1).
+    /// Candidates per position (at least 1, at most the model's vocabulary).
     #[arg(long, default_value_t = 16, value_parser = crate::at_least_one)]
     pub topk: usize,
     /// Score with the f32 engine instead of the f64 oracle.
@@ -154,6 +154,20 @@ fn within_context(n: usize, context: usize, model: &std::path::Path) -> Result<(
     }
 }
 
+/// `--topk k` fits the vocabulary of `vocab` ids of `model`. Errors: the message (no row holds
+/// more than `vocab` entries, and the JSON's `top_k` would claim what the rows do not hold), in
+/// the wording of conformance's `[suite] top_k` check.
+fn within_vocab(k: usize, vocab: usize, model: &std::path::Path) -> Result<(), String> {
+    if k > vocab {
+        Err(format!(
+            "--topk {k} exceeds the vocabulary of {} ({vocab} ids): give at most {vocab}",
+            model.display()
+        ))
+    } else {
+        Ok(())
+    }
+}
+
 /// The stderr line for the positions of `positions` with non-finite logits, or `None` when
 /// every row is finite.
 fn nonfinite_summary(positions: &[Position]) -> Option<String> {
@@ -196,6 +210,7 @@ pub fn run(a: &Args) -> Result<i32> {
     let config =
         Config::from_gguf(&file).with_context(|| format!("config of {}", model.display()))?;
     within_context(ids.len(), config.n_ctx_train, &model).map_err(anyhow::Error::msg)?;
+    within_vocab(a.topk, config.n_vocab, &model).map_err(anyhow::Error::msg)?;
     drop(file);
     let load = crate::conformance::load_options(a.allow_nonfinite);
     let rows = if a.f32 {

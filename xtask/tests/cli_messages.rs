@@ -185,6 +185,48 @@ fn score_counts_one_token_in_the_singular() {
     }
 }
 
+/// `--topk` above the model's vocabulary (16384 ids, from the fixture's GGUF header read here)
+/// is refused, as conformance refuses such a `[suite] top_k` (it printed `"top_k": 300000` over
+/// rows of fewer entries, exit 0); the vocabulary itself is accepted.
+#[test]
+fn score_topk_above_the_vocabulary_is_refused() {
+    let Some(m) = fixture("models/dense-target.Q4_K_M.gguf") else {
+        return;
+    };
+    let file = reference::gguf::GgufFile::open(&m).unwrap();
+    let vocab = reference::config::Config::from_gguf(&file).unwrap().n_vocab;
+    assert_eq!(vocab, 16384);
+    let score = |k: &str| {
+        xtask(&[
+            "score",
+            "--model",
+            m.to_str().unwrap(),
+            "--tokens",
+            "2,818",
+            "--topk",
+            k,
+            "--json",
+        ])
+    };
+    let (code, stdout, stderr) = score("300000");
+    assert_eq!(
+        (code, stdout.as_str(), stderr),
+        (
+            Some(2),
+            "",
+            format!(
+                "error: --topk 300000 exceeds the vocabulary of {} (16384 ids): give at most \
+                 16384\n",
+                m.display()
+            )
+        )
+    );
+    let (code, stdout, stderr) = score("16384");
+    assert_eq!(code, Some(0), "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["top_k"], 16384);
+}
+
 /// `GEMMA4_FIXTURES=""` is unset (the default folder beside the workspace), as `.ci/run` reads
 /// it; it named the current folder (`models/…` relative to where xtask ran).
 #[test]
