@@ -179,6 +179,11 @@ pub enum BudgetError {
     },
 }
 
+/// The budgets file of a model's goldens folder, `goldens/<model>/budgets.toml` (beside the
+/// suite folders `goldens/<model>/<suite>/`, so no suite may have this name:
+/// [`crate::suite::RESERVED_SUITE_NAMES`]).
+pub const BUDGETS_FILE: &str = "budgets.toml";
+
 /// The engine names a `budgets.toml` table may have: what [`crate::Engine::name`] returns for
 /// every engine `cargo xtask conformance --engine` builds (`conformance::make_engine`): the
 /// reference engines, the CUDA engine and the HTTP engines (`http::HttpEngine`).

@@ -441,7 +441,13 @@ fn load_budgets(opts: &Options) -> Result<Vec<Budgets>, Fatal> {
         .iter()
         .map(|m| {
             let stem = golden::model_stem(&m.path);
-            Budgets::load(&opts.goldens_root.join(stem).join("budgets.toml")).map_err(fatal)
+            Budgets::load(
+                &opts
+                    .goldens_root
+                    .join(stem)
+                    .join(crate::budgets::BUDGETS_FILE),
+            )
+            .map_err(fatal)
         })
         .collect()
 }
@@ -1479,16 +1485,26 @@ mod tests {
         std::fs::write(&other, format!("[suite]\nname = \"smoke\"\n{prompt}")).unwrap();
         let unnamed = dir.join("smoke.toml");
         std::fs::write(&unnamed, prompt).unwrap();
-        for file in [&other, &unnamed] {
+        // the name from the key: rename the key; from the file name: say so, and what to do
+        // (it said "rename [suite] name" of a file without that key)
+        let by_key = format!(
+            "{}: the suite name \"smoke\" is taken by {} (goldens/<model>/smoke/ holds that \
+             file's goldens): rename [suite] name in {}",
+            other.display(),
+            owner.display(),
+            other.display()
+        );
+        let by_file_name = format!(
+            "{}: the suite name \"smoke\" (from the file name: it has no [suite] name) is taken \
+             by {} (goldens/<model>/smoke/ holds that file's goldens): set [suite] name in {} to \
+             another name, or rename the file",
+            unnamed.display(),
+            owner.display(),
+            unnamed.display()
+        );
+        for (file, want) in [(&other, by_key), (&unnamed, by_file_name)] {
             let mut o = smoke_options(&[]);
             o.suites = vec![file.clone()];
-            let want = format!(
-                "{}: the suite name \"smoke\" is taken by {} (goldens/<model>/smoke/ holds that \
-                 file's goldens): rename [suite] name in {}",
-                file.display(),
-                owner.display(),
-                file.display()
-            );
             assert_eq!(conformance(&o).unwrap_err().0, want);
             assert_eq!(bless(&o, false).unwrap_err().0, want);
             let e = crate::calibrate::calibrate_models(&o, 2.0, false).unwrap_err();

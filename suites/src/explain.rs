@@ -198,7 +198,12 @@ pub fn explain(o: &ExplainOptions) -> Result<String, Fatal> {
     let p = suite.prompt(&o.prompt).map_err(f)?.clone();
     let continuation = continuation_tokens(o.continuation, &p, &o.suite)?;
     let stem = golden::model_stem(&m.path);
-    let budgets = Budgets::load(&o.goldens_root.join(&stem).join("budgets.toml")).map_err(f)?;
+    let budgets = Budgets::load(
+        &o.goldens_root
+            .join(&stem)
+            .join(crate::budgets::BUDGETS_FILE),
+    )
+    .map_err(f)?;
     // the model file is opened once: its config and codec now, the oracle's model later
     let OpenedModel {
         file,

@@ -149,6 +149,10 @@ impl Default for SuiteSettings {
 pub struct Suite {
     /// Where it was read from.
     pub path: PathBuf,
+    /// Whether `settings.name` is the file's stem (the file has no `[suite] name` key): errors
+    /// about the name then say to rename the file or set the key.
+    #[serde(skip)]
+    pub name_from_file: bool,
     /// Settings.
     pub settings: SuiteSettings,
     /// Prompts in file order.
@@ -237,8 +241,14 @@ pub enum SuiteError {
     /// `<name>.toml`, what `--suite <name>` reads) that it is not: it would be judged against,
     /// or blessed into, that file's goldens (`goldens/<model>/<name>/`).
     #[error(
-        "{file}: the suite name {name:?} is taken by {owner} (goldens/<model>/{name}/ holds that \
-         file's goldens): rename [suite] name in {file}"
+        "{file}: the suite name {name:?}{} is taken by {owner} (goldens/<model>/{name}/ holds \
+         that file's goldens): {}",
+        if *from_file { " (from the file name: it has no [suite] name)" } else { "" },
+        if *from_file {
+            format!("set [suite] name in {} to another name, or rename the file", file.display())
+        } else {
+            format!("rename [suite] name in {}", file.display())
+        }
     )]
     NameTaken {
         /// The suite file given.
@@ -247,6 +257,8 @@ pub enum SuiteError {
         owner: PathBuf,
         /// The name.
         name: String,
+        /// The name is the file's stem ([`Suite::name_from_file`]), not a `[suite] name` key.
+        from_file: bool,
     },
     /// A prompt id asked for does not exist.
     #[error("{path}: no prompt with id {id:?}")]
@@ -280,6 +292,11 @@ struct RawSuite {
 
 /// The rule [`is_safe_name`] checks, as error messages state it.
 pub const SAFE_NAME_RULE: &str = "[A-Za-z0-9_.-], not starting with '.'";
+
+/// Names no suite may have: files of a model's goldens folder beside the suite folders
+/// (`goldens/<model>/<name>/`), compared ignoring ASCII case (one file on a case-insensitive
+/// file system).
+pub const RESERVED_SUITE_NAMES: [&str; 1] = [crate::budgets::BUDGETS_FILE];
 
 /// Whether `name` is safe as one file or folder name inside a folder of ours: non-empty, only
 /// `[A-Za-z0-9_.-]`, not starting with `.` (no path separator, no `..`, no hidden file). The rule
@@ -347,6 +364,7 @@ pub fn check_names_owned(suites_dir: &Path, loaded: &[Suite]) -> Result<(), Suit
                 file: s.path.clone(),
                 owner: std::fs::canonicalize(&owner).unwrap_or(owner),
                 name: s.settings.name.clone(),
+                from_file: s.name_from_file,
             });
         }
     }
@@ -416,7 +434,8 @@ impl Suite {
             message: crate::toml_error::line(&e, Some(text), table_key),
         })?;
         let mut settings = raw.suite;
-        if settings.name.is_empty() {
+        let name_from_file = settings.name.is_empty();
+        if name_from_file {
             settings.name = path
                 .file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
@@ -446,14 +465,35 @@ impl Suite {
                 ),
             });
         }
-        // The name is the goldens folder (goldens/<model>/<name>/): a path component only.
-        if !is_safe_name(&settings.name) {
+        // The name is the goldens folder (goldens/<model>/<name>/): a path component only, and
+        // not a file of that model folder.
+        let problem = if !is_safe_name(&settings.name) {
+            Some(format!(
+                "must be {SAFE_NAME_RULE}: it names the goldens folder"
+            ))
+        } else {
+            RESERVED_SUITE_NAMES
+                .iter()
+                .find(|r| r.eq_ignore_ascii_case(&settings.name))
+                .map(|r| {
+                    format!(
+                        "is reserved: goldens/<model>/{r} is a file, beside the suite folders \
+                         goldens/<model>/<suite>/"
+                    )
+                })
+        };
+        if let Some(why) = problem {
             return Err(SuiteError::Toml {
                 path: path.to_path_buf(),
-                message: format!(
-                    "[suite] name = {:?} (must be {SAFE_NAME_RULE}: it names the goldens folder)",
-                    settings.name
-                ),
+                message: if name_from_file {
+                    format!(
+                        "the suite name {:?} comes from the file name (the file has no [suite] \
+                         name) and {why}: rename the file, or set [suite] name",
+                        settings.name
+                    )
+                } else {
+                    format!("[suite] name = {:?} ({why})", settings.name)
+                },
             });
         }
         if let Some((i, id)) = settings
@@ -615,6 +655,7 @@ impl Suite {
         }
         Ok(Suite {
             path: path.to_path_buf(),
+            name_from_file,
             settings,
             prompts,
         })
@@ -740,6 +781,62 @@ mod tests {
              one, or leave the key out for the file's stem"
         );
         assert_eq!(parse(p).unwrap().settings.name, "t");
+    }
+
+    /// A suite named like a file of a model's goldens folder (`budgets.toml`, in any case) is
+    /// refused: its goldens folder goldens/<model>/budgets.toml/ collided with the budgets file.
+    /// By key or by file name, each message says where the name came from.
+    #[test]
+    fn reserved_suite_names_are_refused() {
+        let p = "[[prompt]]\nid = \"a\"\ntext = \"x\"\nmax_tokens = 1\n";
+        for name in ["budgets.toml", "Budgets.TOML"] {
+            let e = parse(&format!("[suite]\nname = \"{name}\"\n{p}")).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "suites/t.toml: bad suite TOML: [suite] name = \"{name}\" (is reserved: \
+                     goldens/<model>/budgets.toml is a file, beside the suite folders \
+                     goldens/<model>/<suite>/)"
+                )
+            );
+        }
+        // the stem of x/budgets.toml.toml is budgets.toml
+        let e = Suite::parse(p, Path::new("x/budgets.toml.toml")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "x/budgets.toml.toml: bad suite TOML: the suite name \"budgets.toml\" comes from the \
+             file name (the file has no [suite] name) and is reserved: goldens/<model>/budgets.toml \
+             is a file, beside the suite folders goldens/<model>/<suite>/: rename the file, or set \
+             [suite] name"
+        );
+        assert!(parse(&format!("[suite]\nname = \"budgets\"\n{p}")).is_ok());
+    }
+
+    /// A name taken from the file's stem is named as such, with what to do (it was reported as
+    /// `[suite] name = "my suite"`, a key the file does not have); a name from the key keeps the
+    /// key's wording.
+    #[test]
+    fn a_bad_name_from_the_file_name_says_so() {
+        let p = "[[prompt]]\nid = \"a\"\ntext = \"x\"\nmax_tokens = 1\n";
+        let e = Suite::parse(p, Path::new("s/my suite.toml")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "s/my suite.toml: bad suite TOML: the suite name \"my suite\" comes from the file \
+             name (the file has no [suite] name) and must be [A-Za-z0-9_.-], not starting with \
+             '.': it names the goldens folder: rename the file, or set [suite] name"
+        );
+        let e = parse(&format!("[suite]\nname = \"my suite\"\n{p}")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "suites/t.toml: bad suite TOML: [suite] name = \"my suite\" (must be \
+             [A-Za-z0-9_.-], not starting with '.': it names the goldens folder)"
+        );
+        assert!(parse(p).unwrap().name_from_file);
+        assert!(
+            !parse(&format!("[suite]\nname = \"t\"\n{p}"))
+                .unwrap()
+                .name_from_file
+        );
     }
 
     /// The file-name rule of suite names and run labels: letters, digits, `_ - .`, non-empty,
