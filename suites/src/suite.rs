@@ -170,6 +170,23 @@ pub enum SuiteError {
         /// Cause.
         source: std::io::Error,
     },
+    /// The file is not UTF-8 (TOML is): the place of the first invalid byte.
+    #[error(
+        "{path}: cannot read suite: not UTF-8 (TOML must be): line {line} column {column} (byte \
+         offset {offset}) holds the invalid byte 0x{byte:02X}"
+    )]
+    NotUtf8 {
+        /// Suite file.
+        path: PathBuf,
+        /// 1-based line of the first invalid byte.
+        line: usize,
+        /// 1-based column (characters) of the first invalid byte in its line.
+        column: usize,
+        /// 0-based byte offset of the first invalid byte in the file.
+        offset: usize,
+        /// That byte.
+        byte: u8,
+    },
     /// The TOML is malformed or a `[suite]` key has the wrong type.
     #[error("{path}: bad suite TOML: {message}")]
     Toml {
@@ -410,20 +427,43 @@ fn prompt_offset(text: &str, index: usize, keys: &[&str]) -> Option<usize> {
     at
 }
 
+/// [`SuiteError::NotUtf8`] for the file `path` of `bytes`, whose UTF-8 check failed with `e`:
+/// the line, column (characters of the valid text before it on its line) and offset of the
+/// first invalid byte.
+fn not_utf8(path: &Path, bytes: &[u8], e: &std::string::FromUtf8Error) -> SuiteError {
+    let offset = e.utf8_error().valid_up_to();
+    let before = &bytes[..offset];
+    let line_start = before
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    // the bytes before `offset` are valid UTF-8
+    let column = std::str::from_utf8(&before[line_start..]).map_or(0, |t| t.chars().count()) + 1;
+    SuiteError::NotUtf8 {
+        path: path.to_path_buf(),
+        line: before.iter().filter(|&&b| b == b'\n').count() + 1,
+        column,
+        offset,
+        byte: bytes[offset],
+    }
+}
+
 impl Suite {
     /// Reads and validates a suite file.
     ///
-    /// Errors: [`SuiteError`] naming the file (and prompt id): unreadable file, bad TOML,
+    /// Errors: [`SuiteError`] naming the file (and prompt id): unreadable file, a file that is
+    /// not UTF-8 (the place of the first invalid byte), bad TOML,
     /// missing/duplicate/unsafe id or two ids equal ignoring case, neither or both of
     /// `messages`/`text`, empty messages, an unknown role or key in a message, missing or zero
     /// `max_tokens`, a mistyped key (named), `modes = []` or a mode listed twice, a stop id
     /// listed twice.
     pub fn load(path: impl AsRef<Path>) -> Result<Suite, SuiteError> {
         let path = path.as_ref().to_path_buf();
-        let text = std::fs::read_to_string(&path).map_err(|source| SuiteError::Io {
+        let bytes = std::fs::read(&path).map_err(|source| SuiteError::Io {
             path: path.clone(),
             source,
         })?;
+        let text = String::from_utf8(bytes).map_err(|e| not_utf8(&path, e.as_bytes(), &e))?;
         Suite::parse(&text, &path)
     }
 
@@ -837,6 +877,32 @@ mod tests {
                 .unwrap()
                 .name_from_file
         );
+    }
+
+    /// A suite file that is not UTF-8 is refused with the line, column (characters) and byte
+    /// offset of the first invalid byte (it said only "stream did not contain valid UTF-8").
+    #[test]
+    fn a_non_utf8_suite_names_the_first_invalid_byte() {
+        let dir = std::env::temp_dir().join(format!("suite-utf8-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("s.toml");
+        // line 2 is `name = "é` (9 characters, 10 bytes) then 0xFF: column 10, offset 8 + 10
+        std::fs::write(&f, b"[suite]\nname = \"\xC3\xA9\xFF\"\n").unwrap();
+        assert_eq!(
+            Suite::load(&f).unwrap_err().to_string(),
+            format!(
+                "{}: cannot read suite: not UTF-8 (TOML must be): line 2 column 10 (byte offset \
+                 18) holds the invalid byte 0xFF",
+                f.display()
+            )
+        );
+        // on the first line, at its first byte
+        std::fs::write(&f, b"\xE9").unwrap();
+        assert!(Suite::load(&f)
+            .unwrap_err()
+            .to_string()
+            .ends_with("line 1 column 1 (byte offset 0) holds the invalid byte 0xE9"),);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// The file-name rule of suite names and run labels: letters, digits, `_ - .`, non-empty,
