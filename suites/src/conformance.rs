@@ -496,16 +496,56 @@ pub fn check_out_dir(dir: &Path) -> Result<(), Fatal> {
     std::fs::remove_file(&probe).map_err(cannot)
 }
 
+/// The lock file of an output folder ([`lock_out_dir`]).
+pub const OUT_LOCK_FILE: &str = ".conformance.lock";
+
+/// Takes the output folder `dir` (made and probed by [`check_out_dir`]) for one run: an
+/// exclusive OS file lock (`flock` on Unix, `LockFileEx` on Windows) on `dir/.conformance.lock`,
+/// held while the returned file is open. Two runs writing one folder mixed their outputs (the
+/// report the last writer's, the other's plots removed by it as stale). The lock goes with the
+/// process, so a run that crashed or was killed leaves a lock file that blocks nobody.
+///
+/// Errors: [`Fatal`] when another process holds the lock (naming the folder and the lock file)
+/// or the lock file cannot be opened or locked.
+pub fn lock_out_dir(dir: &Path) -> Result<std::fs::File, Fatal> {
+    let path = dir.join(OUT_LOCK_FILE);
+    let cannot = |e: std::io::Error| {
+        Fatal(format!(
+            "output folder {}: cannot lock {}: {e}",
+            dir.display(),
+            path.display()
+        ))
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(cannot)?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Fatal(format!(
+            "output folder {}: another conformance run is writing there (it holds the lock on \
+             {}): wait for it to end, or give this run another --out or --label",
+            dir.display(),
+            path.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => Err(cannot(e)),
+    }
+}
+
 /// Runs the conformance suite(s) on every model and writes `report.json`, `report.md` and the
-/// plots under `opts.out_dir`. Returns the report (its `summary.exit_code` is 0 or 1).
+/// plots under `opts.out_dir`, holding the folder's lock ([`lock_out_dir`]) from the start. Returns the report (its `summary.exit_code` is 0 or 1).
 ///
 /// Checked before anything is read, in this order: the engine spec ([`check_engine`]: a bad
-/// HTTP spec is reported before a missing model file), the output folder ([`check_out_dir`]),
-/// the suites, prompt ids, floor keys, budgets, then the models. (The cache folder is not
+/// HTTP spec is reported before a missing model file), the output folder ([`check_out_dir`],
+/// then its lock: another run writing there is an error), the suites, prompt ids, floor keys, budgets, then the models. (The cache folder is not
 /// checked: a failed cache write is a warning, [`crate::oracle::write_cache_entry`].)
 pub fn conformance(opts: &Options) -> Result<Report, Fatal> {
     check_engine(&opts.engine)?;
     check_out_dir(&opts.out_dir)?;
+    // held until the report and plots are written (dropped when this function returns)
+    let _lock = lock_out_dir(&opts.out_dir)?;
     let suites = load_suites(opts)?;
     check_prompt_ids(opts, &suites)?;
     check_floor_keys(opts, &suites)?;
@@ -862,6 +902,35 @@ pub fn bless(opts: &Options, force: bool) -> Result<BlessSummary, Fatal> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A second run into an output folder whose lock another run holds stops before reading
+    /// anything, naming the folder and the lock file (both runs wrote the folder, the last
+    /// writer's report winning); once the holder is gone — its file closed, as when a process
+    /// ends or crashes — the lock file left behind blocks nobody.
+    #[test]
+    fn an_output_folder_is_written_by_one_run_at_a_time() {
+        let dir = std::env::temp_dir().join(format!("gemma4-out-lock-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        check_out_dir(&dir).unwrap();
+        let held = lock_out_dir(&dir).unwrap();
+        let lock = dir.join(".conformance.lock");
+        let want = format!(
+            "output folder {}: another conformance run is writing there (it holds the lock on \
+             {}): wait for it to end, or give this run another --out or --label",
+            dir.display(),
+            lock.display()
+        );
+        assert_eq!(lock_out_dir(&dir).unwrap_err().0, want);
+        let mut o = smoke_options(&[]);
+        o.out_dir = dir.clone();
+        assert_eq!(conformance(&o).unwrap_err().0, want);
+        assert!(!dir.join("report.json").exists());
+        drop(held);
+        assert!(lock.is_file(), "the lock file stays");
+        let again = lock_out_dir(&dir).unwrap();
+        drop(again);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// The output folder is made (nested) and written to, leaving nothing behind; a file, or
     /// a folder below a file, is refused naming the folder (and `a file, not a folder`).
