@@ -76,7 +76,11 @@ fn file(role: &'static str, path: &Path, why: impl Into<String>) -> ArgError {
 }
 
 /// Opens the GGUF at `path` (all shards of a split model) after checking that it is a
-/// readable file. Errors: [`ArgError::File`] (no such file, a folder, unreadable, not GGUF).
+/// readable regular file (or a link to one). The file type is checked from the metadata before
+/// anything is opened: opening a FIFO waits for a writer, forever (`reference::gguf`'s
+/// [`special_file_check`](reference::gguf::special_file_check) names what it is instead).
+/// Errors: [`ArgError::File`] (no such file, a folder, a FIFO, socket or device, unreadable,
+/// not GGUF).
 fn open_gguf(role: &'static str, path: &Path) -> Result<GgufFile, ArgError> {
     match std::fs::metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -84,6 +88,12 @@ fn open_gguf(role: &'static str, path: &Path) -> Result<GgufFile, ArgError> {
         }
         Err(e) => return Err(file(role, path, format!("cannot be read: {e}"))),
         Ok(m) if m.is_dir() => return Err(file(role, path, "is a folder, not a GGUF file")),
+        Ok(m) if !m.is_file() => {
+            let why = reference::gguf::special_file_check(path)
+                .err()
+                .map_or_else(|| "is not a regular file".to_string(), |e| e.to_string());
+            return Err(file(role, path, why));
+        }
         Ok(_) => {}
     }
     if let Err(e) = std::fs::File::open(path) {
@@ -803,6 +813,46 @@ mod tests {
                 junk.display()
             )),
             "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A FIFO given as a model or drafter is refused naming what it is, without opening it (an
+    /// open waited for a writer forever); so is a device.
+    #[cfg(unix)]
+    #[test]
+    fn a_fifo_is_refused_without_opening_it() {
+        let dir = std::env::temp_dir().join(format!("runtime-args-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("f.gguf");
+        let _ = std::fs::remove_file(&fifo);
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .is_ok_and(|s| s.success());
+        if made {
+            let e = model_check(std::slice::from_ref(&fifo), 16).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("model {}: is a FIFO, not a regular file", fifo.display())
+            );
+            let e = spec_check(&[format!("{}=x", fifo.display())], &opts()).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("target {}: is a FIFO, not a regular file", fifo.display())
+            );
+            let e = open_gguf("drafter", &fifo).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("drafter {}: is a FIFO, not a regular file", fifo.display())
+            );
+        } else {
+            println!("skipped the FIFO case: mkfifo unavailable");
+        }
+        let e = model_check(&[PathBuf::from("/dev/null")], 16).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "model /dev/null: is a device, not a regular file"
         );
         let _ = std::fs::remove_dir_all(&dir);
     }
