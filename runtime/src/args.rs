@@ -151,8 +151,8 @@ pub fn checked_load() -> LoadOptions {
     LoadOptions::default().with_allow_nonfinite(true)
 }
 
-/// Opens the target model at `path`, reads its Gemma-4 configuration and tokenizer and encodes
-/// [`PROMPTS`]. Errors: [`ArgError::File`] naming the file and the failing step.
+/// Opens the target model at `path`, reads its Gemma-4 configuration and tokenizer, encodes
+/// [`PROMPTS`] and checks its tensors' types ([`check_types`]). Errors: [`ArgError::File`] naming the file and the failing step.
 fn read_target(role: &'static str, path: &Path) -> Result<TargetFile, ArgError> {
     let f = open_gguf(role, path)?;
     let config =
@@ -164,6 +164,7 @@ fn read_target(role: &'static str, path: &Path) -> Result<TargetFile, ArgError> 
         .map(|t| tokenizer.encode(t, true))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| file(role, path, format!("tokenizer: {e}")))?;
+    check_types(role, path, &f)?;
     Ok(TargetFile {
         path: path.to_path_buf(),
         file: f,
@@ -176,6 +177,14 @@ fn read_target(role: &'static str, path: &Path) -> Result<TargetFile, ArgError> 
 /// The longest of `prompts` in tokens (BOS included).
 fn longest(prompts: &[Vec<u32>]) -> usize {
     prompts.iter().map(Vec::len).max().unwrap_or(0)
+}
+
+/// Checks that every tensor of `f` (the file at `path`, used as `role`) has a type the GPU
+/// loader takes as it reads it: the loader's own rule, [`crate::loader::check_types`] (a matrix
+/// needs a GPU kernel for its type, a vector a type the host decodes).
+/// Errors: [`ArgError::File`] naming the file, the tensor and its type.
+fn check_types(role: &'static str, path: &Path, f: &GgufFile) -> Result<(), ArgError> {
+    crate::loader::check_types(f).map_err(|e| file(role, path, e.to_string()))
 }
 
 /// Checks every weight of `f` (the file at `path`, used as `role`) for NaN/±Inf, as the
@@ -198,7 +207,7 @@ fn usable_ctx(ctx: usize, config: &Config) -> usize {
 }
 
 /// `runtime model-check MODELS… --gen N`: every model a readable GGUF with a Gemma-4 config and
-/// tokenizer, each built-in prompt plus `gen` oracle tokens within the check's context
+/// tokenizer and every tensor of a type the GPU loader takes ([`check_types`]), each built-in prompt plus `gen` oracle tokens within the check's context
 /// ([`crate::modelcheck::CHECK_CTX`] and the model's trained context), and, once all that holds
 /// for every model, every weight finite. Returns the models in order, each opened once
 /// ([`TargetFile`]), for [`crate::modelcheck::check_model`].
@@ -273,7 +282,7 @@ pub fn split_pair(pair: &str) -> Result<(PathBuf, Option<PathBuf>), ArgError> {
 /// `runtime spec-check PAIRS… [options]`: the numeric options in range (`--ks` each in
 /// `1 ..= MAX_DRAFT`, `--prompts` 1..=3, `--max-tokens` ≥ 1, `--drafter-steps` ≤ `MAX_DRAFT`,
 /// `--drafter-tol` finite and > 0, `--batch` ≤ 16), every target and drafter a readable GGUF
-/// with its configuration, each drafter paired with its target ([`crate::draft::check_pairing`])
+/// with its configuration and tensors of types the GPU loader takes ([`check_types`]), each drafter paired with its target ([`crate::draft::check_pairing`])
 /// and every run within the check's context ([`crate::speccheck::CHECK_CTX`]): the longest
 /// prompt + `--max-tokens` (or `--rollback-tokens`) + the largest K + 1. A target alone needs
 /// `--rollback-tokens` > 0 (it runs nothing else). Once all that holds for every pair, every
@@ -384,6 +393,7 @@ pub fn spec_check(pairs: &[String], opts: &SpecCheckOptions) -> Result<Vec<SpecP
                 let f = open_gguf("drafter", &d)?;
                 let a = AssistantConfig::from_gguf(&f)
                     .map_err(|e| file("drafter", &d, format!("assistant config: {e}")))?;
+                check_types("drafter", &d, &f)?;
                 crate::draft::check_pairing(&a, &t.config).map_err(|e| ArgError::Pairing {
                     target: target.clone(),
                     draft: d.clone(),
@@ -596,6 +606,72 @@ mod tests {
         ));
         std::fs::write(&bad, b).unwrap();
         (bad, t.name)
+    }
+
+    /// A copy of `src` in `dir` named `name` with tensor `tensor`'s ggml type id (in its tensor
+    /// info: length-prefixed name, `n_dims`, dims, type) changed from `from` to `to`.
+    fn retyped_copy(
+        src: &Path,
+        dir: &Path,
+        name: &str,
+        tensor: &str,
+        from: u32,
+        to: u32,
+    ) -> PathBuf {
+        let mut b = std::fs::read(src).unwrap();
+        let mut key = (tensor.len() as u64).to_le_bytes().to_vec();
+        key.extend_from_slice(tensor.as_bytes());
+        let at = b
+            .windows(key.len())
+            .position(|w| w == key)
+            .expect("the tensor's info")
+            + key.len();
+        let n_dims = u32::from_le_bytes(b[at..at + 4].try_into().unwrap()) as usize;
+        let ty = at + 4 + 8 * n_dims;
+        assert_eq!(b[ty..ty + 4], from.to_le_bytes(), "{tensor}'s type id");
+        b[ty..ty + 4].copy_from_slice(&to.to_le_bytes());
+        let out = dir.join(name);
+        std::fs::write(&out, b).unwrap();
+        out
+    }
+
+    /// A tensor of a type the GPU loader cannot take is refused before CUDA, naming the file, the
+    /// tensor and the type: a matrix (`blk.0.proj.weight` of the e2b Q4_0 target, F16 → I16, the
+    /// same bytes) has no GPU kernel; a norm (F32 → I32) does not decode on the host. The
+    /// unpatched file passes.
+    #[test]
+    fn a_tensor_type_without_a_gpu_path_is_refused() {
+        let Some(m) = fixture("e2b-target.Q4_0") else {
+            return;
+        };
+        let dir = std::env::temp_dir().join(format!("runtime-args-type-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // ggml type ids: F32 0, F16 1, I16 25, I32 26
+        let mat = retyped_copy(&m, &dir, "i16.gguf", "blk.0.proj.weight", 1, 25);
+        let e = model_check(std::slice::from_ref(&mat), 16).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "model {}: no GPU kernel for tensor type I16 (in blk.0.proj.weight)",
+                mat.display()
+            )
+        );
+        let norm = retyped_copy(&m, &dir, "i32.gguf", "blk.0.attn_norm.weight", 0, 26);
+        let e = model_check(std::slice::from_ref(&norm), 16).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "model {}: tensor blk.0.attn_norm.weight: unsupported tensor type I32 (ggml type \
+                 id 26)",
+                norm.display()
+            )
+        );
+        let e = spec_check(&[mat.display().to_string()], &opts()).unwrap_err();
+        assert!(e
+            .to_string()
+            .starts_with(&format!("target {}: no GPU kernel", mat.display())));
+        model_check(std::slice::from_ref(&m), 16).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// What [`model_check`] returns is the model it checked, opened once: the file at the path

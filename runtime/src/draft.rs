@@ -698,13 +698,17 @@ impl DeviceAssistant {
     }
 }
 
+/// The names under which a drafter's token ordering (§3.1, integers, read by
+/// `reference::spec::assistant::read_token_ordering`) may be stored, in the order looked up.
+pub const TOKEN_ORDERING_NAMES: [&str; 2] = ["masked_embd_ordering.weight", "masked_embd_ordering"];
+
 /// Loads `masked_embd_centroids.weight` and the ordering when both are present (§1.2, §3.4).
 fn load_centroid(
     ld: &mut Loader<'_>,
     cfg: &AssistantConfig,
 ) -> Result<Option<CentroidHead>, RuntimeError> {
     let file = ld.file;
-    let ord_name = ["masked_embd_ordering.weight", "masked_embd_ordering"]
+    let ord_name = TOKEN_ORDERING_NAMES
         .into_iter()
         .find(|n| file.tensor(n).is_ok());
     let (true, Some(ord_name)) = (

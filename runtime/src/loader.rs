@@ -205,6 +205,31 @@ pub fn check_weights(file: &GgufFile, opts: LoadOptions) -> Result<(), RuntimeEr
     Ok(opts.check(file)?)
 }
 
+/// Checks, on the CPU and before anything is uploaded, that every tensor of `file` has a type
+/// the loaders can take as they read it: a tensor of two or more dimensions is a matrix uploaded
+/// as stored ([`Loader::mat`]), which needs a GPU kernel for its type ([`format_suffix`], the
+/// loader's own check); a vector (one dimension: norms, scales) is decoded on the host
+/// ([`tensor_f32`], decoded here too: they are small); the drafter's token ordering
+/// ([`crate::draft::TOKEN_ORDERING_NAMES`], integers) is read by its own reader and skipped. A
+/// tensor the loaders do not read is held to the same rule. `runtime::args` runs this before the
+/// GPU is probed, so such a file is refused on any machine instead of when it is uploaded.
+///
+/// Errors: [`RuntimeError::UnsupportedType`] naming the matrix and its type,
+/// [`RuntimeError::Quant`] naming the vector and why it does not decode.
+pub fn check_types(file: &GgufFile) -> Result<(), RuntimeError> {
+    for t in file.tensors() {
+        if crate::draft::TOKEN_ORDERING_NAMES.contains(&t.name.as_str()) {
+            continue;
+        }
+        if t.dims.len() >= 2 {
+            format_suffix(t.ggml_type, &t.name)?;
+        } else {
+            tensor_f32(file, &t.name)?;
+        }
+    }
+    Ok(())
+}
+
 /// Uploads tensors of one GGUF file, counting bytes (also used by the drafter loader).
 pub(crate) struct Loader<'a> {
     pub(crate) gpu: &'a Gpu,
