@@ -521,19 +521,81 @@ pub fn bench_drafter(
     Ok(d)
 }
 
-/// Creates the output folder `dir` of a verb (`source`: where it was given, `--out` or `$OUT`),
-/// before CUDA is probed: a folder that cannot be created is reported at once, not after the
-/// run, whose results it would lose.
+/// Creates the output folder `dir` of a verb (`source`: where it was given, `--out` or `$OUT`)
+/// and writes and removes a probe file in it, before CUDA is probed: a folder that cannot be
+/// created or written (a path that is a file, a read-only folder) is reported at once, not after
+/// the run, whose results it would lose. The probe tests what the run will do, whatever the
+/// permission bits say (root writes into a folder without `w`; a read-only mount refuses root).
 ///
-/// Errors: [`ArgError::Option`] naming `source`, the folder and the I/O error.
+/// Errors: [`ArgError::Option`] naming `source`, the folder and the cause (`is a file, not a
+/// folder`, or the I/O error).
 pub fn out_dir(source: &'static str, dir: &Path) -> Result<(), ArgError> {
+    if let Ok(m) = std::fs::metadata(dir) {
+        if !m.is_dir() {
+            let what = if m.is_file() {
+                "a file"
+            } else {
+                "not a regular file"
+            };
+            return Err(option(
+                source,
+                dir.display(),
+                format!("is {what}, not a folder (the output folder)"),
+            ));
+        }
+    }
     std::fs::create_dir_all(dir).map_err(|e| {
         option(
             source,
             dir.display(),
             format!("cannot create the output folder: {e}"),
         )
-    })
+    })?;
+    let probe = dir.join(format!(".write-probe-{}", std::process::id()));
+    std::fs::write(&probe, b"probe")
+        .and_then(|()| std::fs::remove_file(&probe))
+        .map_err(|e| {
+            option(
+                source,
+                dir.display(),
+                format!("cannot write in the output folder: {e}"),
+            )
+        })
+}
+
+/// The output file `file` of a verb (`source`: where it was given), before CUDA is probed: not a
+/// folder or another non-regular file (a FIFO would block the write), an existing file opened
+/// for appending (nothing is changed), and its folder created and probed as [`out_dir`] does.
+///
+/// Errors: [`ArgError::Option`] naming `source`, the path and the cause.
+pub fn out_file(source: &'static str, file: &Path) -> Result<(), ArgError> {
+    match std::fs::metadata(file) {
+        Ok(m) if m.is_dir() => {
+            return Err(option(
+                source,
+                file.display(),
+                "is a folder, not a file (the output file)",
+            ))
+        }
+        Ok(m) if !m.is_file() => {
+            return Err(option(
+                source,
+                file.display(),
+                "is not a regular file (the output file)",
+            ))
+        }
+        Ok(_) => {
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(file)
+                .map_err(|e| option(source, file.display(), format!("cannot be written: {e}")))?;
+        }
+        Err(_) => {}
+    }
+    match file.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(d) => out_dir(source, d),
+        None => out_dir(source, Path::new(".")),
+    }
 }
 
 /// `runtime mv-bench`: `--iters` ≥ 1 and `--case` naming at least one case
@@ -976,6 +1038,57 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("--gen 600: must be at most "), "{e}");
+    }
+
+    /// An output folder that is a file, or where nothing can be written (`/proc/self`, whatever
+    /// the user: root writes into read-only-mode folders), is refused naming the option; so is
+    /// an output file that is a folder. A new folder is created and left empty (the probe
+    /// removed); an existing output file is left as it was.
+    #[test]
+    fn unwritable_outputs_are_refused() {
+        let dir = std::env::temp_dir().join(format!("runtime-args-out-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let sub = dir.join("a/b");
+        out_dir("--out", &sub).unwrap();
+        assert_eq!(std::fs::read_dir(&sub).unwrap().count(), 0);
+        let f = dir.join("file");
+        std::fs::write(&f, b"kept").unwrap();
+        assert_eq!(
+            out_dir("--out", &f).unwrap_err().to_string(),
+            format!(
+                "--out {}: is a file, not a folder (the output folder)",
+                f.display()
+            )
+        );
+        let e = out_dir("$OUT", Path::new("/proc/self"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("$OUT /proc/self: cannot write in the output folder: "),
+            "{e}"
+        );
+        assert_eq!(
+            out_file("--out", &sub).unwrap_err().to_string(),
+            format!(
+                "--out {}: is a folder, not a file (the output file)",
+                sub.display()
+            )
+        );
+        out_file("--out", &f).unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), b"kept");
+        out_file("--out", &dir.join("c/mv.json")).unwrap();
+        assert!(dir.join("c").is_dir());
+        let e = out_file("--out", &f.join("mv.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(&format!(
+                "--out {}: is a file, not a folder (the output folder)",
+                f.display()
+            )),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

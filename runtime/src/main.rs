@@ -5,7 +5,7 @@
 //! `spec-check` (see `runtime --help`). Exit status of every verb: 0 done (all checks passed),
 //! 1 a check or run failed, 2 bad arguments, no usable GPU or a result file that could not be
 //! written (one `error: …` line). Arguments — options, model files, their configs and weights,
-//! a drafter's pairing, the output folder (created then) — are checked first
+//! a drafter's pairing, the output folder (created and written to then) — are checked first
 //! (`runtime::args`), so a typo is reported on any machine, not only where CUDA works.
 //! (`skipped: …` is what a *test* prints when it cannot run here and passes; this binary never
 //! skips: without a GPU it cannot do what it was asked.)
@@ -134,7 +134,7 @@ fn refuse(e: impl std::fmt::Display) -> ExitCode {
 }
 
 /// A verb's output folder: `--out`, else `$OUT` (an empty value counts as unset), else
-/// `default`, created now (before CUDA is probed and a long run starts,
+/// `default`, created and probed for writing now (before CUDA is probed and a long run starts,
 /// `runtime::args::out_dir`); `Err(exit status 2)` with the `error: …` line printed when it
 /// cannot be.
 fn out_folder(out: Option<PathBuf>, default: &str) -> Result<PathBuf, ExitCode> {
@@ -232,9 +232,8 @@ fn main() -> ExitCode {
             }
             let path = match out {
                 Some(file) => {
-                    // a file: its folder is created now
-                    let dir = file.parent().filter(|d| !d.as_os_str().is_empty());
-                    if let Some(Err(e)) = dir.map(|d| runtime::args::out_dir("--out", d)) {
+                    // a file: not a folder, its folder created and written now
+                    if let Err(e) = runtime::args::out_file("--out", &file) {
                         return refuse(e);
                     }
                     file
