@@ -38,6 +38,53 @@ fn override_or(file: &str, embedded: &str) -> String {
         .unwrap_or_else(|| embedded.to_string())
 }
 
+/// `Some(why)` when `$GEMMA4_KERNEL_SRC` is set but is not a folder [`override_or`] can read:
+/// empty, missing, not a folder, or holding one of the source files (`common.cuh`, `quant.cuh`,
+/// a [`Family::file`]) as something other than a readable UTF-8 regular file — [`override_or`]
+/// would silently compile the embedded file instead (or, for a FIFO, wait forever), and an A/B
+/// timing compare the built-in kernels with themselves. A source file absent from the folder is
+/// fine: the embedded one is used (a variant folder holds only the files it changes). The
+/// runtime refuses to open a GPU when this says something, as for [`tc_digits_env_problem`].
+pub fn source_dir_problem() -> Option<String> {
+    let dir = std::env::var_os(SOURCE_DIR_ENV)?;
+    source_dir_check(std::path::Path::new(&dir)).err()
+}
+
+/// [`source_dir_problem`] for the folder `dir` (the variable's value).
+fn source_dir_check(dir: &std::path::Path) -> Result<(), String> {
+    let bad = |why: String| {
+        Err(format!(
+            "{SOURCE_DIR_ENV}={:?}: {why}",
+            dir.display().to_string()
+        ))
+    };
+    if dir.as_os_str().is_empty() {
+        return bad("is empty (unset it for the built-in kernel sources, or name a folder)".into());
+    }
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return bad("is not a folder".into()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return bad("no such folder".into()),
+        Err(e) => return bad(format!("cannot be read: {e}")),
+    }
+    let files = ["common.cuh", "quant.cuh"]
+        .into_iter()
+        .chain(Family::ALL.iter().map(|f| f.file()));
+    for file in files {
+        let path = dir.join(file);
+        match std::fs::metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return bad(format!("{file}: cannot be read: {e}")),
+            Ok(m) if !m.is_file() => return bad(format!("{file}: is not a regular file")),
+            Ok(_) => {}
+        }
+        if let Err(e) = std::fs::read_to_string(&path) {
+            return bad(format!("{file}: cannot be read as UTF-8 text: {e}"));
+        }
+    }
+    Ok(())
+}
+
 /// The format suffixes used in kernel names (`dequant_<fmt>`, `matvec_<fmt>_<nc>`), in the
 /// order of the X-macro `FOR_EACH_FORMAT` in `quant.cuh`; each is the lower-case ggml type
 /// name (`spec/gguf-gemma4.md` §3.1).
@@ -1424,6 +1471,59 @@ mod tests {
         }
         let e = d(Err(VarError::NotUnicode("\u{fffd}".into()))).unwrap_err();
         assert!(e.starts_with("GEMMA4_TC_DIGITS: "), "{e}");
+    }
+
+    /// `GEMMA4_KERNEL_SRC`'s folder: empty, missing and a file are refused naming the value; a
+    /// folder holding one of the sources as a folder or as bytes that are not UTF-8 is refused
+    /// naming that file (they fell back to the embedded source without a word); a folder
+    /// holding some of the sources, or none, passes.
+    #[test]
+    fn the_kernel_source_folder_is_checked() {
+        use super::source_dir_check as c;
+        let d = std::env::temp_dir().join(format!("kernels-src-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let q = |p: &std::path::Path| format!("{:?}", p.display().to_string());
+        assert_eq!(
+            c(std::path::Path::new("")),
+            Err(
+                "GEMMA4_KERNEL_SRC=\"\": is empty (unset it for the built-in kernel sources, or \
+                 name a folder)"
+                    .into()
+            )
+        );
+        let missing = d.join("nope");
+        assert_eq!(
+            c(&missing),
+            Err(format!("GEMMA4_KERNEL_SRC={}: no such folder", q(&missing)))
+        );
+        assert_eq!(c(&d), Ok(()));
+        std::fs::write(d.join("norm.cu"), "// a variant\n").unwrap();
+        assert_eq!(c(&d), Ok(()));
+        let file = d.join("norm.cu");
+        assert_eq!(
+            c(&file),
+            Err(format!("GEMMA4_KERNEL_SRC={}: is not a folder", q(&file)))
+        );
+        std::fs::create_dir(d.join("quant.cuh")).unwrap();
+        assert_eq!(
+            c(&d),
+            Err(format!(
+                "GEMMA4_KERNEL_SRC={}: quant.cuh: is not a regular file",
+                q(&d)
+            ))
+        );
+        std::fs::remove_dir(d.join("quant.cuh")).unwrap();
+        std::fs::write(d.join("matvec.cu"), [0xffu8, 0xfe]).unwrap();
+        let e = c(&d).unwrap_err();
+        assert!(
+            e.starts_with(&format!(
+                "GEMMA4_KERNEL_SRC={}: matvec.cu: cannot be read as UTF-8 text: ",
+                q(&d)
+            )),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

@@ -88,11 +88,13 @@ impl Gpu {
     /// the device facts. Kernels are compiled lazily on first use (or by
     /// [`ModuleCache::load_all`]).
     ///
-    /// Errors: [`RuntimeError::Setting`] for a `GEMMA4_TC_DIGITS` other than 2 or 3 (checked
-    /// first, on any machine), [`RuntimeError::Unavailable`] (no driver / NVRTC / device,
+    /// Errors: [`RuntimeError::Setting`] for a runtime setting in the environment that is
+    /// refused (`GEMMA4_TC_DIGITS` other than 2 or 3, a `GEMMA4_PDL` typo, a missing
+    /// `GEMMA4_KERNEL_SRC` folder…: [`crate::forward::settings_problem`]; checked first, on any
+    /// machine), [`RuntimeError::Unavailable`] (no driver / NVRTC / device,
     /// including a cudarc panic caught here), [`RuntimeError::Driver`] for a failing driver query.
     pub fn new(ordinal: usize) -> Result<Gpu, RuntimeError> {
-        if let Some(why) = kernels::tc_digits_env_problem() {
+        if let Some(why) = crate::forward::settings_problem() {
             return Err(RuntimeError::Setting(why));
         }
         kernels::cuda_driver_available().map_err(RuntimeError::Unavailable)?;

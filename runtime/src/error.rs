@@ -9,8 +9,8 @@ pub enum RuntimeError {
     #[error("CUDA unavailable: {0}")]
     Unavailable(String),
     /// A runtime setting from the environment is not one the runtime knows (e.g.
-    /// `GEMMA4_TC_DIGITS`, [`kernels::tc_digits_env_problem`]); the text names it and the
-    /// accepted values.
+    /// `GEMMA4_TC_DIGITS`, `GEMMA4_PDL`, `GEMMA4_KERNEL_SRC`:
+    /// [`crate::forward::settings_problem`]); the text names it and the accepted values.
     #[error("bad setting: {0}")]
     Setting(String),
     /// A CUDA driver call failed.

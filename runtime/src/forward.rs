@@ -778,14 +778,85 @@ pub enum PdlPolicy {
     Matvec,
 }
 
-/// The process's [`PdlPolicy`] from `GEMMA4_PDL`.
+/// `GEMMA4_PDL` ([`pdl_policy`]): `off` (or `0`), `mv`, `all`; unset: `all`.
+pub const PDL_ENV: EnvSwitch<PdlPolicy> = EnvSwitch {
+    var: "GEMMA4_PDL",
+    values: &[
+        ("off", PdlPolicy::Off),
+        ("0", PdlPolicy::Off),
+        ("mv", PdlPolicy::Matvec),
+        ("all", PdlPolicy::All),
+    ],
+    accepted: "off (or 0), mv or all (unset: all)",
+};
+
+/// The process's [`PdlPolicy`] from `GEMMA4_PDL` ([`PDL_ENV`]; read once).
 pub fn pdl_policy() -> PdlPolicy {
     static P: std::sync::OnceLock<PdlPolicy> = std::sync::OnceLock::new();
-    *P.get_or_init(|| match std::env::var("GEMMA4_PDL").as_deref() {
-        Ok("off") | Ok("0") => PdlPolicy::Off,
-        Ok("mv") => PdlPolicy::Matvec,
-        _ => PdlPolicy::All,
-    })
+    *P.get_or_init(|| PDL_ENV.get().unwrap_or(PdlPolicy::All))
+}
+
+/// A runtime switch read from the environment (for A/B timing): the variable, the values it
+/// takes and what each selects, and the accepted values in words for the message that refuses
+/// any other. [`settings_problem`] checks every switch before a GPU is opened, so the readers
+/// ([`pdl_policy`], [`tc_third`], …) see only listed values or none.
+#[derive(Debug, Clone, Copy)]
+pub struct EnvSwitch<T: 'static> {
+    /// The variable, e.g. `GEMMA4_PDL`.
+    pub var: &'static str,
+    /// Each accepted value (exact text) and what it selects.
+    pub values: &'static [(&'static str, T)],
+    /// The accepted values in words (the message's tail).
+    pub accepted: &'static str,
+}
+
+impl<T: Copy> EnvSwitch<T> {
+    /// What a lookup of the variable selects: `Ok(None)` when unset, `Ok(Some(v))` for a
+    /// listed value, else why it is refused (`GEMMA4_PDL="of": must be off (or 0), mv or all
+    /// (unset: all)`; an empty value is refused too).
+    pub fn parse(&self, v: Result<String, std::env::VarError>) -> Result<Option<T>, String> {
+        match v {
+            Err(std::env::VarError::NotPresent) => Ok(None),
+            Ok(v) => match self.values.iter().find(|(text, _)| *text == v) {
+                Some(&(_, x)) => Ok(Some(x)),
+                None => Err(format!("{}={v:?}: must be {}", self.var, self.accepted)),
+            },
+            Err(e) => Err(format!("{}: {e}", self.var)),
+        }
+    }
+
+    /// [`EnvSwitch::parse`] of this process's environment.
+    pub fn read(&self) -> Result<Option<T>, String> {
+        self.parse(std::env::var(self.var))
+    }
+
+    /// The listed value the variable selects, or `None` (unset, or a value
+    /// [`settings_problem`] refuses).
+    fn get(&self) -> Option<T> {
+        self.read().ok().flatten()
+    }
+
+    /// Why the variable's value is refused, if it is.
+    fn problem(&self) -> Option<String> {
+        self.read().err()
+    }
+}
+
+/// `Some(why)` for the first runtime setting in the environment the runtime refuses: every
+/// [`EnvSwitch`] (`GEMMA4_PDL`, `GEMMA4_TC_WIDE`, `GEMMA4_ATT_GENERIC`, `GEMMA4_ATT_HEADS`,
+/// `GEMMA4_TC_SPREAD`, `GEMMA4_TC_MIX`), `GEMMA4_TC_DIGITS`
+/// ([`kernels::tc_digits_env_problem`]) and `GEMMA4_KERNEL_SRC`
+/// ([`kernels::source_dir_problem`]). A typo in one of them made an A/B timing compare the
+/// default with itself; the `runtime` binary and [`crate::Gpu::new`] refuse to go on instead.
+pub fn settings_problem() -> Option<String> {
+    kernels::tc_digits_env_problem()
+        .or_else(|| PDL_ENV.problem())
+        .or_else(|| TC_WIDE_ENV.problem())
+        .or_else(|| ATT_GENERIC_ENV.problem())
+        .or_else(|| ATT_HEADS_ENV.problem())
+        .or_else(|| TC_SPREAD_ENV.problem())
+        .or_else(|| TC_MIX_ENV.problem())
+        .or_else(kernels::source_dir_problem)
 }
 
 /// Name of the tensor-core matvec kernel for a launch of `rows` + `rows2` matrix rows (a paired
@@ -818,15 +889,19 @@ fn tc_tiles(rows: &[usize]) -> usize {
         .sum()
 }
 
+/// `GEMMA4_TC_WIDE` ([`tc_kernel`]): `0` never wide, `1` wide wherever the NG has a variant;
+/// unset: the measured rule.
+pub const TC_WIDE_ENV: EnvSwitch<bool> = EnvSwitch {
+    var: "GEMMA4_TC_WIDE",
+    values: &[("0", false), ("1", true)],
+    accepted: "0 (never the wide kernels) or 1 (wherever they exist) (unset: the measured rule)",
+};
+
 /// Whether a tensor-core launch of `tiles` tiles takes the wide variant: [`kernels::mvtc_wide`]
 /// unless `GEMMA4_TC_WIDE` forces it ([`tc_kernel`]).
 fn tc_wide(fmt: &str, nc: usize, tiles: usize, sms: u32) -> bool {
     static W: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-    let forced = *W.get_or_init(|| match std::env::var("GEMMA4_TC_WIDE").as_deref() {
-        Ok("0") => Some(false),
-        Ok("1") => Some(true),
-        _ => None,
-    });
+    let forced = *W.get_or_init(|| TC_WIDE_ENV.get());
     forced.unwrap_or_else(|| kernels::mvtc_wide(fmt, nc, tiles, sms as usize))
 }
 
@@ -846,8 +921,17 @@ pub fn attention_kernel(d: usize) -> &'static str {
 /// block, at every head dim ([`attention_kernel`], [`attention_launch`]).
 fn att_generic() -> bool {
     static G: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *G.get_or_init(|| std::env::var("GEMMA4_ATT_GENERIC").as_deref() == Ok("1"))
+    *G.get_or_init(|| ATT_GENERIC_ENV.get().unwrap_or(false))
 }
+
+/// `GEMMA4_ATT_GENERIC` ([`att_generic`]): `1` the generic kernel at every head dim, `0` the
+/// default (the entry points per head dim).
+pub const ATT_GENERIC_ENV: EnvSwitch<bool> = EnvSwitch {
+    var: "GEMMA4_ATT_GENERIC",
+    values: &[("0", false), ("1", true)],
+    accepted: "1 (the generic attention_f32 at every head dim) or 0 (unset: the entry points \
+               per head dim)",
+};
 
 /// Fewest query rows of a chunk for which [`attention_launch`]'s automatic rule takes the
 /// two-heads kernels: with fewer, their grid of `nh / 2` blocks per row and split leaves SMs
@@ -885,16 +969,21 @@ fn chunk_pairs(pos: &[i32]) -> bool {
     attention_pairs(pos.len(), max_pos)
 }
 
-/// `GEMMA4_ATT_HEADS` (read once per process): `1` → `Some(false)`, `2` → `Some(true)`,
-/// anything else or unset → `None` (the automatic rule of [`attention_pairs`]).
+/// `GEMMA4_ATT_HEADS` (read once per process, [`ATT_HEADS_ENV`]): `1` → `Some(false)`, `2` →
+/// `Some(true)`, unset → `None` (the automatic rule of [`attention_pairs`]; other values are
+/// refused before a GPU opens, [`settings_problem`]).
 fn att_heads_forced() -> Option<bool> {
     static H: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-    *H.get_or_init(|| match std::env::var("GEMMA4_ATT_HEADS").as_deref() {
-        Ok("1") => Some(false),
-        Ok("2") => Some(true),
-        _ => None,
-    })
+    *H.get_or_init(|| ATT_HEADS_ENV.get())
 }
+
+/// `GEMMA4_ATT_HEADS` ([`att_heads_forced`]): `1` never, `2` always the two-heads kernels.
+pub const ATT_HEADS_ENV: EnvSwitch<bool> = EnvSwitch {
+    var: "GEMMA4_ATT_HEADS",
+    values: &[("1", false), ("2", true)],
+    accepted: "1 (one query head per block) or 2 (two where the shapes allow) (unset: the \
+               automatic rule)",
+};
 
 /// The attention launch for head dim `d` with `nh` query and `nkv` KV heads on a layer with
 /// sliding window `window` (0 = full) whose rows see at most `span` keys: the kernel and its
@@ -939,11 +1028,18 @@ pub fn attention_launch(
 }
 
 /// Whether tensor-core launches are spread ([`tc_spread_smem`]): `GEMMA4_TC_SPREAD` (read once
-/// per process) `0` turns it off, for A/B timing; anything else or unset leaves it on.
+/// per process, [`TC_SPREAD_ENV`]) `0` turns it off, for A/B timing; `1` or unset leaves it on.
 fn tc_spread_on() -> bool {
     static S: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *S.get_or_init(|| std::env::var("GEMMA4_TC_SPREAD").as_deref() != Ok("0"))
+    *S.get_or_init(|| TC_SPREAD_ENV.get().unwrap_or(true))
 }
+
+/// `GEMMA4_TC_SPREAD` ([`tc_spread_on`]): `0` off, `1` on (the default).
+pub const TC_SPREAD_ENV: EnvSwitch<bool> = EnvSwitch {
+    var: "GEMMA4_TC_SPREAD",
+    values: &[("0", false), ("1", true)],
+    accepted: "0 (off) or 1 (on) (unset: on)",
+};
 
 /// Dynamic shared memory (bytes, unused by the kernel) for a tensor-core launch of `tiles` blocks
 /// of kernel `f`: when the launch fits in one wave (`tiles ≤` resident blocks per SM × SMs) with
@@ -1131,11 +1227,7 @@ fn spread_bytes(per_sm: i32, reserved: i32, optin: i32, stat: i32, cap: u32) -> 
 /// count — unset: every NG; `0`: never; `1`: NG = 1 only (for A/B timing).
 pub fn tc_third(fmt: &str, g: &str, nc: usize) -> bool {
     static M: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
-    let mode = *M.get_or_init(|| match std::env::var("GEMMA4_TC_MIX").as_deref() {
-        Ok("0") => 0,
-        Ok("1") => 1,
-        _ => 2,
-    });
+    let mode = *M.get_or_init(|| TC_MIX_ENV.get().unwrap_or(2));
     let ng_ok = match mode {
         0 => false,
         1 => kernels::tcx_col_groups(fmt, g, nc) == 1,
@@ -1143,6 +1235,15 @@ pub fn tc_third(fmt: &str, g: &str, nc: usize) -> bool {
     };
     ng_ok && kernels::TC_THIRD.contains(&(fmt, g))
 }
+
+/// `GEMMA4_TC_MIX` ([`tc_third`]): `0` never a third matrix, `1` at one column group only;
+/// unset (mode 2): at every column-group count.
+pub const TC_MIX_ENV: EnvSwitch<u8> = EnvSwitch {
+    var: "GEMMA4_TC_MIX",
+    values: &[("0", 0), ("1", 1)],
+    accepted: "0 (attn_v apart) or 1 (one launch of three only at one column group) (unset: \
+               one launch of three wherever the formats allow)",
+};
 
 /// Which launches [`set_skipped_kernels`] leaves out: kernel-name prefixes, and whether the
 /// launches matching them are the ones skipped (`false`) or the only ones kept (`true`).
@@ -2511,6 +2612,85 @@ fn split_chunk(ch: &[(i32, i32, i32, bool)]) -> (Vec<i32>, Vec<i32>, Vec<i32>, V
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each environment switch takes exactly its documented values, each selecting what it did
+    /// before the switches were checked (unset: the default), and refuses any other value —
+    /// empty, a typo, padded — naming the variable, the value and the accepted values.
+    #[test]
+    fn env_switches_take_their_values_and_refuse_the_rest() {
+        use std::env::VarError::NotPresent;
+        let set = |v: &str| Ok(v.to_string());
+        assert_eq!(PDL_ENV.parse(Err(NotPresent)), Ok(None));
+        for (v, want) in [
+            ("off", PdlPolicy::Off),
+            ("0", PdlPolicy::Off),
+            ("mv", PdlPolicy::Matvec),
+            ("all", PdlPolicy::All),
+        ] {
+            assert_eq!(PDL_ENV.parse(set(v)), Ok(Some(want)), "{v}");
+        }
+        assert_eq!(
+            PDL_ENV.parse(set("of")),
+            Err(r#"GEMMA4_PDL="of": must be off (or 0), mv or all (unset: all)"#.to_string())
+        );
+        type Values = [(&'static str, bool); 2];
+        let bools: [(&EnvSwitch<bool>, Values); 4] = [
+            (&TC_WIDE_ENV, [("0", false), ("1", true)]),
+            (&ATT_GENERIC_ENV, [("0", false), ("1", true)]),
+            (&ATT_HEADS_ENV, [("1", false), ("2", true)]),
+            (&TC_SPREAD_ENV, [("0", false), ("1", true)]),
+        ];
+        for (sw, vals) in bools {
+            assert_eq!(sw.parse(Err(NotPresent)), Ok(None), "{}", sw.var);
+            for (v, want) in vals {
+                assert_eq!(sw.parse(set(v)), Ok(Some(want)), "{}={v}", sw.var);
+            }
+            for bad in ["", "yes", " 1", "3", "off"] {
+                assert_eq!(
+                    sw.parse(set(bad)),
+                    Err(format!("{}={bad:?}: must be {}", sw.var, sw.accepted))
+                );
+            }
+        }
+        assert_eq!(TC_MIX_ENV.parse(set("0")), Ok(Some(0)));
+        assert_eq!(TC_MIX_ENV.parse(set("1")), Ok(Some(1)));
+        assert_eq!(
+            TC_MIX_ENV.parse(set("2")),
+            Err(
+                "GEMMA4_TC_MIX=\"2\": must be 0 (attn_v apart) or 1 (one launch of three only at \
+                 one column group) (unset: one launch of three wherever the formats allow)"
+                    .to_string()
+            )
+        );
+        assert_eq!(
+            TC_SPREAD_ENV.parse(set("false")),
+            Err(r#"GEMMA4_TC_SPREAD="false": must be 0 (off) or 1 (on) (unset: on)"#.to_string())
+        );
+        assert_eq!(
+            ATT_HEADS_ENV.parse(set("0")),
+            Err(
+                "GEMMA4_ATT_HEADS=\"0\": must be 1 (one query head per block) or 2 (two where \
+                 the shapes allow) (unset: the automatic rule)"
+                    .to_string()
+            )
+        );
+        // the process's own environment (tests run without these set): nothing to refuse
+        if [
+            "GEMMA4_PDL",
+            "GEMMA4_TC_WIDE",
+            "GEMMA4_ATT_GENERIC",
+            "GEMMA4_ATT_HEADS",
+            "GEMMA4_TC_SPREAD",
+            "GEMMA4_TC_MIX",
+            "GEMMA4_TC_DIGITS",
+            "GEMMA4_KERNEL_SRC",
+        ]
+        .iter()
+        .all(|v| std::env::var_os(v).is_none())
+        {
+            assert_eq!(settings_problem(), None);
+        }
+    }
 
     /// [`tc_args`]'s values in the kernels' order (by hand), and its sizes against the kernels
     /// themselves, no GPU needed: every `mvtc_*` entry (but

@@ -159,11 +159,12 @@ fn with_written(code: ExitCode, written: Result<(), ExitCode>) -> ExitCode {
     written.err().unwrap_or(code)
 }
 
-/// `Err(exit status 2)` with `error: bad setting: …` printed for a bad `GEMMA4_TC_DIGITS`, or
-/// `error: CUDA unavailable: …` when no GPU can be used here. Called after a verb's arguments
-/// are checked, so a typo is reported on any machine.
+/// `Err(exit status 2)` with `error: bad setting: …` printed for a runtime setting in the
+/// environment the runtime refuses (`GEMMA4_TC_DIGITS`, `GEMMA4_PDL`, `GEMMA4_KERNEL_SRC`, …:
+/// `runtime::forward::settings_problem`), or `error: CUDA unavailable: …` when no GPU can be
+/// used here. Called after a verb's arguments are checked, so a typo is reported on any machine.
 fn require_gpu() -> Result<(), ExitCode> {
-    if let Some(why) = runtime::kernels::tc_digits_env_problem() {
+    if let Some(why) = runtime::forward::settings_problem() {
         return Err(refuse(runtime::RuntimeError::Setting(why).to_string()));
     }
     match runtime::device::unavailable_reason() {
