@@ -33,7 +33,11 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
         /// Seed of the random inputs.
-        #[arg(long, default_value_t = 0x6765_6d6d_6134)]
+        #[arg(
+            long,
+            allow_negative_numbers = true,
+            default_value_t = 0x6765_6d6d_6134
+        )]
         seed: u64,
     },
     /// Decode tokens/s on a 12B-shaped model of random blocks vs the B_read roofline.
@@ -43,10 +47,10 @@ enum Cmd {
         #[arg(long, default_value = "Q2_K_MIX")]
         format: String,
         /// Prompt tokens prefilled first.
-        #[arg(long, default_value_t = 32)]
+        #[arg(long, value_parser = count, allow_negative_numbers = true, default_value_t = 32)]
         prompt: usize,
         /// Decode steps timed.
-        #[arg(long, default_value_t = 32)]
+        #[arg(long, value_parser = count, allow_negative_numbers = true, default_value_t = 32)]
         decode: usize,
         /// Format of the synthetic MTP drafter's weights (as --format), or `none` to skip the
         /// drafter step cost and speed-up model.
@@ -54,10 +58,10 @@ enum Cmd {
         draft_format: String,
         /// Drafter width H_A (a guess: the 12B drafter's shape is unknown; at most the
         /// target's 3840).
-        #[arg(long, default_value_t = 1024)]
+        #[arg(long, value_parser = count, allow_negative_numbers = true, default_value_t = 1024)]
         draft_width: usize,
         /// Drafter layers (all sliding but the last, full; at most the target's 48).
-        #[arg(long, default_value_t = 4)]
+        #[arg(long, value_parser = count, allow_negative_numbers = true, default_value_t = 4)]
         draft_layers: usize,
         /// Output folder for bench.json (default: $OUT, else target/bench).
         #[arg(long)]
@@ -67,7 +71,7 @@ enum Cmd {
     /// (kernel sources from $GEMMA4_KERNEL_SRC when set).
     MvBench {
         /// Launches per timed batch.
-        #[arg(long, default_value_t = 50)]
+        #[arg(long, value_parser = count, allow_negative_numbers = true, default_value_t = 50)]
         iters: usize,
         /// Only the cases whose name contains this (e.g. `ffn_gate`).
         #[arg(long)]
@@ -85,7 +89,7 @@ enum Cmd {
         #[arg(long)]
         out: Option<PathBuf>,
         /// Oracle greedy tokens appended to each prompt.
-        #[arg(long, default_value_t = 16)]
+        #[arg(long, value_parser = count, allow_negative_numbers = true, default_value_t = 16)]
         gen: usize,
     },
     /// spec:K (MTP speculative decoding) vs plain decoding and vs the f64 oracle's acceptance.
@@ -94,37 +98,57 @@ enum Cmd {
         #[arg(required = true)]
         pairs: Vec<String>,
         /// Draft lengths K.
-        #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+        #[arg(
+            long,
+            value_parser = count,
+            allow_hyphen_values = true,
+            value_delimiter = ',',
+            default_value = "1,2,4,8"
+        )]
         ks: Vec<usize>,
         /// Tokens generated per prompt.
-        #[arg(long, default_value_t = 64)]
+        #[arg(long, value_parser = count, allow_negative_numbers = true, default_value_t = 64)]
         max_tokens: usize,
         /// Number of built-in prompts (1..=3).
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, value_parser = count, allow_negative_numbers = true, default_value_t = 3)]
         prompts: usize,
         /// Skip the f64 oracle's spec:K (and the teacher-forced drafter check, which needs it).
         #[arg(long)]
         no_oracle: bool,
         /// Tokens per scripted-rollback run (drafts wrong at each step j ≤ K in every round, and
         /// all right; ids, acceptance and rows vs plain decoding); 0 skips the check.
-        #[arg(long, default_value_t = 96)]
+        #[arg(long, value_parser = count, allow_negative_numbers = true, default_value_t = 96)]
         rollback_tokens: usize,
         /// Draft steps per position of the teacher-forced drafter check vs the f64 oracle's
         /// assistant; 0 skips it.
-        #[arg(long, default_value_t = 4)]
+        #[arg(long, value_parser = count, allow_negative_numbers = true, default_value_t = 4)]
         drafter_steps: usize,
         /// Tolerance on |CUDA − oracle| drafter logits in that check.
-        #[arg(long, default_value_t = runtime::speccheck::drafter::DEFAULT_TOL)]
+        #[arg(long, allow_hyphen_values = true, default_value_t = runtime::speccheck::drafter::DEFAULT_TOL)]
         drafter_tol: f64,
         /// Sequences speculating at once in the batched spec:K check (spec_batch over the
         /// prompts plus two short-budget requests vs each alone: ids, rounds and logits rows
         /// equal); 0 or 1 skips it.
-        #[arg(long, default_value_t = 2)]
+        #[arg(long, value_parser = count, allow_negative_numbers = true, default_value_t = 2)]
         batch: usize,
         /// Output folder for spec-check.json (default: $OUT, else target/spec-check).
         #[arg(long)]
         out: Option<PathBuf>,
     },
+}
+
+/// The parser of a count option (`--prompt`, `--ks`, …): a whole number ≥ 0, or why not. The
+/// options take a leading minus as a value (`allow_negative_numbers`) so that `--prompt -1` is
+/// refused naming the option (`invalid value '-1' for '--prompt <PROMPT>': not a count …`), not
+/// as an unknown argument `-1`.
+fn count(s: &str) -> Result<usize, String> {
+    s.parse::<usize>().map_err(|e| {
+        if s.starts_with('-') {
+            "not a count: must be a whole number ≥ 0".to_string()
+        } else {
+            format!("not a count: {e}")
+        }
+    })
 }
 
 /// Prints `error: MESSAGE` (how every verb reports what stops it) and returns exit status 2.
@@ -371,5 +395,78 @@ fn main() -> ExitCode {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The error clap gives for `args` (the binary's name first), rendered without styles.
+    fn refused(args: &[&str]) -> String {
+        match Cli::try_parse_from(args) {
+            Ok(_) => panic!("{args:?} parsed"),
+            Err(e) => e.render().to_string(),
+        }
+    }
+
+    /// A negative number given to a numeric option is refused naming the option (it read as an
+    /// unknown argument `-1` / `-i`), by clap for a count and by the option's own check for
+    /// `--drafter-tol`, which takes `-inf` and `-1e-3` as values.
+    #[test]
+    fn negative_numbers_name_their_option() {
+        let e = refused(&["runtime", "bench", "--prompt", "-1"]);
+        assert!(
+            e.starts_with(
+                "error: invalid value '-1' for '--prompt <PROMPT>': not a count: must be a whole \
+                 number ≥ 0"
+            ),
+            "{e}"
+        );
+        let e = refused(&["runtime", "spec-check", "x", "--ks", "-1,2"]);
+        assert!(
+            e.starts_with("error: invalid value '-1' for '--ks <KS>': not a count"),
+            "{e}"
+        );
+        let e = refused(&["runtime", "model-check", "--gen", "x1", "m"]);
+        assert!(
+            e.starts_with(
+                "error: invalid value 'x1' for '--gen <GEN>': not a count: invalid digit found \
+                 in string"
+            ),
+            "{e}"
+        );
+        for (tol, shown) in [("-inf", "-inf"), ("-1e-3", "-0.001")] {
+            let Cmd::SpecCheck { drafter_tol, .. } =
+                Cli::try_parse_from(["runtime", "spec-check", "x", "--drafter-tol", tol])
+                    .unwrap()
+                    .cmd
+            else {
+                panic!("spec-check")
+            };
+            let opts = runtime::speccheck::SpecCheckOptions {
+                ks: vec![1],
+                max_tokens: 1,
+                prompts: 1,
+                oracle: true,
+                rollback_tokens: 1,
+                drafter_steps: 1,
+                drafter_tol,
+                batch: 2,
+            };
+            assert_eq!(
+                runtime::args::spec_check(&["x".to_string()], &opts)
+                    .unwrap_err()
+                    .to_string(),
+                format!("--drafter-tol {shown}: must be a finite tolerance > 0 (logits)")
+            );
+        }
+        let Cmd::Bench { prompt, .. } = Cli::try_parse_from(["runtime", "bench", "--prompt", "7"])
+            .unwrap()
+            .cmd
+        else {
+            panic!("bench")
+        };
+        assert_eq!(prompt, 7);
     }
 }
