@@ -190,9 +190,20 @@ fn tensor_name_repeated_across_shards_is_a_duplicate() {
     let d = tmp_dir("dup");
     write_pair(&d, [&["a", "b"], &["a"]], 3);
     let r = GgufFile::open(d.join("w-00001-of-00002.gguf"));
+    let (one, two) = (
+        d.join("w-00001-of-00002.gguf"),
+        d.join("w-00002-of-00002.gguf"),
+    );
     assert!(
-        matches!(&r, Err(GgufError::DuplicateTensor { name }) if name == "a"),
+        matches!(&r, Err(GgufError::DuplicateTensorInShards { name, first, second })
+            if name == "a" && *first == one && *second == two),
         "{r:?}"
+    );
+    // both shards named in the message (it named neither)
+    let e = r.unwrap_err().to_string();
+    assert_eq!(
+        e,
+        format!("duplicate tensor 'a': in shard {one:?} and again in shard {two:?}")
     );
 }
 

@@ -37,6 +37,15 @@ pub enum ArgError {
         /// The rule it breaks.
         why: String,
     },
+    /// Options that are each in range but do not fit together (`--prompt 20000 --decode 32`):
+    /// every one named with its value, whichever of them the user gave.
+    #[error("{given}: {why}")]
+    Together {
+        /// The options and values, e.g. `--prompt 20000 + --decode 32`.
+        given: String,
+        /// The rule they break.
+        why: String,
+    },
     /// A model file that cannot be used: missing, unreadable, not GGUF, no Gemma-4 config.
     #[error("{role} {}: {why}", path.display())]
     File {
@@ -462,14 +471,13 @@ pub fn bench(mix: WeightMix, prompt: usize, decode: usize) -> Result<(), ArgErro
     }
     let most = MAX_CTX - 64;
     if prompt.saturating_add(decode) > most {
-        return Err(option(
-            "--decode",
-            decode,
-            format!(
-                "--prompt {prompt} + --decode {decode} must be at most {most} (the bench's \
-                 context of {MAX_CTX} positions, less 64)"
+        // both named: either may be the one the user gave (the other its default)
+        return Err(ArgError::Together {
+            given: format!("--prompt {prompt} + --decode {decode}"),
+            why: format!(
+                "must be at most {most} (the bench's context of {MAX_CTX} positions, less 64)"
             ),
-        ));
+        });
     }
     let target = crate::bench::config_12b();
     crate::bench::check_mix(&target, mix)
@@ -1102,15 +1110,21 @@ mod tests {
             bench(mix, 0, 32).unwrap_err().to_string(),
             "--prompt 0: must be at least 1"
         );
+        // both options named, neither blamed (`--prompt 20000` alone blamed --decode)
+        assert_eq!(
+            bench(mix, 20_000, 32).unwrap_err().to_string(),
+            "--prompt 20000 + --decode 32: must be at most 11936 (the bench's context of 12000 \
+             positions, less 64)"
+        );
         assert!(bench(mix, 11_000, 1000)
             .unwrap_err()
             .to_string()
-            .starts_with("--decode 1000: --prompt 11000 + --decode 1000 must be at most 11936"));
+            .starts_with("--prompt 11000 + --decode 1000: must be at most 11936"));
         // a sum beyond usize::MAX is refused as too long (it panicked with an overflow)
         assert!(bench(mix, usize::MAX, 1)
             .unwrap_err()
             .to_string()
-            .starts_with("--decode 1: --prompt 18446744073709551615 + --decode 1 must be at most"));
+            .starts_with("--prompt 18446744073709551615 + --decode 1: must be at most"));
         bench(mix, 32, 32).unwrap();
         assert_eq!(
             weight_mix("--format", "NOPE").unwrap_err().to_string(),

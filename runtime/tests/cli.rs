@@ -63,8 +63,8 @@ fn bad_arguments_are_refused_before_cuda() {
         (
             // panicked: 'attempt to add with overflow'
             vec!["bench", "--prompt", "18446744073709551615"],
-            "error: --decode 32: --prompt 18446744073709551615 + --decode 32 must be at most \
-             11936 (the bench's context of 12000 positions, less 64)\n"
+            "error: --prompt 18446744073709551615 + --decode 32: must be at most 11936 (the \
+             bench's context of 12000 positions, less 64)\n"
                 .to_string(),
         ),
         (

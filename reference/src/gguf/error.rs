@@ -247,6 +247,20 @@ pub enum GgufError {
         /// The tensor name.
         name: String,
     },
+    /// A tensor name that two shards of a split model both hold (§4.5): the shard that holds it
+    /// first and the one that repeats it.
+    #[error(
+        "duplicate tensor '{}': in shard {first:?} and again in shard {second:?}",
+        shown(name)
+    )]
+    DuplicateTensorInShards {
+        /// The tensor name.
+        name: String,
+        /// The shard that holds it first.
+        first: std::path::PathBuf,
+        /// The shard that repeats it.
+        second: std::path::PathBuf,
+    },
     /// A tensor name of 64 bytes or more (llama.cpp `GGML_MAX_NAME`, §2.2 item 8).
     #[error("tensor name {name:?} is {len} bytes long (at most 63 allowed)")]
     NameTooLong {

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use super::{GgufError, GgufFile};
+use super::{GgufError, GgufFile, Shard};
 
 /// Key: 0-based index of this shard.
 pub const KEY_SPLIT_NO: &str = "split.no";
@@ -116,8 +116,14 @@ fn merge(shards: Vec<GgufFile>) -> Result<GgufFile, GgufError> {
     for (k, shard) in it.enumerate() {
         let k = k + 1;
         for mut t in shard.tensors {
-            if tensor_index.contains_key(&t.name) {
-                return Err(GgufError::DuplicateTensor { name: t.name });
+            if let Some(&i) = tensor_index.get(&t.name) {
+                // (split shards are files: every one has its path)
+                let path = |s: Option<&Shard>| s.and_then(|s| s.path.clone()).unwrap_or_default();
+                return Err(GgufError::DuplicateTensorInShards {
+                    first: path(model.shards.get(model.tensors[i].shard)),
+                    second: path(shard.shards.first()),
+                    name: t.name,
+                });
             }
             t.shard = k;
             tensor_index.insert(t.name.clone(), model.tensors.len());
