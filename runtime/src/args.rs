@@ -447,8 +447,20 @@ pub fn weight_mix(name: &'static str, text: &str) -> Result<WeightMix, ArgError>
         )
     })?;
     if let WeightMix::Uniform(ty) = mix {
-        crate::ops::format_suffix(ty, name)
-            .map_err(|_| option(name, text, format!("the GPU has no kernel for {ty}")))?;
+        crate::ops::format_suffix(ty, name).map_err(|_| {
+            let with: Vec<String> = kernels::FORMATS
+                .iter()
+                .map(|f| f.to_ascii_uppercase())
+                .collect();
+            option(
+                name,
+                text,
+                format!(
+                    "the GPU has no kernel for {ty} (formats with one: {})",
+                    with.join(", ")
+                ),
+            )
+        })?;
     }
     Ok(mix)
 }
@@ -1130,6 +1142,21 @@ mod tests {
             weight_mix("--format", "NOPE").unwrap_err().to_string(),
             "--format NOPE: not Q2_K_MIX or a ggml type name (e.g. Q4_K, Q8_0, BF16)"
         );
+        assert_eq!(
+            weight_mix("--format", "IQ2_XXS").unwrap_err().to_string(),
+            "--format IQ2_XXS: the GPU has no kernel for IQ2_XXS (formats with one: F32, F16, \
+             BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, \
+             IQ4_XS)"
+        );
+        // the JSON's file name spells the format canonically, however it was typed
+        for (typed, file) in [
+            ("q4_k", "bench-Q4_K.json"),
+            ("Q2_K_MIX", "bench-Q2_K_MIX.json"),
+            ("bf16", "bench-BF16.json"),
+        ] {
+            let mix = weight_mix("--format", typed).unwrap();
+            assert_eq!(crate::bench::json_file_name(mix), file, "{typed}");
+        }
         let bf16 = weight_mix("--draft-format", "BF16").unwrap();
         let d = bench_drafter(bf16, 1024, 4).unwrap();
         assert_eq!(

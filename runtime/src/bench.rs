@@ -259,6 +259,14 @@ pub fn b_read(gpu: &Gpu) -> Result<f64, RuntimeError> {
     Ok((n * 4) as f64 / t[t.len() / 2])
 }
 
+/// The file `runtime bench` writes its JSON to in its output folder: `bench-<FORMAT>.json`, the
+/// format in its canonical spelling ([`reference::quant::WeightMix::name`]: `--format q4_k`
+/// writes `bench-Q4_K.json`, the default `bench-Q2_K_MIX.json`), so one format's runs land in
+/// one file name however it was typed.
+pub fn json_file_name(mix: reference::quant::WeightMix) -> String {
+    format!("bench-{}.json", mix.name())
+}
+
 /// Decode benchmark: `prompt` tokens prefilled, then `decode` single-token forwards timed;
 /// verify forwards of `K + 1` rows for `K` in [`DRAFT_KS`]; batches 1, 2, 4, 8; with `draft`,
 /// the drafter measurement and speed-up model of [`draft_bench`] (JSON key `drafter`).

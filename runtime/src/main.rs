@@ -42,8 +42,9 @@ enum Cmd {
     },
     /// Decode tokens/s on a 12B-shaped model of random blocks vs the B_read roofline.
     Bench {
-        /// Block format of every weight (e.g. Q4_K, Q8_0, BF16), or Q2_K_MIX (llama.cpp's Q2_K
-        /// mix: attn_v/ffn_down Q3_K, token_embd Q6_K, the rest Q2_K).
+        /// Block format of every weight, a ggml type with a GPU kernel (F32, F16, BF16, Q4_0,
+        /// Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS), or
+        /// Q2_K_MIX (llama.cpp's Q2_K mix: attn_v/ffn_down Q3_K, token_embd Q6_K, the rest Q2_K).
         #[arg(long, default_value = "Q2_K_MIX")]
         format: String,
         /// Prompt tokens prefilled first.
@@ -63,7 +64,8 @@ enum Cmd {
         /// Drafter layers (all sliding but the last, full; at most the target's 48).
         #[arg(long, value_parser = count, allow_negative_numbers = true, default_value_t = 4)]
         draft_layers: usize,
-        /// Output folder for bench.json (default: $OUT, else target/bench).
+        /// Output folder for bench-FORMAT.json, FORMAT as --format in its canonical spelling
+        /// (e.g. bench-Q4_K.json for q4_k; default: $OUT, else target/bench).
         #[arg(long)]
         out: Option<PathBuf>,
     },
@@ -242,7 +244,7 @@ fn main() -> ExitCode {
                 Ok(v) => {
                     let text = serde_json::to_string_pretty(&v).unwrap_or_default();
                     println!("{text}");
-                    let path = out_dir.join(format!("bench-{format}.json"));
+                    let path = out_dir.join(runtime::bench::json_file_name(ty));
                     with_written(ExitCode::SUCCESS, write_out(&path, &text))
                 }
                 Err(e) => {
