@@ -262,3 +262,111 @@ fn a_bad_digit_count_is_refused_before_cuda() {
         );
     }
 }
+
+/// Each `GEMMA4_*` switch with a value it does not take is refused before CUDA, naming the
+/// variable, the value and the accepted values (it fell back to the default without a word);
+/// a documented value goes on (to `CUDA unavailable` here, or a GPU run).
+#[test]
+fn a_bad_switch_is_refused_before_cuda() {
+    let run = |var: &str, v: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_runtime"))
+            .args(["mv-bench", "--case", "ffn_gate", "--out"])
+            .arg(std::env::temp_dir().join(format!("runtime-cli-env-{}.json", std::process::id())))
+            .env_remove("OUT")
+            .env(var, v)
+            .output()
+            .expect("running the runtime binary");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for (var, bad, accepted) in [
+        ("GEMMA4_PDL", "of", "off (or 0), mv or all (unset: all)"),
+        ("GEMMA4_TC_SPREAD", "no", "0 (off) or 1 (on) (unset: on)"),
+        (
+            "GEMMA4_TC_WIDE",
+            "",
+            "0 (never the wide kernels) or 1 (wherever they exist) (unset: the measured rule)",
+        ),
+    ] {
+        assert_eq!(
+            run(var, bad),
+            (
+                2,
+                format!("error: bad setting: {var}={bad:?}: must be {accepted}\n")
+            ),
+            "{var}={bad:?}"
+        );
+    }
+    let (code, e) = run("GEMMA4_KERNEL_SRC", "/nonexistent-kernels");
+    assert_eq!(
+        (code, e.as_str()),
+        (
+            2,
+            "error: bad setting: GEMMA4_KERNEL_SRC=\"/nonexistent-kernels\": no such folder\n"
+        )
+    );
+    for (var, good) in [
+        ("GEMMA4_PDL", "0"),
+        ("GEMMA4_ATT_HEADS", "2"),
+        ("GEMMA4_TC_MIX", "1"),
+    ] {
+        let (code, e) = run(var, good);
+        assert!(code != 2 || !e.contains("bad setting"), "{var}={good}: {e}");
+    }
+}
+
+/// A FIFO as a model (the open waited forever), a negative count, an output folder that is a
+/// file and mv-bench's output file that is a folder: one `error: …` line naming it, exit 2.
+#[cfg(unix)]
+#[test]
+fn special_paths_and_negative_counts_are_refused() {
+    let dir = std::env::temp_dir().join(format!("runtime-cli-special-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("a-file");
+    std::fs::write(&file, b"").unwrap();
+    let (d, f) = (dir.to_str().unwrap(), file.to_str().unwrap());
+    let mut cases = vec![
+        (
+            vec!["bench", "--out", f],
+            format!("error: --out {f}: is a file, not a folder (the output folder)\n"),
+        ),
+        (
+            vec!["mv-bench", "--out", d],
+            format!("error: --out {d}: is a folder, not a file (the output file)\n"),
+        ),
+        (
+            vec!["spec-check", "x", "--drafter-tol", "-inf"],
+            "error: --drafter-tol -inf: must be a finite tolerance > 0 (logits)\n".to_string(),
+        ),
+    ];
+    let fifo = dir.join("f.gguf");
+    let fifo_s = fifo.to_str().unwrap().to_string();
+    if Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        cases.push((
+            vec!["model-check", fifo_s.as_str()],
+            format!("error: model {fifo_s}: is a FIFO, not a regular file\n"),
+        ));
+    }
+    for (args, want) in cases {
+        let (code, stdout, stderr) = runtime(&args);
+        assert_eq!(
+            (code, stdout.as_str(), stderr.as_str()),
+            (2, "", want.as_str()),
+            "{args:?}"
+        );
+    }
+    let (code, _, e) = runtime(&["bench", "--prompt", "-1"]);
+    assert_eq!(code, 2);
+    assert!(
+        e.starts_with("error: invalid value '-1' for '--prompt <PROMPT>': not a count"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
