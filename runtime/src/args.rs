@@ -76,6 +76,19 @@ fn option(option: &'static str, value: impl ToString, why: impl Into<String>) ->
     }
 }
 
+/// The first item of `items` that names the same file (or pair of files) as an earlier one,
+/// by `key` (paths canonicalized where they exist, so `./m.gguf` and `m.gguf` are one file),
+/// as `(earlier index, index)` (0-based). A model or pair given twice would be checked twice
+/// and its results reported twice, one indistinguishable from the other.
+fn repeated<T>(items: &[T], key: impl Fn(&T) -> Vec<PathBuf>) -> Option<(usize, usize)> {
+    let canon = |p: PathBuf| std::fs::canonicalize(&p).unwrap_or(p);
+    let keys: Vec<Vec<PathBuf>> = items
+        .iter()
+        .map(|i| key(i).into_iter().map(canon).collect())
+        .collect();
+    (1..keys.len()).find_map(|j| (0..j).find(|&i| keys[i] == keys[j]).map(|i| (i, j)))
+}
+
 fn file(role: &'static str, path: &Path, why: impl Into<String>) -> ArgError {
     ArgError::File {
         role,
@@ -221,8 +234,20 @@ fn usable_ctx(ctx: usize, config: &Config) -> usize {
 /// for every model, every weight finite. Returns the models in order, each opened once
 /// ([`TargetFile`]), for [`crate::modelcheck::check_model`].
 ///
-/// Errors: [`ArgError::File`] for the first unusable model, [`ArgError::Option`] for `--gen`.
+/// Errors: [`ArgError::File`] for a model given twice (named two ways or not) or the first
+/// unusable model, [`ArgError::Option`] for `--gen`.
 pub fn model_check(models: &[PathBuf], gen: usize) -> Result<Vec<TargetFile>, ArgError> {
+    if let Some((i, j)) = repeated(models, |m| vec![m.clone()]) {
+        return Err(file(
+            "model",
+            &models[j],
+            format!(
+                "given twice (models {} and {}): each model is checked once",
+                i + 1,
+                j + 1
+            ),
+        ));
+    }
     let mut out = Vec::with_capacity(models.len());
     for m in models {
         let t = read_target("model", m)?;
@@ -289,8 +314,9 @@ pub fn split_pair(pair: &str) -> Result<(PathBuf, Option<PathBuf>), ArgError> {
 }
 
 /// `runtime spec-check PAIRS… [options]`: the numeric options in range (`--ks` each in
-/// `1 ..= MAX_DRAFT`, `--prompts` 1..=3, `--max-tokens` ≥ 1, `--drafter-steps` ≤ `MAX_DRAFT`,
-/// `--drafter-tol` finite and > 0, `--batch` ≤ 16), every target and drafter a readable GGUF
+/// `1 ..= MAX_DRAFT`, each once; `--prompts` 1..=3, `--max-tokens` ≥ 1, `--drafter-steps` ≤ `MAX_DRAFT`,
+/// `--drafter-tol` finite and > 0, `--batch` ≤ 16), no pair given twice (paths compared
+/// canonicalized), every target and drafter a readable GGUF
 /// with its configuration and tensors of types the GPU loader takes ([`check_types`]), each drafter paired with its target ([`crate::draft::check_pairing`])
 /// and every run within the check's context ([`crate::speccheck::CHECK_CTX`]): the longest
 /// prompt + `--max-tokens` (or `--rollback-tokens`) + the largest K + 1. A target alone needs
@@ -311,6 +337,15 @@ pub fn spec_check(pairs: &[String], opts: &SpecCheckOptions) -> Result<Vec<SpecP
             "--ks",
             ks,
             format!("every draft length K must be in 1..={MAX_DRAFT}"),
+        ));
+    }
+    if let Some(k) =
+        (1..opts.ks.len()).find_map(|j| opts.ks[..j].contains(&opts.ks[j]).then_some(opts.ks[j]))
+    {
+        return Err(option(
+            "--ks",
+            ks,
+            format!("K = {k} is given twice: each draft length once"),
         ));
     }
     if !(1..=PROMPTS.len()).contains(&opts.prompts) {
@@ -349,9 +384,27 @@ pub fn spec_check(pairs: &[String], opts: &SpecCheckOptions) -> Result<Vec<SpecP
         ));
     }
     let k_max = opts.ks.iter().copied().max().unwrap_or(1);
+    let split = pairs
+        .iter()
+        .map(|p| split_pair(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some((i, j)) = repeated(&split, |(t, d)| {
+        std::iter::once(t.clone()).chain(d.clone()).collect()
+    }) {
+        return Err(option(
+            "PAIRS",
+            &pairs[j],
+            format!(
+                "given twice (pairs {} and {}, {} and {}): each pair is checked once",
+                i + 1,
+                j + 1,
+                pairs[i],
+                pairs[j]
+            ),
+        ));
+    }
     let mut out = Vec::with_capacity(pairs.len());
-    for pair in pairs {
-        let (target, draft) = split_pair(pair)?;
+    for (pair, (target, draft)) in pairs.iter().zip(split) {
         if draft.is_none() && opts.rollback_tokens == 0 {
             return Err(option(
                 "--rollback-tokens",
@@ -945,6 +998,54 @@ mod tests {
             .unwrap_err()
             .to_string()
             .starts_with("--rollback-tokens 0: x has no drafter"));
+    }
+
+    /// A model, pair or draft length given twice is refused before any file is read, naming
+    /// both places: a file named two ways (`DIR/m.gguf`, `DIR/./m.gguf`) is one file; the same
+    /// target with another drafter, or alone, is another pair. (The files are empty: nothing is
+    /// opened before the repeat is found, else the error would be the file's.)
+    #[test]
+    fn a_model_pair_or_draft_length_given_twice_is_refused() {
+        let dir = std::env::temp_dir().join(format!("runtime-args-twice-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (m, a) = (dir.join("m.gguf"), dir.join("a.gguf"));
+        std::fs::write(&m, b"").unwrap();
+        std::fs::write(&a, b"").unwrap();
+        let m2 = dir.join(".").join("m.gguf");
+        let e = model_check(&[m.clone(), a.clone(), m2.clone()], 16).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "model {}: given twice (models 1 and 3): each model is checked once",
+                m2.display()
+            )
+        );
+        let p = |t: &Path, d: Option<&Path>| match d {
+            Some(d) => format!("{}={}", t.display(), d.display()),
+            None => t.display().to_string(),
+        };
+        let pairs = [p(&m, Some(&a)), p(&m, None), p(&m2, Some(&a))];
+        assert_eq!(
+            spec_check(&pairs, &opts()).unwrap_err().to_string(),
+            format!(
+                "PAIRS {}: given twice (pairs 1 and 3, {} and {}): each pair is checked once",
+                pairs[2], pairs[0], pairs[2]
+            )
+        );
+        // the same target alone and with a drafter are two pairs: no repeat, so the check
+        // goes on to the (empty) target file
+        let e = spec_check(&pairs[..2], &opts()).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("target {}: ", m.display())) && e.contains("not a GGUF file"),
+            "{e}"
+        );
+        let mut o = opts();
+        o.ks = vec![1, 4, 2, 4];
+        assert_eq!(
+            spec_check(&pairs[..1], &o).unwrap_err().to_string(),
+            "--ks 1,4,2,4: K = 4 is given twice: each draft length once"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Missing, folder and non-GGUF files are named with their role.
