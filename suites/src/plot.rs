@@ -63,15 +63,42 @@ pub fn report_plots(out_dir: &Path, report: &Report) -> BTreeSet<PathBuf> {
         .collect()
 }
 
+/// Where a run before the per-suite folders (0ca58da) drew the plot of `prompt` on the model
+/// `stem`: `plots/<stem>/<prompt>.svg`. No run writes there now (a suite folder has no `.svg`
+/// suffix), so such a file named by the previous report is that report's, in the old layout.
+fn legacy_plot_path(out_dir: &Path, stem: &str, prompt: &str) -> PathBuf {
+    out_dir
+        .join("plots")
+        .join(stem)
+        .join(format!("{prompt}.svg"))
+}
+
 /// The plots of the report in `out_dir` before a run (`report.json` there, read as a
-/// [`Report`]): what [`remove_stale_plots`] may remove. Empty when there is no report or it
-/// cannot be read (no file is then treated as ours).
+/// [`Report`]): what [`remove_stale_plots`] may remove — [`report_plots`] and the same plots
+/// at their old-layout paths ([`legacy_plot_path`]), so the first run after the upgrade clears
+/// a report's plots of either layout. Empty when there is no report or it cannot be read (no
+/// file is then treated as ours).
 pub fn previous_plots(out_dir: &Path) -> BTreeSet<PathBuf> {
-    std::fs::read_to_string(out_dir.join("report.json"))
+    let Some(report) = std::fs::read_to_string(out_dir.join("report.json"))
         .ok()
         .and_then(|t| serde_json::from_str::<Report>(&t).ok())
-        .map(|r| report_plots(out_dir, &r))
-        .unwrap_or_default()
+    else {
+        return BTreeSet::new();
+    };
+    let legacy = report
+        .runs
+        .iter()
+        .filter(|r| one_component(&r.model.stem))
+        .flat_map(|r| {
+            r.entries
+                .iter()
+                .filter(|e| one_component(&e.prompt))
+                .map(|e| legacy_plot_path(out_dir, &r.model.stem, &e.prompt))
+        });
+    report_plots(out_dir, &report)
+        .into_iter()
+        .chain(legacy)
+        .collect()
 }
 
 /// Removes the plots `previous` (the previous report's, [`previous_plots`]) lists that

@@ -425,6 +425,56 @@ fn a_new_run_removes_the_previous_reports_stale_plots() {
     assert!(plots.join("count_chat.svg").is_file() && plots.join("mine.svg").is_file());
 }
 
+/// Plots in the layout before the per-suite folders (`plots/<model>/<prompt>.svg`, 0ca58da) of
+/// the prompts the previous report lists are removed by the next run, with the stale new-layout
+/// ones (they stayed beside the new plots until the folder was cleared by hand); an old-layout
+/// file of a prompt no report lists stays.
+#[test]
+fn a_new_run_removes_the_previous_reports_old_layout_plots() {
+    let Some(m) = fixture("models/dense-target.Q4_K_M.gguf") else {
+        return;
+    };
+    let out = scratch("legacy-plots").join("out");
+    let run = |prompts: &str| {
+        xtask(&[
+            "conformance",
+            "--model",
+            m.to_str().unwrap(),
+            "--suite",
+            "smoke",
+            "--modes",
+            "plain",
+            "--prompts",
+            prompts,
+            "--out",
+            out.to_str().unwrap(),
+            "--quiet",
+        ])
+    };
+    let (code, _, err) = run("story,count_chat");
+    assert_eq!(code, Some(0), "{err}");
+    // what a run before the upgrade drew for the same report
+    let model_dir = out.join("plots/dense-target.Q4_K_M");
+    for p in ["story", "count_chat", "mine"] {
+        std::fs::write(model_dir.join(format!("{p}.svg")), b"<svg/>").unwrap();
+    }
+    let (code, _, err) = run("count_chat");
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "note: removed 3 plots of the previous report in {} (not drawn by this run): \
+             plots/dense-target.Q4_K_M/count_chat.svg, plots/dense-target.Q4_K_M/smoke/story.svg, \
+             plots/dense-target.Q4_K_M/story.svg\n",
+            out.display()
+        )
+    );
+    assert!(!model_dir.join("story.svg").exists() && !model_dir.join("count_chat.svg").exists());
+    assert!(model_dir.join("mine.svg").is_file());
+    assert!(model_dir.join("smoke/count_chat.svg").is_file());
+    assert!(!model_dir.join("smoke/story.svg").exists());
+}
+
 /// Two suites that share a prompt id (`long_context` is in smoke, 24 tokens, and core, 48)
 /// each get their plot, in a folder per suite, and report.md says where: there was one
 /// `plots/<model>/long_context.svg`, the last suite's, for two report runs.
