@@ -45,11 +45,9 @@ fn one_component(name: &str) -> bool {
     !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\', '\0'])
 }
 
-/// The plots `report`'s run drew in `out_dir` ([`plot_path`] of each run's model stem and
-/// suite and each entry's prompt; a plot not written, after its warning, is listed too). A
-/// stem, suite or prompt that is not one plain path component (a report edited to name `..`)
-/// gives none: such a path is not one of ours.
-pub fn report_plots(out_dir: &Path, report: &Report) -> BTreeSet<PathBuf> {
+/// The (model stem, suite, prompt) of every entry of `report` whose three names are each one
+/// plain path component: a report edited to name `..` names no plot of ours.
+fn named_entries(report: &Report) -> impl Iterator<Item = (&str, &str, &str)> {
     report
         .runs
         .iter()
@@ -58,8 +56,17 @@ pub fn report_plots(out_dir: &Path, report: &Report) -> BTreeSet<PathBuf> {
             r.entries
                 .iter()
                 .filter(|e| one_component(&e.prompt))
-                .map(|e| plot_path(out_dir, &r.model.stem, &r.suite, &e.prompt))
+                .map(|e| (r.model.stem.as_str(), r.suite.as_str(), e.prompt.as_str()))
         })
+}
+
+/// The plots `report`'s run drew in `out_dir` ([`plot_path`] of each run's model stem and
+/// suite and each entry's prompt; a plot not written, after its warning, is listed too). A
+/// stem, suite or prompt that is not one plain path component (a report edited to name `..`)
+/// gives none: such a path is not one of ours.
+pub fn report_plots(out_dir: &Path, report: &Report) -> BTreeSet<PathBuf> {
+    named_entries(report)
+        .map(|(stem, suite, prompt)| plot_path(out_dir, stem, suite, prompt))
         .collect()
 }
 
@@ -85,19 +92,13 @@ pub fn previous_plots(out_dir: &Path) -> BTreeSet<PathBuf> {
     else {
         return BTreeSet::new();
     };
-    let legacy = report
-        .runs
-        .iter()
-        .filter(|r| one_component(&r.model.stem))
-        .flat_map(|r| {
-            r.entries
-                .iter()
-                .filter(|e| one_component(&e.prompt))
-                .map(|e| legacy_plot_path(out_dir, &r.model.stem, &e.prompt))
-        });
-    report_plots(out_dir, &report)
-        .into_iter()
-        .chain(legacy)
+    named_entries(&report)
+        .flat_map(|(stem, suite, prompt)| {
+            [
+                plot_path(out_dir, stem, suite, prompt),
+                legacy_plot_path(out_dir, stem, prompt),
+            ]
+        })
         .collect()
 }
 
