@@ -380,6 +380,24 @@ fn non_utf8_suite_path_is_run() {
     assert!(out.join("report.json").is_file());
 }
 
+/// `conformance --model M --suite smoke --modes plain --prompts P --out OUT --quiet`.
+fn smoke_plain_into(m: &Path, out: &Path, prompts: &str) -> (Option<i32>, String, String) {
+    xtask(&[
+        "conformance",
+        "--model",
+        m.to_str().unwrap(),
+        "--suite",
+        "smoke",
+        "--modes",
+        "plain",
+        "--prompts",
+        prompts,
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ])
+}
+
 /// A run into a folder that holds an earlier report removes that report's plots it does not
 /// draw again (a prompt left out now), with a note naming them; its own plots and a file that
 /// no report lists stay (the earlier plots stayed beside the new report as if current).
@@ -388,24 +406,8 @@ fn a_new_run_removes_the_previous_reports_stale_plots() {
     let Some(m) = fixture("models/dense-target.Q4_K_M.gguf") else {
         return;
     };
-    let d = scratch("stale-plots");
-    let out = d.join("out");
-    let run = |prompts: &str| {
-        xtask(&[
-            "conformance",
-            "--model",
-            m.to_str().unwrap(),
-            "--suite",
-            "smoke",
-            "--modes",
-            "plain",
-            "--prompts",
-            prompts,
-            "--out",
-            out.to_str().unwrap(),
-            "--quiet",
-        ])
-    };
+    let out = scratch("stale-plots").join("out");
+    let run = |prompts: &str| smoke_plain_into(&m, &out, prompts);
     let plots = out.join("plots/dense-target.Q4_K_M/smoke");
     let (code, _, err) = run("story,count_chat");
     assert_eq!(code, Some(0), "{err}");
@@ -435,22 +437,7 @@ fn a_new_run_removes_the_previous_reports_old_layout_plots() {
         return;
     };
     let out = scratch("legacy-plots").join("out");
-    let run = |prompts: &str| {
-        xtask(&[
-            "conformance",
-            "--model",
-            m.to_str().unwrap(),
-            "--suite",
-            "smoke",
-            "--modes",
-            "plain",
-            "--prompts",
-            prompts,
-            "--out",
-            out.to_str().unwrap(),
-            "--quiet",
-        ])
-    };
+    let run = |prompts: &str| smoke_plain_into(&m, &out, prompts);
     let (code, _, err) = run("story,count_chat");
     assert_eq!(code, Some(0), "{err}");
     // what a run before the upgrade drew for the same report
