@@ -1271,15 +1271,9 @@ template <typename F, int NG, int RT = 1> struct TcSmem {
     };
 };
 
-// TcCapFused<F>::V: mvtc_<fmt>_* applies its `cap` argument (the final soft-cap of a tied head
-// in F, fused into the epilogue); the other formats ignore it (kernels::tc_softcap_fused, the same
-// list). Q6_K only, the tied head's format in llama.cpp's K-quant mixes: the branch in every
-// format's epilogue changed the Q2_K kernels' code (static SASS of mvtc_q2_k_1w's loop 393 → 391,
-// ALU 168 → 160) and the 12B decode at batch 1 went 310.1 / 309.3 → 307.3 / 306.8 tok/s (graph
-// attribution's Q2_K matvecs 1328 / 1300 → 1366 / 1361 µs per step; H100, 2026-12-07).
 // TcRt<F, NG>::V: row tiles per block of the mvtc kernels (RT of mvtc_body: each warp decodes
-// the rows of RT 16-row tiles against one load of each activation fragment, so a launch reads
-// its activations from L2 1/RT as often; each row's sums unchanged, bit for bit). TC_RT2 1:
+// the rows of RT 16-row tiles against one load of each activation fragment, so a launch loads
+// its activation fragments 1/RT as often; each row's sums unchanged, bit for bit). TC_RT2 1:
 // RT = 2 for Q2_K at NG = 3 (the int8 digits of 8 inputs: 24·K activation bytes per 16-row tile
 // against 5.25·K bytes of Q2_K weights: at batch 8 the 12B ffn_gate+ffn_up launch reads about
 // 200 MB of digits, sums and exponents through L1 against 39 MB of weights). Experimental,
@@ -1297,6 +1291,12 @@ template <typename F, int NG, int RT = 1> struct TcSmem {
 template <typename F, int NG> struct TcRt { enum { V = 1 }; };
 template <> struct TcRt<FmtQ2_K, 3> { enum { V = TC_RT2 ? 2 : 1 }; };
 
+// TcCapFused<F>::V: mvtc_<fmt>_* applies its `cap` argument (the final soft-cap of a tied head
+// in F, fused into the epilogue); the other formats ignore it (kernels::tc_softcap_fused, the same
+// list). Q6_K only, the tied head's format in llama.cpp's K-quant mixes: the branch in every
+// format's epilogue changed the Q2_K kernels' code (static SASS of mvtc_q2_k_1w's loop 393 → 391,
+// ALU 168 → 160) and the 12B decode at batch 1 went 310.1 / 309.3 → 307.3 / 306.8 tok/s (graph
+// attribution's Q2_K matvecs 1328 / 1300 → 1366 / 1361 µs per step; H100, 2026-12-07).
 template <typename F> struct TcCapFused { enum { V = 0 }; };
 template <> struct TcCapFused<FmtQ6_K> { enum { V = 1 }; };
 
