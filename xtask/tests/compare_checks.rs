@@ -137,6 +137,13 @@ fn prompt_changed((n, sha): (usize, &str), sides: [(&Path, usize, Option<&str>);
     )
 }
 
+/// `xtask ARGS`, which must be refused: exit 2, nothing on stdout. Returns its stderr.
+fn refused(args: &[&str]) -> String {
+    let (code, out, err) = xtask(args);
+    assert_eq!((code, out.as_str()), (Some(2), ""), "{err}");
+    err
+}
+
 /// A report that says `exact` for an output whose first token the oracle ranks far below its
 /// argmax: compare classified the fork `tie-split` (0 with a side wrong), exit 0, from the
 /// report's own margins. Now the oracle's logits on the prefix decide: B wrong, with the margin
@@ -185,19 +192,13 @@ fn an_out_of_vocabulary_id_is_refused() {
     };
     story(&mut json)["tokens"][2] = 99_999_999.into();
     let edited = write(&report, "oov.json", &json);
-    let (code, out, err) = xtask(&["compare", s(&report), s(&edited)]);
     assert_eq!(
-        (code, out.as_str(), err.as_str()),
-        (
-            Some(2),
-            "",
-            format!(
-                "error: {}: dense-target.Q4_K_M / smoke / prompt story / mode plain: output \
-                 index 2: token id 99999999 is outside the vocabulary of dense-target.Q4_K_M \
-                 (V = 16384)\n",
-                edited.display()
-            )
-            .as_str()
+        refused(&["compare", s(&report), s(&edited)]),
+        format!(
+            "error: {}: dense-target.Q4_K_M / smoke / prompt story / mode plain: output \
+             index 2: token id 99999999 is outside the vocabulary of dense-target.Q4_K_M \
+             (V = 16384)\n",
+            edited.display()
         )
     );
 }
@@ -211,18 +212,12 @@ fn another_schema_is_refused() {
     };
     json["schema"] = "conformance-report/2".into();
     let edited = write(&report, "schema2.json", &json);
-    let (code, out, err) = xtask(&["compare", s(&edited), s(&report)]);
     assert_eq!(
-        (code, out.as_str(), err.as_str()),
-        (
-            Some(2),
-            "",
-            format!(
-                "error: {}: schema \"conformance-report/2\", but this version reads \
-                 \"conformance-report/1\" only (suites/REPORT_SCHEMA.md)\n",
-                edited.display()
-            )
-            .as_str()
+        refused(&["compare", s(&edited), s(&report)]),
+        format!(
+            "error: {}: schema \"conformance-report/2\", but this version reads \
+             \"conformance-report/1\" only (suites/REPORT_SCHEMA.md)\n",
+            edited.display()
         )
     );
 }
@@ -253,17 +248,11 @@ fn the_model_file_and_the_prompt_are_checked() {
     let (ids, sha) = story_prompt(&model, "files");
     story(&mut json)["prompt_tokens"] = 12.into();
     let longer = write(&report, "longer.json", &json);
-    let (code, out, err) = xtask(&["compare", s(&report), s(&longer), "--model", s(&model)]);
     assert_eq!(
-        (code, out.as_str(), err.as_str()),
-        (
-            Some(2),
-            "",
-            prompt_changed(
-                (ids.len(), &sha),
-                [(&report, 11, Some(&sha)), (&longer, 12, Some(&sha))]
-            )
-            .as_str()
+        refused(&["compare", s(&report), s(&longer), "--model", s(&model)]),
+        prompt_changed(
+            (ids.len(), &sha),
+            [(&report, 11, Some(&sha)), (&longer, 12, Some(&sha))]
         )
     );
 }
@@ -285,17 +274,11 @@ fn a_prompt_the_runs_did_not_judge_is_refused() {
     let fake = "0".repeat(64);
     story(&mut other)["prompt_sha256"] = fake.as_str().into();
     let edited = write(&report, "other-prompt.json", &other);
-    let (code, out, err) = xtask(&["compare", s(&report), s(&edited)]);
     assert_eq!(
-        (code, out.as_str(), err.as_str()),
-        (
-            Some(2),
-            "",
-            prompt_changed(
-                (11, &sha),
-                [(&report, 11, Some(&sha)), (&edited, 11, Some(&fake))]
-            )
-            .as_str()
+        refused(&["compare", s(&report), s(&edited)]),
+        prompt_changed(
+            (11, &sha),
+            [(&report, 11, Some(&sha)), (&edited, 11, Some(&fake))]
         )
     );
 
@@ -320,17 +303,11 @@ fn a_prompt_the_runs_did_not_judge_is_refused() {
     // and its count still checked: refused, saying it recorded no SHA-256
     story(&mut old)["prompt_tokens"] = 10.into();
     let shorter = write(&report, "old-shorter.json", &old);
-    let (code, out, err) = xtask(&["compare", s(&report), s(&shorter)]);
     assert_eq!(
-        (code, out.as_str(), err.as_str()),
-        (
-            Some(2),
-            "",
-            prompt_changed(
-                (11, &sha),
-                [(&report, 11, Some(&sha)), (&shorter, 10, None)]
-            )
-            .as_str()
+        refused(&["compare", s(&report), s(&shorter)]),
+        prompt_changed(
+            (11, &sha),
+            [(&report, 11, Some(&sha)), (&shorter, 10, None)]
         )
     );
 }
@@ -346,22 +323,17 @@ fn report_values_are_checked_before_judging() {
         return;
     };
     let m = s(&model);
-    let refused = |name: &str, edit: &dyn Fn(&mut Value), expect: &str| {
+    let refused_edit = |name: &str, edit: &dyn Fn(&mut Value), expect: &str| {
         let mut j = json.clone();
         edit(&mut j);
         let p = write(&report, name, &j);
-        let (code, out, err) = xtask(&["compare", s(&report), s(&p), "--model", m]);
         assert_eq!(
-            (code, out.as_str(), err.as_str()),
-            (
-                Some(2),
-                "",
-                format!("error: {}: {expect}\n", p.display()).as_str()
-            ),
+            refused(&["compare", s(&report), s(&p), "--model", m]),
+            format!("error: {}: {expect}\n", p.display()),
             "{name}"
         );
     };
-    refused(
+    refused_edit(
         "tau.json",
         &|j| {
             j["runs"][0]["tau"] = (-1.0).into();
@@ -369,7 +341,7 @@ fn report_values_are_checked_before_judging() {
         },
         "dense-target.Q4_K_M / smoke: tau = -1 (must be in [0, 1000] logits)",
     );
-    refused(
+    refused_edit(
         "mode.json",
         &|j| story(j)["mode"] = "bogus".into(),
         &format!(
@@ -377,7 +349,7 @@ fn report_values_are_checked_before_judging() {
             suites::engine::Mode::parse("bogus").unwrap_err()
         ),
     );
-    refused(
+    refused_edit(
         "twice.json",
         &|j| {
             let e = story(j).clone();
@@ -389,8 +361,7 @@ fn report_values_are_checked_before_judging() {
     let mut j = json.clone();
     story(&mut j)["prompt_tokens"] = 12.into();
     let p = write(&report, "length.json", &j);
-    let (code, out, err) = xtask(&["compare", s(&report), s(&p), "--model", m]);
-    assert_eq!((code, out.as_str()), (Some(2), ""), "{err}");
+    let err = refused(&["compare", s(&report), s(&p), "--model", m]);
     assert!(
         err.contains("prompt story: ")
             && err.contains("now encodes the prompt to 11 tokens")
