@@ -949,6 +949,17 @@ template <> struct TcMinB<FmtQ3_K, 2> { enum { V = 2 }; };
 // mvtcx_q2_k_q3_k_3w spills 8 B) — ffn_gate+ffn_up n = 8 28.56 → 30.72 µs, attn_q+attn_k n = 8
 // 7.84 → 8.68, attn_q+attn_k+attn_v n = 8 12.42 → 11.65; 12B decode at batch 8 1847.0 / 1846.6 →
 // 1831.7 / 1830.9 tok/s.
+// Measured and not kept (H100, 2026-12-07, one call, `run.sh ab`, every mv-bench output hash the
+// same): two 16-row tiles per block (each warp decoding both tiles' rows against one load of each
+// activation fragment, exponent pair and sums word; the launch grid unchanged, odd blocks
+// returning at once) for Q2_K. At NG = 3 (static SASS: mvtc_q2_k_3 loop 489 → 886 for twice the
+// rows, 128 registers, 32 B spill; the wide kernel then at the base's 2 blocks per SM):
+// ffn_gate+ffn_up n = 8 29.01 / 29.01 → 30.92 / 30.92 µs, attn_output 6.36 → 8.13, attn_q+attn_k
+// 7.99 → 9.22; Nsight Compute of mvtc_q2_k_3w (ffn_gate+ffn_up): L1 hit rate 75.0 → 61.3 %, L1
+// throughput 54.3 → 40.3 %, duration 37.4 → 39.9 µs — fewer activation loads, slower; 12B decode
+// at batch 8 1811.3 / 1815.2 → 1733.2 / 1727.0 tok/s. At NG = 1 (loop 374 → 750, 80 registers,
+// 8 B spill): ffn_gate+ffn_up n = 1 20.05 → 21.17, attn_q+attn_k 6.08 → 8.43, attn_output 4.81
+// → 6.41.
 #ifndef TC_MINBW_1
 #define TC_MINBW_1 4
 #endif
@@ -1259,37 +1270,17 @@ template <typename F> struct TcWarpPlan {
 #define TC_RED_OWN 1
 #endif
 #define TC_STATIC_SMEM 49152  // the most static shared memory one block may declare (48 KiB)
-template <typename F, int NG, int RT = 1> struct TcSmem {
+template <typename F, int NG> struct TcSmem {
     enum {
-        SMB0 = RT * TcStage<F>::NST * TcStage<F>::BYTES,
+        SMB0 = TcStage<F>::NST * TcStage<F>::BYTES,
         SMB1 = TC_WARPS * TcWarpStage<F>::NST * TcWarpStage<F>::BYTES,
         SMB = (TcPerWarp<F>::V && SMB1 > SMB0) ? SMB1 : SMB0,
-        RB = RT * TC_WARPS * 4 * NG * 32 * 4,
+        RB = TC_WARPS * 4 * NG * 32 * 4,
         OWN = TC_RED_OWN && NG < 3 && !TcPerWarp<F>::V && (int)TcStage<F>::AHEAD == (int)TcStage<F>::NST &&
               SMB + RB <= TC_STATIC_SMEM,
         BYTES = OWN ? SMB + RB : (SMB > RB ? SMB : RB)
     };
 };
-
-// TcRt<F, NG>::V: row tiles per block of the mvtc kernels (RT of mvtc_body: each warp decodes
-// the rows of RT 16-row tiles against one load of each activation fragment, so a launch loads
-// its activation fragments 1/RT as often; each row's sums unchanged, bit for bit). TC_RT2 1:
-// RT = 2 for Q2_K at NG = 3 (the int8 digits of 8 inputs: 24·K activation bytes per 16-row tile
-// against 5.25·K bytes of Q2_K weights: at batch 8 the 12B ffn_gate+ffn_up launch reads about
-// 200 MB of digits, sums and exponents through L1 against 39 MB of weights). Experimental,
-// compiled and counted only (kernels/tests/variant_rt2.rs), not yet timed or checked on a GPU:
-// the host still launches one block per 16-row tile, and a block whose tile index is odd
-// returns at once (its tile taken by the even one before it). Static SASS (`run.sh sass`,
-// 2026-12-07): mvtc_q2_k_3's loop 489 → 886 instructions for twice the rows, 120 → 128
-// registers, spills 0 → 32 B; the wide mvtc_q2_k_3w spills 456 B, so time it with
-// GEMMA4_TC_WIDE=0, e.g. `run.sh variant local/gpu/rt2 TC_RT2=1` then
-// VARS="base: wide0::GEMMA4_TC_WIDE=0 rt2:local/gpu/rt2:GEMMA4_TC_WIDE=0" `run.sh ab` (the
-// output hashes must stay the same).
-#ifndef TC_RT2
-#define TC_RT2 0
-#endif
-template <typename F, int NG> struct TcRt { enum { V = 1 }; };
-template <> struct TcRt<FmtQ2_K, 3> { enum { V = TC_RT2 ? 2 : 1 }; };
 
 // TcCapFused<F>::V: mvtc_<fmt>_* applies its `cap` argument (the final soft-cap of a tied head
 // in F, fused into the epilogue); the other formats ignore it (kernels::tc_softcap_fused, the same
@@ -1300,7 +1291,7 @@ template <> struct TcRt<FmtQ2_K, 3> { enum { V = TC_RT2 ? 2 : 1 }; };
 template <typename F> struct TcCapFused { enum { V = 0 }; };
 template <> struct TcCapFused<FmtQ6_K> { enum { V = 1 }; };
 
-template <typename F, int NG, int XB, int RT = 1>
+template <typename F, int NG, int XB>
 static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                                                  const uint32_t* __restrict__ xp,
                                                  const float* __restrict__ xs,
@@ -1311,13 +1302,11 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     typedef Tc<F> T;
     typedef TcStage<F> St;
     static_assert(16 % XB == 0 && XB % T::GPS == 0, "XB: whole scale groups, a divisor of 16");
-    static_assert(RT == 1 || (TcI8<F>::V && !TcPerWarp<F>::V), "RT > 1: integer-mma block stages only");
-    // Per warp: RT row tiles × NG mma column groups × 4 accumulator elements × 32 lanes, reused
-    // for the column totals tot[RT][8·NG columns][16 rows]; after the stage buffers when
-    // TcSmem<F, NG, RT>::OWN, else aliasing them (used after them).
-    typedef TcSmem<F, NG, RT> Sm;
-    float (*red)[4 * NG * RT][32] =
-        reinterpret_cast<float (*)[4 * NG * RT][32]>(sm + (Sm::OWN ? Sm::SMB / 16 : 0));
+    // Per warp: NG mma column groups × 4 accumulator elements × 32 lanes, reused for the
+    // column totals tot[8·NG columns][16 rows]; after the stage buffers when TcSmem<F, NG>::OWN,
+    // else aliasing them (used after them).
+    float (*red)[4 * NG][32] =
+        reinterpret_cast<float (*)[4 * NG][32]>(sm + (TcSmem<F, NG>::OWN ? TcSmem<F, NG>::SMB / 16 : 0));
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int row0 = cta * 16;
@@ -1334,15 +1323,10 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     // attn_q+attn_k n = 8 8.08 / 8.06 → 8.21 / 8.22, head n = 4 338.7 / 338.7 → 344.8 / 344.9),
     // 12B decode at batch 8 1682.6 / 1693.0 → 1695.8 / 1698.2 tok/s, batch 1 281.1 / 280.2 →
     // 280.3 / 279.0.
-    // (Row tile rt of RT: rows row0 + 16·rt …, its stage bytes rt·St::BYTES into each stage.)
-    uint32_t oa[RT], ob[RT];
-#pragma unroll
-    for (int rt = 0; rt < RT; ++rt) {
-        oa[rt] = tc_keep<NG>(rt * St::BYTES + g * (St::CPR * 16) + wid * T::SB +
-                             (uint32_t)(((uint64_t)min(row0 + 16 * rt + g, rows - 1) * row_bytes) & 15));
-        ob[rt] = tc_keep<NG>(rt * St::BYTES + (g + 8) * (St::CPR * 16) + wid * T::SB +
-                             (uint32_t)(((uint64_t)min(row0 + 16 * rt + g + 8, rows - 1) * row_bytes) & 15));
-    }
+    const uint32_t oa = tc_keep<NG>(g * (St::CPR * 16) + wid * T::SB +
+                                (uint32_t)(((uint64_t)min(row0 + g, rows - 1) * row_bytes) & 15));
+    const uint32_t ob = tc_keep<NG>((g + 8) * (St::CPR * 16) + wid * T::SB +
+                                (uint32_t)(((uint64_t)min(row0 + g + 8, rows - 1) * row_bytes) & 15));
     // Packed columns: mma column cc = 8m + n (group m < NG, n < 8) is piece cc % CPI (hi, mid,
     // lo; for the integer-mma formats digit cc % CPI, most significant first) of input column
     // cc / CPI, CPI = TcCols<F>::V. B-fragment lane (g, t) holds column 8m + g: its fragments start at
@@ -1410,42 +1394,33 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     // The lane's PRMT selector of its mins (Tc<F>::min_sel; integer-mma formats with offsets).
     uint32_t msel = 0;
     if constexpr (TcI8<F>::V && T::HAS_MIN) msel = tc_keep<NG>(T::min_sel(t));
-    float acc[RT][NG][4];
+    float acc[NG][4];
 #pragma unroll
-    for (int rt = 0; rt < RT; ++rt)
+    for (int m = 0; m < NG; ++m)
 #pragma unroll
-        for (int m = 0; m < NG; ++m)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) acc[rt][m][i] = 0.0f;
-    // One super-block `sb` of the warp's run from its staged bytes (rows g and g + 8 of row tile
-    // rt at buf + pa[rt], buf + pb[rt]). The row tiles share each activation fragment load; each
-    // row's arithmetic is that of RT = 1.
-    auto sb_body = [&](const uint8_t* buf, const uint32_t (&pa)[RT], const uint32_t (&pb)[RT], int sb) {
-        typename T::Row A[RT], B[RT];
-#pragma unroll
-        for (int rt = 0; rt < RT; ++rt) {
-            T::load(buf + pa[rt], t, A[rt]);
-            T::load(buf + pb[rt], t, B[rt]);
-        }
+        for (int i = 0; i < 4; ++i) acc[m][i] = 0.0f;
+    // One super-block `sb` of the warp's run from its staged bytes (rows g and g + 8 at pa, pb).
+    auto sb_body = [&](const uint8_t* pa, const uint8_t* pb, int sb) {
+        typename T::Row A, B;
+        T::load(pa, t, A);
+        T::load(pb, t, B);
         const uint2* xq[NG];
 #pragma unroll
         for (int m = 0; m < NG; ++m) xq[m] = (const uint2*)xp + xo[m] + 512 * sb;
         if constexpr (TcI8<F>::V) {
             // Per-row words the decoder derives once per super-block (Tc<F>::scale4).
-            uint32_t sA[RT][4], sB[RT][4], sA4[RT][4], sB4[RT][4];  // sA4, sB4: times 4 (TcAll4)
+            uint32_t sA[4], sB[4], sA4[4], sB4[4];  // sA4, sB4: times 4 (TcAll4)
 #pragma unroll
-            for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-                for (int k = 0; k < 4; ++k) {
-                    sA[rt][k] = T::scale4(A[rt], k);
-                    sB[rt][k] = T::scale4(B[rt], k);
-                    if constexpr (TcAll4<F, NG>::V) {
-                        // (As a PTX shift of the masked word: written `sA[k] * 4u`, the compiler
-                        // shifts the raw word and masks it again, one more ALU operation per word.)
-                        asm("shl.b32 %0, %1, 2;" : "=r"(sA4[rt][k]) : "r"(sA[rt][k]));
-                        asm("shl.b32 %0, %1, 2;" : "=r"(sB4[rt][k]) : "r"(sB[rt][k]));
-                    }
+            for (int k = 0; k < 4; ++k) {
+                sA[k] = T::scale4(A, k);
+                sB[k] = T::scale4(B, k);
+                if constexpr (TcAll4<F, NG>::V) {
+                    // (As a PTX shift of the masked word: written `sA[k] * 4u`, the compiler
+                    // shifts the raw word and masks it again, one more ALU operation per word.)
+                    asm("shl.b32 %0, %1, 2;" : "=r"(sA4[k]) : "r"(sA[k]));
+                    asm("shl.b32 %0, %1, 2;" : "=r"(sB4[k]) : "r"(sB[k]));
                 }
+            }
             constexpr float SF = TcOut<T::SUB>::SF;
             {
                 // Integer mma: per super-block (one exponent 2^e per input column, xf) the exact
@@ -1497,12 +1472,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 constexpr bool ALL4 = TcAll4<F, NG>::V;
                 constexpr bool ODD4 = TcOdd4<F>::V && NG == 1 && !ALL4;
                 constexpr float DS = (ODD4 || ALL4) ? 0x1p-31f : 0x1p-29f;
-                float da8[RT], db8[RT];
-#pragma unroll
-                for (int rt = 0; rt < RT; ++rt) {
-                    da8[rt] = T::d8(A[rt]) * DS;
-                    db8[rt] = T::d8(B[rt]) * DS;
-                }
+                const float da8 = T::d8(A) * DS, db8 = T::d8(B) * DS;
                 constexpr int XP = XB >= 2 ? XB / 2 : 1;  // 32-blocks per activation batch
                 // The lane's fragment of the super-block's first 32-block (TC_XLAYOUT 2: 64-block;
                 // there XP ≥ 2 loads whole 64-blocks, one uint4 per lane and group, and XP = 1
@@ -1513,13 +1483,11 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 for (int m = 0; m < NG; ++m)
                     xdq[m] = NG == 1 ? xdb + (xd[m] + (256u >> (XDS - 1)) * (uint32_t)sb)
                                      : xdb + (4 * g + t + (256 >> (XDS - 1)) * sb + m * (ng >> XDS) * 32);
-                int P[RT][NG][4], P4[RT][NG][4];  // P4: the odd-j chain (ODD4)
+                int P[NG][4], P4[NG][4];  // P4: the odd-j chain (ODD4)
 #pragma unroll
-                for (int rt = 0; rt < RT; ++rt)
+                for (int m = 0; m < NG; ++m)
 #pragma unroll
-                    for (int m = 0; m < NG; ++m)
-#pragma unroll
-                        for (int i = 0; i < 4; ++i) P[rt][m][i] = P4[rt][m][i] = 0;
+                    for (int i = 0; i < 4; ++i) P[m][i] = P4[m][i] = 0;
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
 #pragma unroll
@@ -1552,51 +1520,43 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                                 // j's scaled by 4·sc into the same chain (ALL4) or as they are into
                                 // P (ODD4, whose odd j go into P4).
                                 const bool odd = (XP * hp + u) & 1;
+                                const uint32_t(&eA)[4] = ALL4 ? sA4 : sA;
+                                const uint32_t(&eB)[4] = ALL4 ? sB4 : sB;
                                 auto q8 = [&](const typename T::Row& R, int GG, const uint32_t (&s)[4],
                                               const uint32_t (&se)[4]) {
                                     return odd ? T::template quad8<true>(R, GG, s[GG >> 2])
                                                : T::quad8(R, GG, se[GG >> 2]);
                                 };
+                                const uint32_t a0 = q8(A, G, sA, eA), a1 = q8(B, G, sB, eB);
+                                const uint32_t a2 = q8(A, G + 1, sA, eA), a3 = q8(B, G + 1, sB, eB);
+                                int (&Pj)[NG][4] = (ODD4 && odd) ? P4 : P;
 #pragma unroll
-                                for (int rt = 0; rt < RT; ++rt) {
-                                    const uint32_t(&eA)[4] = ALL4 ? sA4[rt] : sA[rt];
-                                    const uint32_t(&eB)[4] = ALL4 ? sB4[rt] : sB[rt];
-                                    const uint32_t a0 = q8(A[rt], G, sA[rt], eA), a1 = q8(B[rt], G, sB[rt], eB);
-                                    const uint32_t a2 = q8(A[rt], G + 1, sA[rt], eA), a3 = q8(B[rt], G + 1, sB[rt], eB);
-                                    int (&Pj)[NG][4] = (ODD4 && odd) ? P4[rt] : P[rt];
-#pragma unroll
-                                    for (int m = 0; m < NG; ++m) tc_imma<true>(Pj[m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
-                                }
+                                for (int m = 0; m < NG; ++m) tc_imma<true>(Pj[m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
                             } else if constexpr (T::FOLD) {
+                                const uint32_t a0 = T::quad8(A, G, sA[G >> 2]), a1 = T::quad8(B, G, sB[G >> 2]);
+                                const uint32_t a2 = T::quad8(A, G + 1, sA[G >> 2]), a3 = T::quad8(B, G + 1, sB[G >> 2]);
 #pragma unroll
-                                for (int rt = 0; rt < RT; ++rt) {
-                                    const uint32_t a0 = T::quad8(A[rt], G, sA[rt][G >> 2]), a1 = T::quad8(B[rt], G, sB[rt][G >> 2]);
-                                    const uint32_t a2 = T::quad8(A[rt], G + 1, sA[rt][G >> 2]), a3 = T::quad8(B[rt], G + 1, sB[rt][G >> 2]);
-#pragma unroll
-                                    for (int m = 0; m < NG; ++m) tc_imma(P[rt][m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
-                                }
+                                for (int m = 0; m < NG; ++m) tc_imma(P[m], a0, a1, a2, a3, xv[u][m].x, xv[u][m].y);
                             } else {
                                 // Q6_K: q − 32 decoded into A itself (TcQ6Sgn) or one more mma of
                                 // the constant I8OFF; the same exact s32 sums either way.
                                 constexpr bool SGN = TcQ6Sgn<F, NG>::V;
 #pragma unroll
-                                for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
                                 for (int gg = 0; gg < 2; ++gg) {
                                     const int G2 = G + gg;
-                                    const uint32_t a0 = T::template quad8<SGN>(A[rt], G2, sA[rt][G2 >> 2]),
-                                                   a1 = T::template quad8<SGN>(B[rt], G2, sB[rt][G2 >> 2]);
-                                    const int ka = T::sc8(sA[rt][G2 >> 2], G2), kb = T::sc8(sB[rt][G2 >> 2], G2);
+                                    const uint32_t a0 = T::template quad8<SGN>(A, G2, sA[G2 >> 2]),
+                                                   a1 = T::template quad8<SGN>(B, G2, sB[G2 >> 2]);
+                                    const int ka = T::sc8(sA[G2 >> 2], G2), kb = T::sc8(sB[G2 >> 2], G2);
 #pragma unroll
                                     for (int m = 0; m < NG; ++m) {
                                         const uint32_t bx = gg ? xv[u][m].y : xv[u][m].x;
                                         int Q[4] = {0, 0, 0, 0};
                                         tc_imma16(Q, a0, a1, bx);
                                         if constexpr (!SGN) tc_imma16(Q, T::I8OFF, T::I8OFF, bx);
-                                        P[rt][m][0] += ka * Q[0];
-                                        P[rt][m][1] += ka * Q[1];
-                                        P[rt][m][2] += kb * Q[2];
-                                        P[rt][m][3] += kb * Q[3];
+                                        P[m][0] += ka * Q[0];
+                                        P[m][1] += ka * Q[1];
+                                        P[m][2] += kb * Q[2];
+                                        P[m][3] += kb * Q[3];
                                     }
                                 }
                             }
@@ -1605,65 +1565,49 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 }
                 if constexpr (ODD4) {
 #pragma unroll
-                    for (int rt = 0; rt < RT; ++rt)
+                    for (int m = 0; m < NG; ++m)
 #pragma unroll
-                        for (int m = 0; m < NG; ++m)
-#pragma unroll
-                            for (int i = 0; i < 4; ++i) P[rt][m][i] = 4 * P[rt][m][i] + P4[rt][m][i];
+                        for (int i = 0; i < 4; ++i) P[m][i] = 4 * P[m][i] + P4[m][i];
                 }
                 if constexpr (TcQ6Sgn<F, NG>::V) {
                     // Σ sc·4·Q, a multiple of 4: the shift is the exact division.
 #pragma unroll
-                    for (int rt = 0; rt < RT; ++rt)
+                    for (int m = 0; m < NG; ++m)
 #pragma unroll
-                        for (int m = 0; m < NG; ++m)
-#pragma unroll
-                            for (int i = 0; i < 4; ++i) P[rt][m][i] >>= 2;
+                        for (int i = 0; i < 4; ++i) P[m][i] >>= 2;
                 }
 #pragma unroll
                 for (int m = 0; m < NG; ++m) {
                     const float2 ef = __ldg(NG == 1 ? xfb0 + (16u * (uint32_t)sb + xft + m)
                                                     : xfb0 + (16 * sb) + (int)(xft + m));
                     const float f0 = ef.x, f1 = ef.y;
-#pragma unroll
-                    for (int rt = 0; rt < RT; ++rt) {
-                        acc[rt][m][0] = fmaf(da8[rt] * f0, (float)P[rt][m][0], acc[rt][m][0]);
-                        acc[rt][m][1] = fmaf(da8[rt] * f1, (float)P[rt][m][1], acc[rt][m][1]);
-                        acc[rt][m][2] = fmaf(db8[rt] * f0, (float)P[rt][m][2], acc[rt][m][2]);
-                        acc[rt][m][3] = fmaf(db8[rt] * f1, (float)P[rt][m][3], acc[rt][m][3]);
-                    }
+                    acc[m][0] = fmaf(da8 * f0, (float)P[m][0], acc[m][0]);
+                    acc[m][1] = fmaf(da8 * f1, (float)P[m][1], acc[m][1]);
+                    acc[m][2] = fmaf(db8 * f0, (float)P[m][2], acc[m][2]);
+                    acc[m][3] = fmaf(db8 * f1, (float)P[m][3], acc[m][3]);
                 }
             }
             if constexpr (T::HAS_MIN) {
                 // Offsets: M = Σ_G m_G · S_G over the super-block's 16 groups (k = group),
                 // the sums' pieces packed into columns like the activations.
-                uint32_t a0[RT], a1[RT], a2[RT], a3[RT];
-                float ma[RT], mb[RT];
-#pragma unroll
-                for (int rt = 0; rt < RT; ++rt) {
-                    T::mins(A[rt], msel, a0[rt], a2[rt]);
-                    T::mins(B[rt], msel, a1[rt], a3[rt]);
-                    ma[rt] = -T::dmin(A[rt]) * SF;
-                    mb[rt] = -T::dmin(B[rt]) * SF;
-                }
+                uint32_t a0, a1, a2, a3;
+                T::mins(A, msel, a0, a2);
+                T::mins(B, msel, a1, a3);
+                const float ma = -T::dmin(A) * SF, mb = -T::dmin(B) * SF;
 #pragma unroll
                 for (int m = 0; m < NG; ++m) {
+                    float M[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                     const uint2 s = __ldg((const uint2*)((const uint32_t*)(xs + TC_XSF_OFFSET)) +
                                           (NG == 1 ? (uint64_t)(xso[m] + 32u * (uint32_t)sb)
                                                    // not clamped at NG > 1, as the digits
                                                    : (int64_t)(4 * g + t + m * nsb * 32 + 32 * sb)));
+                    tc_mma(M, a0, a1, a2, a3, s.x, s.y);
 #pragma unroll
-                    for (int rt = 0; rt < RT; ++rt) {
-                        float M[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                        tc_mma(M, a0[rt], a1[rt], a2[rt], a3[rt], s.x, s.y);
-#pragma unroll
-                        for (int i = 0; i < 4; ++i) acc[rt][m][i] = fmaf(i < 2 ? ma[rt] : mb[rt], M[i], acc[rt][m][i]);
-                    }
+                    for (int i = 0; i < 4; ++i) acc[m][i] = fmaf(i < 2 ? ma : mb, M[i], acc[m][i]);
                 }
             }
         } else {
             static_assert(!T::FOLD, "the folded formats (Q2_K, Q3_K) take the integer mma");
-            static_assert(RT == 1, "one row tile for the bf16-piece formats");
 #pragma unroll
             for (int hf = 0; hf < 16 / XB; ++hf) {
                 uint2 xv[XB][NG];
@@ -1679,21 +1623,21 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                     for (int u = 0; u < T::GPS; ++u) {
                         const int G = s * T::GPS + u, ul = G - XB * hf;
                         uint32_t a0, a1, a2, a3;
-                        T::pairs(A[0], G, a0, a2);
-                        T::pairs(B[0], G, a1, a3);
+                        T::pairs(A, G, a0, a2);
+                        T::pairs(B, G, a1, a3);
 #pragma unroll
                         for (int m = 0; m < NG; ++m)
                             tc_mma(part[m], a0, a1, a2, a3, xv[ul][m].x, xv[ul][m].y);
                     }
                     float sa, ma, sbb, mb;
-                    T::scale(A[0], s, sa, ma);
-                    T::scale(B[0], s, sbb, mb);
+                    T::scale(A, s, sa, ma);
+                    T::scale(B, s, sbb, mb);
 #pragma unroll
                     for (int m = 0; m < NG; ++m) {
-                        acc[0][m][0] = fmaf(sa, part[m][0], acc[0][m][0]);
-                        acc[0][m][1] = fmaf(sa, part[m][1], acc[0][m][1]);
-                        acc[0][m][2] = fmaf(sbb, part[m][2], acc[0][m][2]);
-                        acc[0][m][3] = fmaf(sbb, part[m][3], acc[0][m][3]);
+                        acc[m][0] = fmaf(sa, part[m][0], acc[m][0]);
+                        acc[m][1] = fmaf(sa, part[m][1], acc[m][1]);
+                        acc[m][2] = fmaf(sbb, part[m][2], acc[m][2]);
+                        acc[m][3] = fmaf(sbb, part[m][3], acc[m][3]);
                     }
                     if (T::HAS_MIN) {
                         // b · S_{j,G} once per input column j: on its hi-piece column only.
@@ -1706,8 +1650,8 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 #pragma unroll
                                     for (int u = 0; u < T::GPS; ++u) {
                                         const float Sg = __ldg(xs + 8 * (16 * sb + s * T::GPS + u) + cc / CPI);
-                                        acc[0][m][h] = fmaf(ma, Sg, acc[0][m][h]);
-                                        acc[0][m][2 + h] = fmaf(mb, Sg, acc[0][m][2 + h]);
+                                        acc[m][h] = fmaf(ma, Sg, acc[m][h]);
+                                        acc[m][2 + h] = fmaf(mb, Sg, acc[m][2 + h]);
                                     }
                                 }
                             }
@@ -1745,8 +1689,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
             tc_cp_wait<WS::NST - 1>();
             __syncwarp();
             const uint8_t* sbuf = (const uint8_t*)(wsm + (j % WS::NST) * (WS::BYTES / 16));
-            const uint32_t wao[RT] = {wa}, wbo[RT] = {wb};
-            sb_body(sbuf, wao, wbo, j * TC_WARPS + wid);
+            sb_body(sbuf + wa, sbuf + wb, j * TC_WARPS + wid);
             // Every lane has read this buffer before any lane queues the next copy into it.
             __syncwarp();
             if constexpr (WAHEAD == WS::NST) {
@@ -1760,17 +1703,11 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     } else {
         // Block stages (TcStage, TcPlan): the whole block copies each stage; a barrier per stage.
         // Prologue: stages 0 … NST − 2 in flight (empty groups keep the group count uniform).
-        // (RT row tiles: stage buffer b holds tile rt's copy at b·RT + rt.)
-        TcPlan<F> plan[RT];
-#pragma unroll
-        for (int rt = 0; rt < RT; ++rt) plan[rt].template init<NG>(rows, row_bytes, row0 + 16 * rt, sm + rt * (St::BYTES / 16));
-        auto stage = [&](int buf, int j) {
-#pragma unroll
-            for (int rt = 0; rt < RT; ++rt) plan[rt].stage(sm + rt * (St::BYTES / 16), buf * RT, W, j);
-        };
+        TcPlan<F> plan;
+        plan.template init<NG>(rows, row_bytes, row0, sm);
 #pragma unroll
         for (int j = 0; j < St::AHEAD; ++j) {
-            if (j < nstage) stage(j, j);
+            if (j < nstage) plan.stage(sm, j, W, j);
             tc_cp_commit();
         }
         // The weights are immutable: their first stages are in flight before waiting for the
@@ -1782,7 +1719,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
             if constexpr (St::AHEAD < St::NST) {
                 const int jn = j + St::NST - 1;
                 if (jn < nstage)
-                    stage(jn % St::NST, jn);
+                    plan.stage(sm, jn % St::NST, W, jn);
                 tc_cp_commit();
             }
             tc_cp_wait<St::NST - 1>();
@@ -1791,16 +1728,16 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
             // summation order of the unstaged kernel).
             const int sb = j * TC_WARPS + wid;
             if (sb < nsb) {
-                const uint8_t* sbuf = (const uint8_t*)(sm + (j % St::NST) * RT * (St::BYTES / 16));
-                sb_body(sbuf, oa, ob, sb);
+                const uint8_t* sbuf = (const uint8_t*)(sm + (j % St::NST) * (St::BYTES / 16));
+                sb_body(sbuf + oa, sbuf + ob, sb);
             }
-            if constexpr (Sm::OWN) {
+            if constexpr (TcSmem<F, NG>::OWN) {
                 // (AHEAD = NST.) The buffer just read takes stage j + NST once every warp has
                 // read it; the epilogue's sums have their own memory, so the last NST stages
                 // need no barrier here.
                 if (j + St::NST < nstage) {
                     __syncthreads();
-                    stage(j % St::NST, j + St::NST);
+                    plan.stage(sm, j % St::NST, W, j + St::NST);
                 }
                 tc_cp_commit();
             } else {
@@ -1810,7 +1747,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                 if constexpr (St::AHEAD == St::NST) {
                     // The buffer just read takes stage j + NST.
                     if (j + St::NST < nstage)
-                        stage(j % St::NST, j + St::NST);
+                        plan.stage(sm, j % St::NST, W, j + St::NST);
                     tc_cp_commit();
                 }
             }
@@ -1839,14 +1776,11 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     // requests slowed them.
     griddep_launch();
 #pragma unroll
-    for (int rt = 0; rt < RT; ++rt)
+    for (int m = 0; m < NG; ++m)
 #pragma unroll
-        for (int m = 0; m < NG; ++m)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) red[wid][4 * NG * rt + 4 * m + i][lane] = acc[rt][m][i];
+        for (int i = 0; i < 4; ++i) red[wid][4 * m + i][lane] = acc[m][i];
     __syncthreads();
-    // The runs of accumulator slot q (< 4·NG·RT; row tile q / (4·NG)) in order, pairwise:
-    // (r0 + r1) + (r2 + r3) + …
+    // The runs of accumulator slot q (< 4·NG) of this tile in order, pairwise: (r0 + r1) + (r2 + r3) + …
     auto run_sum = [&](int q) {
         float v = 0.0f;
 #pragma unroll
@@ -1856,19 +1790,15 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         }
         return v;
     };
-    // Where slot q's column total goes in tot[row tile][column cc][row 0..15] (128·NG floats per
-    // row tile).
+    // Where slot q's column total goes in tot[column cc][row 0..15] (128·NG floats).
     auto tot_at = [&](int q) {
-        const int rt = RT == 1 ? 0 : q / (4 * NG), qq = q - 4 * NG * rt;
-        const int m = qq >> 2, i = qq & 3;
-        return rt * (128 * NG) + (8 * m + 2 * t + (i & 1)) * 16 + g + 8 * (i >> 1);
+        const int m = q >> 2, i = q & 3;
+        return (8 * m + 2 * t + (i & 1)) * 16 + g + 8 * (i >> 1);
     };
-    // Output o = 16·nc·rt + 16·j + rr: y[j, row0 + 16·rt + rr] = (hi + mid) + lo (two digits:
-    // hi + mid, digit 0 and 1), the pieces' scales undone first (exact powers of two).
-    auto write_out = [&](const float* tot_all, int o) {
-        const int rt = RT == 1 ? 0 : o / (16 * nc), oo = o - 16 * nc * rt;
-        const float* tot = tot_all + rt * (128 * NG);
-        const int j = oo >> 4, rr = oo & 15, r = row0 + 16 * rt + rr;
+    // Output o = 16·j + rr: y[j, row0 + rr] = (hi + mid) + lo (two digits: hi + mid, digit 0 and
+    // 1), the pieces' scales undone first (exact powers of two).
+    auto write_out = [&](const float* tot, int o) {
+        const int j = o >> 4, rr = o & 15, r = row0 + rr;
         const float hv = tot[(CPI * j) * 16 + rr], mv = tot[(CPI * j + 1) * 16 + rr];
         typedef TcOut<T::SUB> O;
         float v = hv * O::HS + mv * O::MS;
@@ -1885,12 +1815,12 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         // Warp w sums slots q = w, w + 8, … (< 4·NG): the same sums as one warp taking every q
         // (TC_EPI_SPLIT 0), spread so that the block's last steps are one or two slots per warp,
         // not 4·NG in one.
-        constexpr int QPW = (4 * NG * RT + TC_WARPS - 1) / TC_WARPS;
+        constexpr int QPW = (4 * NG + TC_WARPS - 1) / TC_WARPS;
         float v[QPW];
 #pragma unroll
         for (int u = 0; u < QPW; ++u) {
             const int q = wid + TC_WARPS * u;
-            v[u] = q < 4 * NG * RT ? run_sum(q) : 0.0f;
+            v[u] = q < 4 * NG ? run_sum(q) : 0.0f;
         }
         // Every run is read before the column totals overwrite warp 0's slot.
         __syncthreads();
@@ -1898,24 +1828,24 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
 #pragma unroll
         for (int u = 0; u < QPW; ++u) {
             const int q = wid + TC_WARPS * u;
-            if (q < 4 * NG * RT) tot[tot_at(q)] = v[u];
+            if (q < 4 * NG) tot[tot_at(q)] = v[u];
         }
         __syncthreads();
         // One output per thread.
-        for (int o = threadIdx.x; o < 16 * nc * RT; o += 32 * TC_WARPS) write_out(tot, o);
+        for (int o = threadIdx.x; o < 16 * nc; o += 32 * TC_WARPS) write_out(tot, o);
     }
 #else
     if (wid == 0) {
-        float v[4 * NG * RT];
+        float v[4 * NG];
 #pragma unroll
-        for (int q = 0; q < 4 * NG * RT; ++q) v[q] = run_sum(q);
+        for (int q = 0; q < 4 * NG; ++q) v[q] = run_sum(q);
         __syncwarp();
         // Column totals into this warp's slot.
         float* tot = &red[wid][0][0];
 #pragma unroll
-        for (int q = 0; q < 4 * NG * RT; ++q) tot[tot_at(q)] = v[q];
+        for (int q = 0; q < 4 * NG; ++q) tot[tot_at(q)] = v[q];
         __syncwarp();
-        for (int o = lane; o < 16 * nc * RT; o += 32) write_out(tot, o);
+        for (int o = lane; o < 16 * nc; o += 32) write_out(tot, o);
     }
 #endif
 #endif
@@ -1938,18 +1868,15 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         uint64_t row_bytes, int nc, const uint8_t* __restrict__ W2, float* __restrict__ y2,  \
         int rows2, float cap) {                                                              \
         if constexpr (Tc<F>::OK) {                                                           \
-            constexpr int XB = XBV, RT = TcRt<F, NG>::V;                                     \
-            __shared__ uint4 sm[TcSmem<F, NG, RT>::BYTES / 16];                              \
+            constexpr int XB = XBV;                                                          \
+            __shared__ uint4 sm[TcSmem<F, NG>::BYTES / 16];                                  \
             const int ctas = (rows + 15) >> 4;                                               \
-            if ((int)blockIdx.x < ctas) {                                                    \
-                if (RT > 1 && blockIdx.x % RT != 0) return;                                  \
-                mvtc_body<F, NG, XB, RT>(W, xp, xs, y, rows, K, row_bytes, nc, blockIdx.x,   \
-                                         sm, cap);                                           \
-            } else {                                                                         \
-                if (RT > 1 && (blockIdx.x - ctas) % RT != 0) return;                         \
-                mvtc_body<F, NG, XB, RT>(W2, xp, xs, y2, rows2, K, row_bytes, nc,            \
-                                         blockIdx.x - ctas, sm, cap);                        \
-            }                                                                                \
+            if ((int)blockIdx.x < ctas)                                                      \
+                mvtc_body<F, NG, XB>(W, xp, xs, y, rows, K, row_bytes, nc, blockIdx.x, sm,   \
+                                     cap);                                                   \
+            else                                                                             \
+                mvtc_body<F, NG, XB>(W2, xp, xs, y2, rows2, K, row_bytes, nc,                \
+                                     blockIdx.x - ctas, sm, cap);                            \
         }                                                                                    \
     }
 #define MVTC_ENTRY(NAME, F, NG) MVTC_ENTRY_V(NAME, F, NG, , (TcMinB<F, NG>::V), (TcXb<F, NG>::V))
@@ -1989,22 +1916,17 @@ template <typename F> struct TcInModule { enum { V = 1 }; };
         int rows2, const uint8_t* __restrict__ W3, float* __restrict__ y3, int rows3,        \
         uint64_t row_bytes3) {                                                               \
         if constexpr (Tc<F>::OK && Tc<G>::OK && TcInModule<F>::V) {                          \
-            constexpr int RT = TcRt<F, NG>::V;                                               \
-            constexpr int B0 = TcSmem<F, NG, RT>::BYTES, B1 = TcSmem<G, NG>::BYTES;          \
+            constexpr int B0 = TcSmem<F, NG>::BYTES, B1 = TcSmem<G, NG>::BYTES;              \
             __shared__ uint4 sm[(B0 > B1 ? B0 : B1) / 16];                                   \
             const int c3 = (rows3 + 15) >> 4, ctas = (rows + 15) >> 4;                       \
             const int b = (int)blockIdx.x;                                                   \
-            if (b < c3) {                                                                    \
+            if (b < c3)                                                                      \
                 mvtc_body<G, NG, XBG>(W3, xp, xs, y3, rows3, K, row_bytes3, nc, b, sm, 0.0f); \
-            } else if (b - c3 < ctas) {                                                      \
-                if (RT > 1 && (b - c3) % RT != 0) return;                                    \
-                mvtc_body<F, NG, XBF, RT>(W, xp, xs, y, rows, K, row_bytes, nc, b - c3, sm,  \
-                                          0.0f);                                             \
-            } else {                                                                         \
-                if (RT > 1 && (b - c3 - ctas) % RT != 0) return;                             \
-                mvtc_body<F, NG, XBF, RT>(W2, xp, xs, y2, rows2, K, row_bytes, nc,           \
-                                          b - c3 - ctas, sm, 0.0f);                          \
-            }                                                                                \
+            else if (b - c3 < ctas)                                                          \
+                mvtc_body<F, NG, XBF>(W, xp, xs, y, rows, K, row_bytes, nc, b - c3, sm, 0.0f); \
+            else                                                                             \
+                mvtc_body<F, NG, XBF>(W2, xp, xs, y2, rows2, K, row_bytes, nc,               \
+                                      b - c3 - ctas, sm, 0.0f);                              \
         }                                                                                    \
     }
 #define MVTCX_ENTRY(NAME, F, GNAME, G, NG)                                                   \
