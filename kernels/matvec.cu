@@ -960,6 +960,17 @@ template <> struct TcMinB<FmtQ3_K, 2> { enum { V = 2 }; };
 // at batch 8 1811.3 / 1815.2 → 1733.2 / 1727.0 tok/s. At NG = 1 (loop 374 → 750, 80 registers,
 // 8 B spill): ffn_gate+ffn_up n = 1 20.05 → 21.17, attn_q+attn_k 6.08 → 8.43, attn_output 4.81
 // → 6.41.
+// Measured and not kept (H100, 2026-12-07, one call, `run.sh ab`, every mv-bench output hash the
+// same, `runtime gpu-check --quick` ALL PASSED on the variant): Q2_K's NG = 1 kernels reading
+// their weights straight from global memory (each lane its own Tc<F>::load words of rows g and
+// g + 8, the warp's super-blocks wid, wid + 8, … in order; no stages, no barriers). Static SASS:
+// main loop 374 / 393 → 221 / 231 (mvtc_q2_k_1 / 1w; 1w spills 4 B), or 248 / 268 with the
+// next super-block's words loaded one iteration ahead (1w then spills 240 B). Slower though the loop
+// is ~40 % shorter: ffn_gate+ffn_up n = 1 19.98 / 19.95 → 21.49 / 21.46 µs (1w), 23.13 / 23.16
+// (base kernel, loaded ahead), 32.0 (1w loaded ahead); attn_output 4.77 → 5.51; attn_q+attn_k
+// 6.04 → 5.94; 12B decode at batch 1 310.3 / 311.8 → 289.0 / 286.8 tok/s. So these kernels are
+// not bound by instruction issue alone: the stages' 16-byte cp.async copies keep more weight bytes
+// in flight than the lanes' 4-byte loads of 8 rows per instruction.
 #ifndef TC_MINBW_1
 #define TC_MINBW_1 4
 #endif
