@@ -5,7 +5,9 @@
 //! (the PTX cache is per process and keyed by family, not by source). NVRTC as in `compile.rs`;
 //! without it the test prints `skipped: …` and passes.
 
-use kernels::{compile_ptx, compile_ptx_format, nvrtc_available, Family, SOURCE_DIR_ENV};
+mod common;
+
+use kernels::{compile_ptx, compile_ptx_format, nvrtc_available, Family};
 
 /// `TC_XLAYOUT 2` (`common.cuh`): the int8 digits two 32-blocks per lane (the exponents are in
 /// the lanes' read order in both layouts). The families that write (`mvtc_prep` in matvec.cu,
@@ -20,16 +22,7 @@ fn tc_xlayout_2_compiles_sm90() {
         println!("skipped: {why}");
         return;
     }
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel-variant-xlayout2");
-    std::fs::create_dir_all(&dir).unwrap();
-    let common = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/common.cuh"))
-        .expect("kernels/common.cuh");
-    std::fs::write(
-        dir.join("common.cuh"),
-        format!("#define TC_XLAYOUT 2\n{common}"),
-    )
-    .unwrap();
-    std::env::set_var(SOURCE_DIR_ENV, &dir);
+    common::use_variant("xlayout2", "#define TC_XLAYOUT 2");
     for fmt in ["q2_k", "q3_k", "q6_k"] {
         let ptx = compile_ptx_format(Family::Matvec, fmt, (9, 0))
             .unwrap_or_else(|e| panic!("matvec.cu ({fmt}), TC_XLAYOUT 2: {e}"));
