@@ -6,7 +6,7 @@
 
 mod common;
 
-use kernels::{compile_ptx_format, nvrtc_available, Family};
+use kernels::{compile_ptx_format, Family};
 
 /// The `mma.sync` instructions in the PTX body of entry `name` (up to the next `.entry`).
 fn mma_count(ptx: &str, name: &str) -> usize {
@@ -26,11 +26,9 @@ fn mma_count(ptx: &str, name: &str) -> usize {
 /// either matrix, 9, and the two-group kernel is unchanged.
 #[test]
 fn tc_multi_compiles_sm90_with_one_body_per_one_group_entry() {
-    if let Err(why) = nvrtc_available() {
-        println!("skipped: {why}");
+    if !common::use_variant("multi2", "#define TC_MULTI 2") {
         return;
     }
-    common::use_variant("multi2", "#define TC_MULTI 2");
     let ptx = compile_ptx_format(Family::Matvec, "q2_k", (9, 0))
         .unwrap_or_else(|e| panic!("matvec.cu (q2_k), TC_MULTI 2: {e}"));
     assert_eq!(mma_count(&ptx, "mvtc_q2_k_2"), 36, "mvtc_q2_k_2 changed");

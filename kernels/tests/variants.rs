@@ -7,7 +7,7 @@
 
 mod common;
 
-use kernels::{compile_ptx, compile_ptx_format, nvrtc_available, Family};
+use kernels::{compile_ptx, compile_ptx_format, Family};
 
 /// `TC_XLAYOUT 2` (`common.cuh`): the int8 digits two 32-blocks per lane (the exponents are in
 /// the lanes' read order in both layouts). The families that write (`mvtc_prep` in matvec.cu,
@@ -18,11 +18,9 @@ use kernels::{compile_ptx, compile_ptx_format, nvrtc_available, Family};
 /// matvec_q2_k/q3_k/q6_k modules, 80/32/32 with the variant).
 #[test]
 fn tc_xlayout_2_compiles_sm90() {
-    if let Err(why) = nvrtc_available() {
-        println!("skipped: {why}");
+    if !common::use_variant("xlayout2", "#define TC_XLAYOUT 2") {
         return;
     }
-    common::use_variant("xlayout2", "#define TC_XLAYOUT 2");
     for fmt in ["q2_k", "q3_k", "q6_k"] {
         let ptx = compile_ptx_format(Family::Matvec, fmt, (9, 0))
             .unwrap_or_else(|e| panic!("matvec.cu ({fmt}), TC_XLAYOUT 2: {e}"));
