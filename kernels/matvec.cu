@@ -1923,6 +1923,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
             __shared__ uint4 sm[TcSmem<F, NG>::BYTES / 16];                                  \
             const int ctas = (rows + 15) >> 4;                                               \
             if constexpr (TcMulti<F, NG>::V) {                                               \
+                /* (the entry is no template: this branch is checked even when discarded) */ \
                 static_assert(!TcMulti<F, NG>::V || (TcSmem<F, NG>::OWN && !TcPerWarp<F>::V), \
                               "TcMulti: block stages, sums in their own memory");        \
                 const bool one = (int)blockIdx.x < ctas;                                     \
