@@ -971,6 +971,16 @@ template <> struct TcMinB<FmtQ3_K, 2> { enum { V = 2 }; };
 // 6.04 → 5.94; 12B decode at batch 1 310.3 / 311.8 → 289.0 / 286.8 tok/s. So these kernels are
 // not bound by instruction issue alone: the stages' 16-byte cp.async copies keep more weight bytes
 // in flight than the lanes' 4-byte loads of 8 rows per instruction.
+// Measured and not kept (H100, 2026-12-07, one call, `run.sh ab`, every mv-bench output hash the
+// same): Q2_K's NG = 1 kernels with V consecutive tiles per block (block b, b a multiple of V
+// within its matrix, takes tiles b … b + V − 1; the grid unchanged, the other blocks returning at
+// once), each next tile's first stages queued during the current tile's epilogue (`TC_MULTI V`,
+// commit 78cfb28; static SASS at V = 2: mvtc_q2_k_1 / 1w 73 / 64 registers, no spill). mv-bench
+// at n = 1, base → V = 2 → V = 4: ffn_gate+ffn_up 20.0 → 21.1 → 21.6 µs, attn_output 4.8 → 7.1 →
+// 12.0, attn_q+attn_k 6.1 → 8.6 → 14.7; 12B decode at batch 1 311.4 / 311.2 → 288.2 / 288.2 →
+// 261.4 / 264.2 tok/s (batch 8, whose kernels it leaves alone, 1828 / 1852 → 1829 / 1847 → 1832 /
+// 1827). Fewer blocks, each taking its tiles in turn, lose more than the overlap of one tile's
+// epilogue with the next tile's first stages gains — as the H200 record of tiles b, b + G, … above.
 #ifndef TC_MINBW_1
 #define TC_MINBW_1 4
 #endif
@@ -1293,26 +1303,6 @@ template <typename F, int NG> struct TcSmem {
     };
 };
 
-// TcMulti<F, NG>::V (0: off): tiles per block. Block b of the mvtc kernel, b a multiple of V within
-// its matrix, takes tiles b … b + V − 1 of it (the other blocks return at once; the grid is
-// unchanged), each tile's first stages queued during the epilogue of the tile before. The same
-// sums per tile. Opt-in experiment, `#define TC_MULTI 2` (or more): Q2_K at NG = 1 (block stages
-// with the sums in their own memory). Why: the direct-load record above shows these kernels lose
-// time when fewer weight bytes are in flight, and a block's tile waits for its first stages at its
-// start. Compiled (kernels/tests/variant_multi.rs; static SASS of mvtc_q2_k_1 / 1w at TC_MULTI 2:
-// 73 / 64 registers, no spill, the super-block's code from the first barrier to the second 214 /
-// 223 instructions against 214 / 219), not yet timed: no GPU was lent after it was written. To
-// time it (carry ["local/gpu"] after `run.sh build-engine`): `bash scripts/gpu/run.sh variant
-// local/gpu/m2 TC_MULTI=2 && bash scripts/gpu/run.sh variant local/gpu/m4 TC_MULTI=4 &&
-// VARS="base: m2:local/gpu/m2 m4:local/gpu/m4" BENCH_ARGS="--draft-format none" bash
-// scripts/gpu/run.sh ab` (the output hashes must stay `same`). If it wins, the host should launch
-// ceil(tiles / V) blocks per matrix (forward.rs tc_launch, tc_spread_smem); if not, remove it.
-#ifndef TC_MULTI
-#define TC_MULTI 0
-#endif
-template <typename F, int NG> struct TcMulti { enum { V = 0 }; };
-template <> struct TcMulti<FmtQ2_K, 1> { enum { V = TC_MULTI > 1 ? TC_MULTI : 0 }; };
-
 // TcCapFused<F>::V: mvtc_<fmt>_* applies its `cap` argument (the final soft-cap of a tied head
 // in F, fused into the epilogue); the other formats ignore it (kernels::tc_softcap_fused, the same
 // list). Q6_K only, the tied head's format in llama.cpp's K-quant mixes: the branch in every
@@ -1322,17 +1312,13 @@ template <> struct TcMulti<FmtQ2_K, 1> { enum { V = TC_MULTI > 1 ? TC_MULTI : 0 
 template <typename F> struct TcCapFused { enum { V = 0 }; };
 template <> struct TcCapFused<FmtQ6_K> { enum { V = 1 }; };
 
-// One 16-row tile `cta` of W (the kernel's contract above). TcMulti only: next_cta ≥ 0 is the tile
-// this block takes next (its first stages are queued during this tile's epilogue, and only its
-// last tile lets the next kernel launch); staged: this tile's first stages were queued so.
 template <typename F, int NG, int XB>
 static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                                                  const uint32_t* __restrict__ xp,
                                                  const float* __restrict__ xs,
                                                  float* __restrict__ y, int rows, int K,
                                                  uint64_t row_bytes, int nc, int cta,
-                                                 uint4* __restrict__ sm, float cap,
-                                                 int next_cta = -1, bool staged = false) {
+                                                 uint4* __restrict__ sm, float cap) {
 #if __CUDA_ARCH__ >= 800
     typedef Tc<F> T;
     typedef TcStage<F> St;
@@ -1740,13 +1726,10 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         // Prologue: stages 0 … NST − 2 in flight (empty groups keep the group count uniform).
         TcPlan<F> plan;
         plan.template init<NG>(rows, row_bytes, row0, sm);
-        // (TcMulti: a block's later tile finds its first AHEAD stages queued by the tile before.)
-        if (!TcMulti<F, NG>::V || !staged) {
 #pragma unroll
-            for (int j = 0; j < St::AHEAD; ++j) {
-                if (j < nstage) plan.stage(sm, j, W, j);
-                tc_cp_commit();
-            }
+        for (int j = 0; j < St::AHEAD; ++j) {
+            if (j < nstage) plan.stage(sm, j, W, j);
+            tc_cp_commit();
         }
         // The weights are immutable: their first stages are in flight before waiting for the
         // previous kernel (programmatic dependent launch, common.cuh), which wrote the activations.
@@ -1812,25 +1795,12 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     // binaries decode 303.5–303.8 tok/s at batch 1 on the H100, B_read 3.15 TB/s, and 315.4–315.5
     // on an H200, 4.59–4.60 TB/s), so bytes brought in early do not shorten them, and the extra
     // requests slowed them.
-    if (!TcMulti<F, NG>::V || next_cta < 0) griddep_launch();
+    griddep_launch();
 #pragma unroll
     for (int m = 0; m < NG; ++m)
 #pragma unroll
         for (int i = 0; i < 4; ++i) red[wid][4 * m + i][lane] = acc[m][i];
     __syncthreads();
-    if constexpr (TcMulti<F, NG>::V) {
-        // Every warp is past its loop: the stage buffers take the block's next tile's first
-        // stages, in flight during this tile's epilogue (the sums have their own memory, OWN).
-        if (next_cta >= 0) {
-            TcPlan<F> np;
-            np.template init<NG>(rows, row_bytes, next_cta * 16, sm);
-#pragma unroll
-            for (int j = 0; j < St::AHEAD; ++j) {
-                if (j < nstage) np.stage(sm, j, W, j);
-                tc_cp_commit();
-            }
-        }
-    }
     // The runs of accumulator slot q (< 4·NG) of this tile in order, pairwise: (r0 + r1) + (r2 + r3) + …
     auto run_sum = [&](int q) {
         float v = 0.0f;
@@ -1922,23 +1892,6 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
             constexpr int XB = XBV;                                                          \
             __shared__ uint4 sm[TcSmem<F, NG>::BYTES / 16];                                  \
             const int ctas = (rows + 15) >> 4;                                               \
-            if constexpr (TcMulti<F, NG>::V) {                                               \
-                /* (the entry is no template: this branch is checked even when discarded) */ \
-                static_assert(!TcMulti<F, NG>::V || (TcSmem<F, NG>::OWN && !TcPerWarp<F>::V), \
-                              "TcMulti: block stages, sums in their own memory");        \
-                const bool one = (int)blockIdx.x < ctas;                                     \
-                const int c = one ? (int)blockIdx.x : (int)blockIdx.x - ctas;                \
-                const int n = one ? ctas : (rows2 + 15) >> 4;                                \
-                if (c % TcMulti<F, NG>::V) return;                                           \
-                const int e = min(c + TcMulti<F, NG>::V, n);                                 \
-                const uint8_t* const Wm = one ? W : W2;                                      \
-                float* const ym = one ? y : y2;                                              \
-                const int rm = one ? rows : rows2;                                           \
-                _Pragma("unroll 1") for (int cc = c; cc < e; ++cc)                           \
-                    mvtc_body<F, NG, XB>(Wm, xp, xs, ym, rm, K, row_bytes, nc, cc, sm, cap,  \
-                                         cc + 1 < e ? cc + 1 : -1, cc > c);                  \
-                return;                                                                      \
-            }                                                                                \
             if ((int)blockIdx.x < ctas)                                                      \
                 mvtc_body<F, NG, XB>(W, xp, xs, y, rows, K, row_bytes, nc, blockIdx.x, sm,   \
                                      cap);                                                   \
