@@ -2296,6 +2296,18 @@ impl Forward<'_> {
                 gate_up,
             )?;
             self.mvs_pre(gate_up, h, t, pre)?;
+            // Measured and not kept (H100, 2026-12-07, `scripts/gpu/run.sh ab`, one binary, two
+            // rounds): the GEGLU and the down projection's prep fused into the gate/up launch
+            // (`mvtcg_*`: the last of a 256-row group's 32 tiles to finish, by an atomic counter
+            // per group, wrote the group's gelu(g)·u and its prep into a second scratch, as the
+            // launch's other blocks still read the first). Outputs and prep bitwise those of the
+            // separate launches (gpu-check: Q2_K, Q4_K, Q6_K at 1, 3, 5, 8 columns, a partial
+            // group; model-check of three fixture models the same figures), yet the 12B decode at
+            // batch 1 311.4 / 311.2 → 288.9 / 288.3 tok/s, batch 8 1828 / 1852 → 1645 / 1641;
+            // graph attribution: the Q2_K matvecs 1302 → 1663 µs per step at batch 1 (2032 →
+            // 2665 at batch 8) against the geglu_prep launch's own 19 µs (49). Under programmatic
+            // dependent launch the small launch costs little; every block's fence and count and
+            // the groups' tails cost more.
             let down: &[(&Mat, u64)] = &[(&l.ffn_down, f)];
             let pre = self.geglu_prep(g, u, t, l.n_ff, down)?;
             self.mvs_pre(down, g, t, pre)?;
