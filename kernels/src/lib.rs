@@ -422,6 +422,15 @@ fn pair_groups(fmt: &str, g: &str, nc: usize, digits: usize) -> usize {
 /// - NG = 2 has no wide kernel: one at 4 blocks per SM timed faster alone (attn_output 6.49 →
 ///   5.33, ffn_gate+ffn_up 31.01 → 29.93 at n = 4) but slower in the 12B bench (batch 4 720.5 →
 ///   712.6 tok/s, verify of K = 4 drafts 1.153 → 1.165 decode steps).
+///
+/// Re-measured on an H100 (2026-12-07, `runtime mv-bench` and `bench`, one binary, two rounds,
+/// `GEMMA4_TC_WIDE=0` / `1` against this rule, every output hash the same): the rule still wins
+/// the decode (batch 1 / 8: rule 310.6 / 1840.5 and 309.7 / 1832.7 tok/s, never wide 297.8 /
+/// 1700.0 and 297.5 / 1700.1, always wide 309.1 / 1755.9 and 308.7 / 1754.3). One launch went
+/// the other way alone: the three-matrix attn_q+attn_k+attn_v (`mvtcx`, 512 tiles) at n = 8,
+/// 12.62 / 12.59 µs wide against 11.74 / 11.71 base — a candidate for a base-kernel exception,
+/// not yet timed in the decode (no GPU time was left), where an earlier cap of the same launch
+/// to 2 blocks per SM, faster alone, lost (`runtime::forward` `spread_cap`).
 pub fn mvtc_wide(fmt: &str, nc: usize, tiles: usize, sms: usize) -> bool {
     wide_rule(fmt, nc, tiles, sms, tc_digits())
 }
