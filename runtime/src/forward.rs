@@ -2305,10 +2305,11 @@ impl Forward<'_> {
             // group; model-check of three fixture models the same figures), yet the 12B decode at
             // batch 1 311.4 / 311.2 → 288.9 / 288.3 tok/s, batch 8 1828 / 1852 → 1645 / 1641;
             // graph attribution: the Q2_K matvecs 1302 → 1663 µs per step at batch 1 (2032 →
-            // 2665 at batch 8) against the geglu_prep launch's own 19 µs (49): under programmatic
-            // dependent launch the small launch costs little. Why the fused launch lost 7.5 µs per
-            // layer was not examined; not occupancy (mvtcg_q2_k_1w 63 registers, 26244 B shared
-            // memory: 4 blocks per SM, as mvtc_q2_k_1w's 64 and 26112 B).
+            // 2665 at batch 8) against 19–72 µs per step (35–49 at batch 8; four runs) for the
+            // geglu_prep launches themselves: under programmatic dependent launch the small
+            // launch costs little. Why the fused launch lost 7.5 µs per layer was not examined;
+            // not occupancy (mvtcg_q2_k_1w 63 registers, 26244 B shared memory: 4 blocks per SM,
+            // as mvtc_q2_k_1w's 64 and 26112 B).
             let down: &[(&Mat, u64)] = &[(&l.ffn_down, f)];
             let pre = self.geglu_prep(g, u, t, l.n_ff, down)?;
             self.mvs_pre(down, g, t, pre)?;
