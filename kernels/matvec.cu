@@ -1063,6 +1063,13 @@ static __device__ __forceinline__ uint32_t tc_keep(uint32_t v) {
     return v;
 }
 
+// The launch's dynamic shared memory in bytes (PTX %dynamic_smem_size).
+static __device__ __forceinline__ uint32_t tc_dyn_smem_size() {
+    uint32_t r;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
+    return r;
+}
+
 // 16 bytes global → shared (asynchronous; 16-byte aligned both sides).
 static __device__ __forceinline__ void tc_cp16s(uint32_t d, const void* src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src));
@@ -1182,12 +1189,21 @@ template <typename F> struct TcPlan {
 #endif
 template <typename F> struct TcPerWarp { enum { V = 0 }; };
 template <> struct TcPerWarp<FmtQ3_K> { enum { V = 1 }; };
-template <typename F> struct TcWarpStage {
+// TC_WNST (host: kernels::tc_wnst, `GEMMA4_TC_WNST`, prepended to every program like TC_DIGITS):
+// when > 0, the mvtc_<fmt>_* kernels of the per-warp formats (not the mvtcx ones, whose third
+// matrix keeps its static stages) take TC_WNST warp stages in dynamic shared memory
+// (TcDynSmem; the host passes kernels::tc_dyn_smem bytes) instead of the ≤ 48 KiB of static
+// stages (2 for Q3_K); the same super-blocks per warp in the same order, so the same bits.
+#ifndef TC_WNST
+#define TC_WNST 0
+#endif
+// NS > 0: that many stages in flight per warp (dynamic shared memory); 0: what TC_STAGE_BYTES holds.
+template <typename F, int NS = 0> struct TcWarpStage {
     enum {
         CH = (15 + Tc<F>::SB + 15) / 16,
         PITCH = CH | 1,
         BYTES = 16 * PITCH * 16,
-        NST = TC_STAGE_BYTES / (TC_WARPS * BYTES) >= 3 ? 3 : (TC_STAGE_BYTES / (TC_WARPS * BYTES) >= 2 ? 2 : 1),
+        NST = NS > 0 ? NS : TC_STAGE_BYTES / (TC_WARPS * BYTES) >= 3 ? 3 : (TC_STAGE_BYTES / (TC_WARPS * BYTES) >= 2 ? 2 : 1),
         SLOTS = (16 * CH + 31) / 32
     };
 };
@@ -1195,8 +1211,8 @@ template <typename F> struct TcWarpStage {
 // pairs; goff[i] = byte offset from W of slot i's chunk in the warp's first super-block
 // (0xFFFFFFFF: a chunk past the row's bytes, not copied). A later super-block of the warp
 // (w + 8j) is 8j·SB bytes further on.
-template <typename F> struct TcWarpPlan {
-    typedef TcWarpStage<F> WS;
+template <typename F, int NS = 0> struct TcWarpPlan {
+    typedef TcWarpStage<F, NS> WS;
     // Slot i's row is lane / CH + (32 / CH)·i (CH divides 32), so its buffer chunk is the lane's
     // slot-0 chunk plus i·SSTEP chunks: one shared address and immediate steps.
     static_assert(32 % WS::CH == 0, "a warp slot row of 32 chunks covers whole stage rows");
@@ -1309,10 +1325,21 @@ template <typename F, int NG> struct TcSmem {
 // format's epilogue changed the Q2_K kernels' code (static SASS of mvtc_q2_k_1w's loop 393 → 391,
 // ALU 168 → 160) and the 12B decode at batch 1 went 310.1 / 309.3 → 307.3 / 306.8 tok/s (graph
 // attribution's Q2_K matvecs 1328 / 1300 → 1366 / 1361 µs per step; H100, 2026-12-07).
+// Dynamic shared memory (bytes) of mvtc_<fmt>_<NG> when its per-warp stages are dynamic
+// (TC_WNST > 0 and TcPerWarp<F>): TC_WNST stages per warp, the epilogue's sums aliasing them
+// (host: kernels::tc_dyn_smem, the same formula; the kernel traps if it gets less).
+template <typename F, int NG> struct TcDynSmem {
+    enum {
+        ON = TcPerWarp<F>::V && TC_WNST > 0,
+        SMB = TC_WARPS * TC_WNST * TcWarpStage<F, TC_WNST>::BYTES,
+        RB = TC_WARPS * 4 * NG * 32 * 4,
+        BYTES = ON ? (SMB > RB ? SMB : RB) : 0
+    };
+};
 template <typename F> struct TcCapFused { enum { V = 0 }; };
 template <> struct TcCapFused<FmtQ6_K> { enum { V = 1 }; };
 
-template <typename F, int NG, int XB>
+template <typename F, int NG, int XB, int NS = 0>
 static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
                                                  const uint32_t* __restrict__ xp,
                                                  const float* __restrict__ xs,
@@ -1683,7 +1710,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
     };
     if constexpr (TcPerWarp<F>::V) {
         // Per-warp stages (TcWarpStage): the warp's buffers, its super-blocks wid, wid + 8, ….
-        typedef TcWarpStage<F> WS;
+        typedef TcWarpStage<F, NS> WS;
         constexpr int WAHEAD =
             (TC_WFULL_PROLOGUE == 1 || (TC_WFULL_PROLOGUE == 2 && NG >= 2)) ? WS::NST : WS::NST - 1;
         uint4* wsm = sm + wid * WS::NST * (WS::BYTES / 16);
@@ -1692,7 +1719,7 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
             (uint32_t)(((uint64_t)min(row0 + g, rows - 1) * row_bytes + (uint64_t)wid * T::SB) & 15));
         const uint32_t wb = tc_keep<NG>((g + 8) * (WS::PITCH * 16) +
             (uint32_t)(((uint64_t)min(row0 + g + 8, rows - 1) * row_bytes + (uint64_t)wid * T::SB) & 15));
-        TcWarpPlan<F> plan;
+        TcWarpPlan<F, NS> plan;
         plan.template init<NG>(rows, row_bytes, row0, wid, lane, wsm);
 #pragma unroll
         for (int j = 0; j < WAHEAD; ++j) {
@@ -1890,14 +1917,22 @@ static __device__ __forceinline__ void mvtc_body(const uint8_t* __restrict__ W,
         int rows2, float cap) {                                                              \
         if constexpr (Tc<F>::OK) {                                                           \
             constexpr int XB = XBV;                                                          \
-            __shared__ uint4 sm[TcSmem<F, NG>::BYTES / 16];                                  \
+            constexpr bool DYN = TcDynSmem<F, NG>::ON;                                       \
+            __shared__ uint4 sms[DYN ? 1 : TcSmem<F, NG>::BYTES / 16];                       \
+            extern __shared__ uint4 tc_dyn[];                                                \
+            uint4* sm = sms;                                                                 \
+            if constexpr (DYN) {                                                             \
+                sm = tc_dyn;                                                                 \
+                if (tc_dyn_smem_size() < (uint32_t)TcDynSmem<F, NG>::BYTES) __trap();        \
+            }                                                                                \
+            constexpr int NS = DYN ? TC_WNST : 0;                                            \
             const int ctas = (rows + 15) >> 4;                                               \
             if ((int)blockIdx.x < ctas)                                                      \
-                mvtc_body<F, NG, XB>(W, xp, xs, y, rows, K, row_bytes, nc, blockIdx.x, sm,   \
-                                     cap);                                                   \
+                mvtc_body<F, NG, XB, NS>(W, xp, xs, y, rows, K, row_bytes, nc, blockIdx.x,   \
+                                         sm, cap);                                           \
             else                                                                             \
-                mvtc_body<F, NG, XB>(W2, xp, xs, y2, rows2, K, row_bytes, nc,                \
-                                     blockIdx.x - ctas, sm, cap);                            \
+                mvtc_body<F, NG, XB, NS>(W2, xp, xs, y2, rows2, K, row_bytes, nc,            \
+                                         blockIdx.x - ctas, sm, cap);                        \
         }                                                                                    \
     }
 #define MVTC_ENTRY(NAME, F, NG) MVTC_ENTRY_V(NAME, F, NG, , (TcMinB<F, NG>::V), (TcXb<F, NG>::V))

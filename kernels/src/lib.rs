@@ -230,13 +230,80 @@ fn digits_define(common: &str) -> String {
     digits_line(common, tc_digits())
 }
 
-/// `common.cuh` (from [`SOURCE_DIR_ENV`] when set) behind its [`digits_define`] line: the start
-/// of every NVRTC program.
+/// `common.cuh` (from [`SOURCE_DIR_ENV`] when set) behind its [`digits_define`] line and, when
+/// [`tc_wnst`] is not 0, `#define TC_WNST <n>`: the start of every NVRTC program.
 fn common_prelude() -> String {
     let common = override_or("common.cuh", COMMON);
     let mut s = digits_define(&common);
+    let n = tc_wnst();
+    if n != 0 {
+        s.push_str(&format!("#define TC_WNST {n}\n"));
+    }
     s.push_str(&common);
     s
+}
+
+/// Environment variable ([`tc_wnst`]): warp stages in flight of the per-warp-staged tensor-core
+/// matvecs (Q3_K's `mvtc_q3_k_*`), in dynamic shared memory; unset or `0`: the static stages
+/// that 48 KiB holds (2). Anything other than `0` or `2` … `8` is refused when a GPU is opened
+/// ([`tc_wnst_env_problem`]).
+pub const TC_WNST_ENV: &str = "GEMMA4_TC_WNST";
+
+/// Warp stages of the per-warp-staged `mvtc_<fmt>_*` kernels (`TC_WNST` in `matvec.cu`, the
+/// define [`Family::source`] prepends when not 0): `$GEMMA4_TC_WNST` when valid, else 0 (static
+/// stages). Read once per process.
+pub fn tc_wnst() -> usize {
+    *wnst_read().as_ref().unwrap_or(&0)
+}
+
+/// `Some(why)` when `$GEMMA4_TC_WNST` is set to something other than `0` or `2` … `8`.
+pub fn tc_wnst_env_problem() -> Option<String> {
+    wnst_read().as_ref().err().cloned()
+}
+
+fn wnst_read() -> &'static Result<usize, String> {
+    static D: std::sync::OnceLock<Result<usize, String>> = std::sync::OnceLock::new();
+    D.get_or_init(|| wnst_setting(std::env::var(TC_WNST_ENV)))
+}
+
+/// The stage count a `GEMMA4_TC_WNST` lookup asks for: unset → 0, `0` or `2` … `8` → that,
+/// anything else → why it is refused.
+fn wnst_setting(v: Result<String, std::env::VarError>) -> Result<usize, String> {
+    match v {
+        Err(std::env::VarError::NotPresent) => Ok(0),
+        Ok(v) => match v.parse::<usize>() {
+            Ok(n) if n == 0 || (2..=8).contains(&n) => Ok(n),
+            _ => Err(format!("{TC_WNST_ENV}={v:?}: must be 0 or 2 … 8")),
+        },
+        Err(e) => Err(format!("{TC_WNST_ENV}: {e}")),
+    }
+}
+
+/// Bytes of one 256-element super-block of the formats whose tensor-core matvecs stage their
+/// weights per warp (`TcPerWarp` in `matvec.cu`): Q3_K's 110; `None` for the others.
+fn tc_per_warp_sb(fmt: &str) -> Option<usize> {
+    (fmt == "q3_k").then_some(110)
+}
+
+/// Dynamic shared memory (bytes) that `mvtc_<fmt>_<NG>[w]` for `nc` inputs needs
+/// (`TcDynSmem` in `matvec.cu`, the same formula): with [`tc_wnst`] = n > 0 and a per-warp-staged
+/// format, n stages of 16 rows × an odd pitch of 16-byte chunks per warp for 8 warps (the
+/// epilogue's `4096·NG` bytes of sums alias them); 0 otherwise, and always 0 for the `mvtcx`
+/// kernels. The kernel traps when launched with less.
+pub fn tc_dyn_smem(fmt: &str, nc: usize) -> usize {
+    dyn_smem(fmt, nc, tc_wnst(), tc_digits())
+}
+
+/// [`tc_dyn_smem`] at `wnst` stages and `digits` int8 digits.
+fn dyn_smem(fmt: &str, nc: usize, wnst: usize, digits: usize) -> usize {
+    match tc_per_warp_sb(fmt) {
+        Some(sb) if wnst > 0 => {
+            let pitch = (15 + sb).div_ceil(16) | 1; // chunks covering sb bytes from any offset mod 16
+            let ng = col_groups(fmt, nc, digits).clamp(1, TC_MAX_GROUPS);
+            (8 * wnst * 16 * pitch * 16).max(8 * 4 * ng * 32 * 4)
+        }
+        _ => 0,
+    }
 }
 
 /// [`digits_define`] at `d` digits.
@@ -1533,6 +1600,39 @@ mod tests {
             "{e}"
         );
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn wnst_setting_is_checked() {
+        use super::wnst_setting as w;
+        use std::env::VarError;
+        assert_eq!(w(Err(VarError::NotPresent)), Ok(0));
+        for (v, n) in [("0", 0), ("2", 2), ("4", 4), ("8", 8)] {
+            assert_eq!(w(Ok(v.into())), Ok(n), "{v}");
+        }
+        for bad in ["1", "9", "", "-2", "four", " 4"] {
+            assert_eq!(
+                w(Ok(bad.into())),
+                Err(format!("GEMMA4_TC_WNST={bad:?}: must be 0 or 2 … 8")),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn dyn_smem_of_the_per_warp_kernels() {
+        use super::dyn_smem as d;
+        // By hand, Q3_K (110-byte super-blocks): chunks to cover 110 bytes from an offset up to
+        // 15 = ceil(125 / 16) = 8, pitch 9 (odd), so one warp stage is 16 rows × 9 × 16 B =
+        // 2304 B and 8 warps × 4 stages = 73728 B; the epilogue's sums (8 warps × 4 × NG × 32
+        // floats = 4096·NG B) are smaller at every NG.
+        assert_eq!(d("q3_k", 1, 4, 3), 73728);
+        assert_eq!(d("q3_k", 8, 4, 3), 73728);
+        assert_eq!(d("q3_k", 1, 2, 3), 36864); // the static kernels' stage bytes (2 stages)
+                                               // static stages: no dynamic memory; other formats stage per block
+        assert_eq!(d("q3_k", 1, 0, 3), 0);
+        assert_eq!(d("q2_k", 1, 4, 3), 0);
+        assert_eq!(d("q6_k", 8, 6, 3), 0);
     }
 
     #[test]

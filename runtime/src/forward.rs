@@ -845,7 +845,8 @@ impl<T: Copy> EnvSwitch<T> {
 /// `Some(why)` for the first runtime setting in the environment the runtime refuses: every
 /// [`EnvSwitch`] (`GEMMA4_PDL`, `GEMMA4_TC_WIDE`, `GEMMA4_ATT_GENERIC`, `GEMMA4_ATT_HEADS`,
 /// `GEMMA4_TC_SPREAD`, `GEMMA4_TC_MIX`), `GEMMA4_TC_DIGITS`
-/// ([`kernels::tc_digits_env_problem`]) and `GEMMA4_KERNEL_SRC`
+/// ([`kernels::tc_digits_env_problem`]), `GEMMA4_TC_WNST` ([`kernels::tc_wnst_env_problem`]) and
+/// `GEMMA4_KERNEL_SRC`
 /// ([`kernels::source_dir_problem`]). A typo in one of them made an A/B timing compare the
 /// default with itself; the `runtime` binary and [`crate::Gpu::new`] refuse to go on instead.
 pub fn settings_problem() -> Option<String> {
@@ -856,6 +857,8 @@ pub fn settings_problem() -> Option<String> {
         .or_else(|| ATT_HEADS_ENV.problem())
         .or_else(|| TC_SPREAD_ENV.problem())
         .or_else(|| TC_MIX_ENV.problem())
+        .or_else(|| TCX_BASE3_ENV.problem())
+        .or_else(kernels::tc_wnst_env_problem)
         .or_else(kernels::source_dir_problem)
 }
 
@@ -879,7 +882,22 @@ pub fn tcx_kernel(fmt: &str, g: &str, nc: usize, rows: [usize; 3], sms: u32) -> 
         kernels::tc_col_groups(fmt, nc),
         kernels::tcx_col_groups(fmt, g, nc)
     );
-    kernels::mvtcx_kernel(fmt, g, nc, tc_wide(fmt, nc, tc_tiles(&rows), sms))
+    let wide = tc_wide(fmt, nc, tc_tiles(&rows), sms)
+        && !(tcx_base3() && kernels::tcx_col_groups(fmt, g, nc) == 3);
+    kernels::mvtcx_kernel(fmt, g, nc, wide)
+}
+
+/// `GEMMA4_TCX_BASE3` ([`tcx_kernel`]): `1` takes the base kernel for three-matrix launches of
+/// three column groups (where the wide rule would pick the wide one), `0` or unset: the rule.
+pub const TCX_BASE3_ENV: EnvSwitch<bool> = EnvSwitch {
+    var: "GEMMA4_TCX_BASE3",
+    values: &[("0", false), ("1", true)],
+    accepted: "0 (the wide rule) or 1 (base kernel at three column groups) (unset: 0)",
+};
+
+fn tcx_base3() -> bool {
+    static S: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *S.get_or_init(|| TCX_BASE3_ENV.get().unwrap_or(false))
 }
 
 /// 16-row tiles (one block each) of a launch over matrices of these row counts.
@@ -1080,15 +1098,19 @@ pub const TC_SPREAD_ENV: EnvSwitch<bool> = EnvSwitch {
 /// 2026-12-07, same binary): ffn_gate+ffn_up n = 8 28.82 → 28.93 µs, tied head n = 8 377.0 →
 /// 379.7, decode batch 8 1823.5 / 1814.3 → 1824.5 / 1815.1 tok/s.
 ///
+/// `need` > 0: the kernel's own dynamic shared memory ([`kernels::tc_dyn_smem`]); the result is
+/// then at least `need` (the padding counted on top of it) and the kernel's limit is raised to it.
+///
 /// Errors: a failing driver query or attribute call, named after the kernel.
 fn tc_spread_smem(
     gpu: &Gpu,
     f: &cudarc::driver::CudaFunction,
     name: &str,
     tiles: u32,
+    need: u32,
 ) -> Result<u32, RuntimeError> {
     use cudarc::driver::sys::{CUdevice_attribute as D, CUfunction_attribute as A};
-    if !tc_spread_on() || tiles == 0 {
+    if (!tc_spread_on() && need == 0) || tiles == 0 {
         return Ok(0);
     }
     // keyed by the loaded function (no allocation per launch)
@@ -1098,11 +1120,15 @@ fn tc_spread_smem(
         return Ok(v);
     }
     let e = |what: &str| drv(format!("{name}: {what}"));
+    let raise = |want: i32| raise_dyn_smem(f, name, want as u32);
+    if need > 0 {
+        raise(need as i32)?;
+    }
     let occ = f
-        .occupancy_max_active_blocks_per_multiprocessor(kernels::TC_THREADS, 0, None)
+        .occupancy_max_active_blocks_per_multiprocessor(kernels::TC_THREADS, need as usize, None)
         .map_err(e("occupancy"))?;
-    let mut smem = 0u32;
-    if let Some(cap) = spread_cap(tiles, gpu.sm_count, occ) {
+    let mut smem = need;
+    if let Some(cap) = spread_cap(tiles, gpu.sm_count, occ).filter(|_| tc_spread_on()) {
         let attr = |a: D| gpu.ctx.attribute(a).map_err(e("device attribute"));
         let per_sm = attr(D::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)?;
         let reserved = attr(D::CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK)?;
@@ -1110,14 +1136,10 @@ fn tc_spread_smem(
         let stat = f
             .get_attribute(A::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
             .map_err(e("static shared memory"))?;
-        if let Some(want) = spread_bytes(per_sm, reserved, optin, stat, cap) {
-            let cur = f
-                .get_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
-                .map_err(e("dynamic shared memory limit"))?;
-            if want > cur {
-                f.set_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, want)
-                    .map_err(e("raise the dynamic shared memory limit"))?;
-            }
+        // the kernel's own dynamic bytes count as its fixed footprint, the padding goes on top
+        if let Some(pad) = spread_bytes(per_sm, reserved, optin, stat + need as i32, cap) {
+            let want = pad + need as i32;
+            raise(want)?;
             // The driver's own count decides (allocation granularity, carveout): padded only
             // when it gives exactly the cap.
             let got = f
@@ -1134,6 +1156,29 @@ fn tc_spread_smem(
     }
     cache.insert(key, smem);
     Ok(smem)
+}
+
+/// Raises kernel `f`'s limit of dynamic shared memory (`MAX_DYNAMIC_SHARED_SIZE_BYTES`) to
+/// `bytes` when it is lower (launches asking for more than 48 KiB with static need it).
+///
+/// Errors: a failing attribute query or call, named after the kernel.
+pub(crate) fn raise_dyn_smem(
+    f: &cudarc::driver::CudaFunction,
+    name: &str,
+    bytes: u32,
+) -> Result<(), RuntimeError> {
+    use cudarc::driver::sys::CUfunction_attribute as A;
+    let e = |what: &str| drv(format!("{name}: {what}"));
+    // (beyond i32 the driver refuses the attribute, with its error)
+    let want = i32::try_from(bytes).unwrap_or(i32::MAX);
+    let cur = f
+        .get_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
+        .map_err(e("dynamic shared memory limit"))?;
+    if want > cur {
+        f.set_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, want)
+            .map_err(e("raise the dynamic shared memory limit"))?;
+    }
+    Ok(())
 }
 
 /// One matrix of a tensor-core matvec launch, as [`tc_args`] passes it: device addresses of the
@@ -1658,7 +1703,11 @@ impl Forward<'_> {
             cap,
         );
         let grid = tc_tiles(&[w.rows, rows2, rows3]) as u32;
-        let smem = tc_spread_smem(gpu, &f, &name, grid)?;
+        let need = match third {
+            Some(_) => 0,
+            None => kernels::tc_dyn_smem(w.fmt, nc) as u32,
+        };
+        let smem = tc_spread_smem(gpu, &f, &name, grid, need)?;
         launch(
             gpu,
             &f,

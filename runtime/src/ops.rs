@@ -572,10 +572,14 @@ impl Gpu {
         self.tc_prep(x, ncols, k, kernels::tc_prep_kinds([fmt]))?;
         let name = crate::forward::tc_kernel(fmt, ncols, rows, 0, self.sm_count);
         let f = self.func(Family::Matvec, &name)?;
+        let need = kernels::tc_dyn_smem(fmt, ncols) as u32;
+        if need > 0 {
+            crate::forward::raise_dyn_smem(&f, &name, need)?;
+        }
         let cfg = LaunchConfig {
             grid_dim: ((rows as u32).div_ceil(kernels::TC_ROWS), 1, 1),
             block_dim: (kernels::TC_THREADS, 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: need,
         };
         let (wp, _w_sync) = w.device_ptr(&self.stream);
         let (yp, _y_sync) = y.device_ptr_mut(&self.stream);
