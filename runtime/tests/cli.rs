@@ -289,6 +289,12 @@ fn a_bad_switch_is_refused_before_cuda() {
             "",
             "0 (never the wide kernels) or 1 (wherever they exist) (unset: the measured rule)",
         ),
+        ("GEMMA4_TC_WNST", "1", "0 or 2 … 8"),
+        (
+            "GEMMA4_TCX_BASE3",
+            "2",
+            "0 (the wide rule) or 1 (base kernel at three column groups) (unset: 0)",
+        ),
     ] {
         assert_eq!(
             run(var, bad),
@@ -311,6 +317,8 @@ fn a_bad_switch_is_refused_before_cuda() {
         ("GEMMA4_PDL", "0"),
         ("GEMMA4_ATT_HEADS", "2"),
         ("GEMMA4_TC_MIX", "1"),
+        ("GEMMA4_TC_WNST", "4"),
+        ("GEMMA4_TCX_BASE3", "1"),
     ] {
         let (code, e) = run(var, good);
         assert!(code != 2 || !e.contains("bad setting"), "{var}={good}: {e}");
