@@ -1194,6 +1194,18 @@ template <> struct TcPerWarp<FmtQ3_K> { enum { V = 1 }; };
 // matrix keeps its static stages) take TC_WNST warp stages in dynamic shared memory
 // (TcDynSmem; the host passes kernels::tc_dyn_smem bytes) instead of the ≤ 48 KiB of static
 // stages (2 for Q3_K); the same super-blocks per warp in the same order, so the same bits.
+// Why (not yet timed: written 2026-12-08, a session that got no GPU): ffn_down (Q3_K, 240 tiles,
+// 7.5 super-blocks per warp, ≤ 2 blocks per SM under the launch spread) runs at about half of
+// B_read at n = 1 (15.5 µs for 25.3 MB on an H100), while its warps issue far fewer
+// instructions than the SMs could (~4.5 M warp instructions, ~4 µs of issue); with one stage
+// ahead a warp waits about one memory latency per super-block: ~16 warps × ~1 stage × 1760 B
+// ≈ 28 KB in flight per SM, which at ~2 µs of loaded latency is ~1.9 TB/s (Little's law) — the
+// hypothesis: more stages per warp, more bytes in flight, a shorter ffn_down.
+// The one measurement of the stage depth: TC_STAGE_BYTES 32768, which leaves Q3_K one stage
+// (no copy ahead) and every other format of the 12B mix as it was, took the decode from 310.6 /
+// 309.7 to 300.4 / 297.0 tok/s at batch 1 and 1840.5 / 1832.7 to 1801.5 / 1800.5 at batch 8
+// (H100, 2026-12-07, `run.sh ab`, the knob sweep in kernels::mvtc_wide's doc).
+// Time it with `VARS="base: w4::GEMMA4_TC_WNST=4 w6::GEMMA4_TC_WNST=6" run.sh ab`.
 #ifndef TC_WNST
 #define TC_WNST 0
 #endif

@@ -497,7 +497,8 @@ fn pair_groups(fmt: &str, g: &str, nc: usize, digits: usize) -> usize {
 /// the other way alone: the three-matrix attn_q+attn_k+attn_v (`mvtcx`, 512 tiles) at n = 8,
 /// 12.62 / 12.59 µs wide against 11.74 / 11.71 base — a candidate for a base-kernel exception,
 /// not yet timed in the decode (no GPU time was left), where an earlier cap of the same launch
-/// to 2 blocks per SM, faster alone, lost (`runtime::forward` `spread_cap`).
+/// to 2 blocks per SM, faster alone, lost (`runtime::forward` `spread_cap`). The exception is
+/// the opt-in `GEMMA4_TCX_BASE3=1` (`runtime::forward::tcx_kernel`; still untimed, 2026-12-08).
 pub fn mvtc_wide(fmt: &str, nc: usize, tiles: usize, sms: usize) -> bool {
     wide_rule(fmt, nc, tiles, sms, tc_digits())
 }

@@ -889,6 +889,8 @@ pub fn tcx_kernel(fmt: &str, g: &str, nc: usize, rows: [usize; 3], sms: u32) -> 
 
 /// `GEMMA4_TCX_BASE3` ([`tcx_kernel`]): `1` takes the base kernel for three-matrix launches of
 /// three column groups (where the wide rule would pick the wide one), `0` or unset: the rule.
+/// The same bits either way. An opt-in for timing the candidate in [`kernels::mvtc_wide`]'s doc
+/// (attn_q+attn_k+attn_v at n = 8 faster alone with the base kernel), not yet timed in the decode.
 pub const TCX_BASE3_ENV: EnvSwitch<bool> = EnvSwitch {
     var: "GEMMA4_TCX_BASE3",
     values: &[("0", false), ("1", true)],
