@@ -261,6 +261,7 @@ pub fn tc_wnst_env_problem() -> Option<String> {
     wnst_read().as_ref().err().cloned()
 }
 
+/// The process's one reading of `$GEMMA4_TC_WNST` ([`wnst_setting`]).
 fn wnst_read() -> &'static Result<usize, String> {
     static D: std::sync::OnceLock<Result<usize, String>> = std::sync::OnceLock::new();
     D.get_or_init(|| wnst_setting(std::env::var(TC_WNST_ENV)))

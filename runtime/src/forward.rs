@@ -897,6 +897,7 @@ pub const TCX_BASE3_ENV: EnvSwitch<bool> = EnvSwitch {
     accepted: "0 (the wide rule) or 1 (base kernel at three column groups) (unset: 0)",
 };
 
+/// [`TCX_BASE3_ENV`], read once per process.
 fn tcx_base3() -> bool {
     static S: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *S.get_or_init(|| TCX_BASE3_ENV.get().unwrap_or(false))
@@ -1122,9 +1123,8 @@ fn tc_spread_smem(
         return Ok(v);
     }
     let e = |what: &str| drv(format!("{name}: {what}"));
-    let raise = |want: i32| raise_dyn_smem(f, name, want as u32);
     if need > 0 {
-        raise(need as i32)?;
+        raise_dyn_smem(f, name, need)?;
     }
     let occ = f
         .occupancy_max_active_blocks_per_multiprocessor(kernels::TC_THREADS, need as usize, None)
@@ -1141,7 +1141,7 @@ fn tc_spread_smem(
         // the kernel's own dynamic bytes count as its fixed footprint, the padding goes on top
         if let Some(pad) = spread_bytes(per_sm, reserved, optin, stat + need as i32, cap) {
             let want = pad + need as i32;
-            raise(want)?;
+            raise_dyn_smem(f, name, want as u32)?;
             // The driver's own count decides (allocation granularity, carveout): padded only
             // when it gives exactly the cap.
             let got = f
